@@ -1,0 +1,23 @@
+"""tr-mlir dialects, importable as ``tr_mlir.dialects``.
+
+:func:`get_all_dialects` is the one registry of our dialects (name -> lazy factory, the
+shape xDSL's own ``get_all_dialects`` and ``Universe`` use); ``tr-opt`` and the
+``xdsl.universe`` entry point are derived from it.
+"""
+
+from collections.abc import Callable
+
+from xdsl.ir import Dialect
+
+
+def get_arch() -> Dialect:
+    from tr_mlir.dialects.arch import Arch
+
+    return Arch
+
+
+def get_all_dialects() -> dict[str, Callable[[], Dialect]]:
+    """Dialect name -> factory returning the ``Dialect`` object (imported lazily)."""
+    return {
+        "arch": get_arch,
+    }

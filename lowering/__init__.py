@@ -1,0 +1,1 @@
+"""Lowering of the memplan dialect to executables (NumPy and CuPy backends)."""
