@@ -305,6 +305,12 @@ class LayerOp(ArchOp):
         """Output (H, W, C) for a static input (H, W, C). Default: shape-preserving."""
         return hwc
 
+    def channels_after(self, c: int) -> int:
+        """The seed's running channel count (``current_c``, facts sheet section 2.2) after
+        this layer, given ``c`` before it. Only layers that set channels change it; like the
+        seed, flatten, gap and pooling leave it unchanged. Default: ``c``."""
+        return c
+
     def verify_(self) -> None:
         _check_nhwc(self, "input", self.input.type)
         _check_nhwc(self, "result", self.output.type)
@@ -352,6 +358,9 @@ class ConvOp(LayerOp):
     assembly_format = _fmt(
         "`out_ch` `=` $out_ch `k` `=` $k (`s` `=` $s^)? (`p` `=` $p^)? (`groups` `=` $groups^)?"
     )
+
+    def channels_after(self, c: int) -> int:
+        return self.param("out_ch")
 
     def verify_params(self) -> None:
         v = self.params()
@@ -510,6 +519,9 @@ class FcOp(LayerOp):
     bias = opt_prop_def(UnitAttr)
     assembly_format = _fmt("`out_features` `=` $out_features (`bias` $bias^)?")
 
+    def channels_after(self, c: int) -> int:
+        return self.param("out_features")
+
     def verify_params(self) -> None:
         _positive(self, out_features=self.param("out_features"))
 
@@ -544,6 +556,9 @@ class ChannelPaddingOp(LayerOp):
     name = "arch.channel_padding"
     LAYER_KIND: ClassVar[str] = "ChannelPadding"
     assembly_format = _fmt("")
+
+    def channels_after(self, c: int) -> int:
+        return (c + 7) // 8 * 8
 
     def infer_hwc(self, hwc: HWC) -> HWC:
         h, w, c = hwc
@@ -671,6 +686,9 @@ class CbrOp(_FusedBnBase):
         f"`out_ch` `=` $out_ch `k` `=` $k (`s` `=` $s^)? (`p` `=` $p^)? {_BN_FMT}"
     )
 
+    def channels_after(self, c: int) -> int:
+        return self.param("out_ch")
+
     def infer_hwc(self, hwc: HWC) -> HWC:
         v = self.params()
         h, w, _ = hwc
@@ -695,6 +713,9 @@ class CbrpOp(_FusedBnBase):
         "`out_ch` `=` $out_ch `conv` `(` $conv_k `,` $conv_s `,` $conv_p `)` "
         f"`pool` `(` $pool_k `,` $pool_s `,` $pool_p `)` {_BN_FMT}"
     )
+
+    def channels_after(self, c: int) -> int:
+        return self.param("out_ch")
 
     def verify_params(self) -> None:
         super().verify_params()
@@ -723,6 +744,9 @@ class GapFcOp(LayerOp):
     out_features = prop_def(IntegerAttr[I64])
     bias = opt_prop_def(UnitAttr)
     assembly_format = _fmt("`out_features` `=` $out_features (`bias` $bias^)?")
+
+    def channels_after(self, c: int) -> int:
+        return self.param("out_features")
 
     def verify_params(self) -> None:
         _positive(self, out_features=self.param("out_features"))
@@ -766,6 +790,9 @@ class BottleneckProjectionOp(_FusedBnBase):
         f"`bottleneck_ch` `=` $bottleneck_ch `out_ch` `=` $out_ch (`stride` `=` $stride^)? {_BN_FMT}"
     )
 
+    def channels_after(self, c: int) -> int:
+        return self.param("out_ch")
+
     def infer_hwc(self, hwc: HWC) -> HWC:
         return _block_hwc(hwc, self.param("stride"), self.param("out_ch"))
 
@@ -778,6 +805,9 @@ class BasicBlockIdentityOp(_FusedBnBase):
     LAYER_KIND: ClassVar[str] = "BasicBlockIdentity"
     out_ch = prop_def(IntegerAttr[I64])
     assembly_format = _fmt(f"`out_ch` `=` $out_ch {_BN_FMT}")
+
+    def channels_after(self, c: int) -> int:
+        return self.param("out_ch")
 
     def infer_hwc(self, hwc: HWC) -> HWC:
         _require_channels(self, hwc, self.param("out_ch"), "identity shortcut")
@@ -793,6 +823,9 @@ class BasicBlockProjectionOp(_FusedBnBase):
     out_ch = prop_def(IntegerAttr[I64])
     stride = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
     assembly_format = _fmt(f"`out_ch` `=` $out_ch (`stride` `=` $stride^)? {_BN_FMT}")
+
+    def channels_after(self, c: int) -> int:
+        return self.param("out_ch")
 
     def infer_hwc(self, hwc: HWC) -> HWC:
         return _block_hwc(hwc, self.param("stride"), self.param("out_ch"))
@@ -811,6 +844,9 @@ class InvResidualIdentityOp(_FusedBnBase):
     out_ch = prop_def(IntegerAttr[I64])
     assembly_format = _fmt(f"`expand_ch` `=` $expand_ch `out_ch` `=` $out_ch {_BN_FMT}")
 
+    def channels_after(self, c: int) -> int:
+        return self.param("out_ch")
+
     def infer_hwc(self, hwc: HWC) -> HWC:
         _require_channels(self, hwc, self.param("out_ch"), "identity shortcut")
         return hwc
@@ -828,6 +864,9 @@ class InvResidualNoShortcutOp(_FusedBnBase):
     assembly_format = _fmt(
         f"`expand_ch` `=` $expand_ch `out_ch` `=` $out_ch (`stride` `=` $stride^)? {_BN_FMT}"
     )
+
+    def channels_after(self, c: int) -> int:
+        return self.param("out_ch")
 
     def infer_hwc(self, hwc: HWC) -> HWC:
         return _block_hwc(hwc, self.param("stride"), self.param("out_ch"))
@@ -852,6 +891,9 @@ class BlockOp(LayerOp):
     out_ch = prop_def(IntegerAttr[I64])
     mid_ch = opt_prop_def(IntegerAttr[I64])
     assembly_format = _fmt("$style (`mid_ch` `=` $mid_ch^)? `out_ch` `=` $out_ch")
+
+    def channels_after(self, c: int) -> int:
+        return self.param("out_ch")
 
     def verify_params(self) -> None:
         style: BlockStyle = self.style.data

@@ -13,6 +13,19 @@ from importlib import import_module
 from xdsl.passes import ModulePass
 
 PASSES: dict[str, str] = {
+    "arch-expand": "ArchExpandPass",
+    "arch-rename-bn": "ArchRenameBnPass",
+    "arch-normalize-softmax-ce": "ArchNormalizeSoftmaxCePass",
+    "arch-normalize-identity": "ArchNormalizeIdentityPass",
+    "arch-align-amp-input": "ArchAlignAmpInputPass",
+    "arch-deduce-shapes": "ArchDeduceShapesPass",
+    "arch-normalize-flatten": "ArchNormalizeFlattenPass",
+    "arch-merge-blocks": "ArchMergeBlocksPass",
+    "arch-merge-quadruple": "ArchMergeQuadruplePass",
+    "arch-merge-triple": "ArchMergeTriplePass",
+    "arch-merge-binary": "ArchMergeBinaryPass",
+    "arch-mark-first-layer": "ArchMarkFirstLayerPass",
+    "arch-plan": "ArchPlanPass",
 }
 """Pass name -> class name inside ``tr_mlir.passes.<name with _>``."""
 
