@@ -16,8 +16,15 @@ def get_arch() -> Dialect:
     return Arch
 
 
+def get_memplan() -> Dialect:
+    from tr_mlir.dialects.memplan import Memplan
+
+    return Memplan
+
+
 def get_all_dialects() -> dict[str, Callable[[], Dialect]]:
     """Dialect name -> factory returning the ``Dialect`` object (imported lazily)."""
     return {
         "arch": get_arch,
+        "memplan": get_memplan,
     }
