@@ -1,0 +1,82 @@
+"""Shared helpers of the ArchPlan passes: finding models, applying options, diagnostics.
+
+Every ArchPlan pass works on each ``arch.model`` of the module in turn, reads the model facts
+(``amp``, ``fuse``, ``num_classes``, ``input_h/w/c``) from the container and, when the pass was
+given an option, first rewrites the attribute the option names (DESIGN section 1). The passes
+after ``arch-expand`` need the flat form: :func:`require_flat` reports the first tree-form op
+left in a model.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
+from xdsl.ir import Operation, SSAValue
+from xdsl.rewriter import Rewriter
+from xdsl.utils.exceptions import PassFailedException
+
+from tr_mlir.dialects.arch import TREE_OPS, LayerOp, ModelOp, OutputOp
+
+
+def models(module: ModuleOp) -> list[ModelOp]:
+    """Every ``arch.model`` of ``module`` (at any depth), in program order."""
+    return [op for op in module.walk() if isinstance(op, ModelOp)]
+
+
+def apply_options(
+    model: ModelOp,
+    *,
+    amp: bool | None = None,
+    fuse: bool | None = None,
+    num_classes: int | None = None,
+) -> None:
+    """Rewrite the model attributes named by the pass options that were given (not ``None``).
+
+    Raises ``PassFailedException`` (at the model) for ``num_classes`` < 1.
+    """
+    if amp is not None:
+        model.set_flag("amp", amp)
+    if fuse is not None:
+        model.set_flag("fuse", fuse)
+    if num_classes is not None:
+        if num_classes < 1:
+            fail(model, f"'{model.name}' op expected num_classes >= 1, got {num_classes}")
+        model.num_classes = IntegerAttr(num_classes, i64)
+
+
+def flag(model: ModelOp, name: str) -> bool:
+    """The model's unit flag ``amp`` or ``fuse`` as a bool."""
+    return bool(model.param(name))
+
+
+def fail(op: Operation, message: str) -> NoReturn:
+    """Raise ``PassFailedException(message)`` with the IR annotated at ``op``."""
+    op.emit_error(message, PassFailedException(message))
+
+
+def require_flat(model: ModelOp, pass_name: str) -> None:
+    """Fail at the first tree-form op (``arch.seq``, ``arch.add2``, ``arch.repeat``,
+    ``arch.block``, ``arch.yield``) of ``model``: ``pass_name`` needs the flat SSA graph."""
+    for op in model.body.walk():
+        if isinstance(op, TREE_OPS):
+            fail(
+                op,
+                f"'{op.name}' op is tree form, but {pass_name} needs the flat graph; "
+                "run arch-expand first",
+            )
+
+
+def body_ops(model: ModelOp) -> list[Operation]:
+    """The ops of the model body in program order, terminator excluded (a snapshot)."""
+    return [op for op in model.body.block.ops if not isinstance(op, OutputOp)]
+
+
+def forward_and_erase(op: LayerOp) -> SSAValue:
+    """Remove a shape-preserving-by-intent layer (``identity``, ``flatten``, ``softmax_ce``):
+    its users read its input instead. Returns that input."""
+    source = op.input
+    op.output.replace_all_uses_with(source)
+    Rewriter.erase_op(op)
+    return source
+

@@ -1,0 +1,354 @@
+"""``arch-expand``: ArchPlan step 1, BluePrint tree form -> flat SSA graph.
+
+The seed's ``from_blueprint`` expands the layer tree into a linear list with Add2 marker
+layers (facts sheet section 2). Here the tree (``arch.seq``, ``arch.repeat``, ``arch.add2``,
+``arch.block`` and the macros ``arch.cbr``, ``arch.cbrp``, ``arch.gap_fc``) becomes a flat SSA
+graph in the model body, in the seed's linearization order (shortcut branch before main
+branch), with residual joins as ``arch.add %shortcut, %main`` (DESIGN section 3):
+
+* ``seq``: children in order; ``repeat``: the body ``times`` times, each repetition expanded
+  again with the running channel count (so the first one can be a projection block and the
+  rest identity blocks); ``add2``: both regions expanded from the same input value, joined by
+  ``arch.add``; an empty region is the input value itself.
+* macros, both modes: ``cbrp`` -> conv, bn, relu, maxpool; ``gap_fc`` -> gap, fc
+  (``arch-merge-binary`` fuses it back). ``cbr`` -> conv, bn (its eps/momentum), relu when not
+  fusing, kept as ``arch.cbr`` when fusing.
+* ``block``: fuse=false -> the primitive sequence of facts 2.6, fuse=true -> one fused op of
+  facts 2.5. Deliberate differences (DESIGN section 7): the MobileNet 3x3 is a true depthwise
+  conv (``groups`` = expansion width); the identity shortcut of a block is left empty (the
+  input value), ``arch-normalize-identity`` makes it explicit.
+
+The running channel count is the seed's ``current_c`` (facts 2.2) tracked per SSA value
+(``op.channels_after``), starting from the model's ``input_c``; it decides identity vs
+projection blocks and the MobileNet expansion width. Emitted ops have the unknown type
+``tensor<?x?x?x?xf32>``; ``arch-deduce-shapes`` computes shapes. BNs are emitted as
+``arch.bn`` (``arch-rename-bn`` picks bn1d/bn2d). Ops already flat stay as they are, so the
+pass is idempotent. Unlike the seed, ``fuse`` does not require ``amp``.
+
+Option ``fuse`` (bool): when given, first rewrites the model's ``fuse`` flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from tr_mlir.dialects.arch import (
+    Add2Op,
+    AddOp,
+    BasicBlockIdentityOp,
+    BasicBlockProjectionOp,
+    BlockOp,
+    BlockStyle,
+    BnOp,
+    BottleneckIdentityOp,
+    BottleneckProjectionOp,
+    CbrOp,
+    CbrpOp,
+    ConvOp,
+    FcOp,
+    GapFcOp,
+    GapOp,
+    InvResidualIdentityOp,
+    InvResidualNoShortcutOp,
+    LayerOp,
+    MaxPoolOp,
+    ModelOp,
+    ReluOp,
+    RepeatOp,
+    SeqOp,
+    YieldOp,
+)
+from tr_mlir.passes._model import apply_options, body_ops, fail, flag, models
+
+
+class _Expander:
+    """Emits the flat ops of one tree op into a list, tracking the running channel count.
+
+    ``vmap`` maps values of the tree (region arguments, results of ops inside regions) to
+    the flat values that replace them; ``chan`` maps flat values to their channel count.
+    """
+
+    def __init__(self, fuse: bool, chan: dict[SSAValue, int]):
+        self.fuse = fuse
+        self.chan = chan
+        self.ops: list[Operation] = []
+        self.vmap: dict[SSAValue, SSAValue] = {}
+
+    def lookup(self, value: SSAValue) -> SSAValue:
+        return self.vmap.get(value, value)
+
+    def emit(self, op: Operation) -> SSAValue:
+        """Append ``op`` to the output; returns its result after recording its channels."""
+        self.ops.append(op)
+        record_channels(op, self.chan)
+        return op.results[0]
+
+    def channels(self, value: SSAValue, at: Operation) -> int:
+        c = self.chan.get(value)
+        if c is None:
+            fail(at, f"'{at.name}' op needs the channel count of its input, which is not "
+                     "derived from the model input; build the tree from the model argument")
+        return c
+
+    def region(self, region: Region, x: SSAValue) -> SSAValue:
+        """Expand the ops of a single-block region whose argument is ``x``; returns the
+        flat value of its ``arch.yield``."""
+        block = region.block
+        self.vmap[block.args[0]] = x
+        for op in block.ops:
+            if isinstance(op, YieldOp):
+                return self.lookup(op.value)
+            self.op(op)
+        raise AssertionError("verified tree regions end in arch.yield")
+
+    def op(self, op: Operation) -> None:
+        """Expand one op of a region (tree op, macro, or a flat op cloned as is)."""
+        rule = expansion_rule(op, self.fuse)
+        if rule is None:
+            self.emit(op.clone(value_mapper=self.vmap))
+            return
+        x = self.lookup(op.operands[0])
+        self.vmap[op.results[0]] = rule(self, op, x)
+
+    # primitives -----------------------------------------------------------------------
+
+    def conv(self, x: SSAValue, out_ch: int, k: int, s: int = 1, p: int = 0,
+             groups: int = 1) -> SSAValue:
+        return self.emit(ConvOp(x, out_ch=out_ch, k=k, s=s, p=p, groups=groups))
+
+    def bn(self, x: SSAValue, eps: float | None = None,
+           momentum: float | None = None) -> SSAValue:
+        return self.emit(BnOp(x, eps=eps, momentum=momentum))
+
+    def relu(self, x: SSAValue) -> SSAValue:
+        return self.emit(ReluOp(x))
+
+    def add(self, shortcut: SSAValue, main: SSAValue) -> SSAValue:
+        return self.emit(AddOp(shortcut, main))
+
+
+def record_channels(op: Operation, chan: dict[SSAValue, int]) -> None:
+    """Record the seed's running channel count of ``op``'s result, when its input's is known:
+    ``channels_after`` for layers, the main branch's count for ``arch.add``."""
+    if isinstance(op, AddOp):
+        c = chan.get(op.main)
+    elif isinstance(op, LayerOp):
+        c = chan.get(op.input)
+        c = None if c is None else op.channels_after(c)
+    else:
+        return
+    if c is not None:
+        chan[op.results[0]] = c
+
+
+# --------------------------------------------------------------------------------------
+# Tree ops and macros
+# --------------------------------------------------------------------------------------
+
+Rule = Callable[[_Expander, Operation, SSAValue], SSAValue]
+"""Expansion of one op given its flat input value; returns the flat output value."""
+
+
+def _seq(ex: _Expander, op: SeqOp, x: SSAValue) -> SSAValue:
+    return ex.region(op.body, x)
+
+
+def _repeat(ex: _Expander, op: RepeatOp, x: SSAValue) -> SSAValue:
+    for _ in range(op.times.value.data):
+        x = ex.region(op.body, x)
+    return x
+
+
+def _add2(ex: _Expander, op: Add2Op, x: SSAValue) -> SSAValue:
+    shortcut = ex.region(op.shortcut, x)
+    main = ex.region(op.main, x)
+    return ex.add(shortcut, main)
+
+
+def _cbr(ex: _Expander, op: CbrOp, x: SSAValue) -> SSAValue:
+    v = op.params()
+    y = ex.conv(x, v["out_ch"], v["k"], v["s"], v["p"])
+    return ex.relu(ex.bn(y, v["eps"], v["momentum"]))
+
+
+def _cbrp(ex: _Expander, op: CbrpOp, x: SSAValue) -> SSAValue:
+    v = op.params()
+    y = ex.conv(x, v["out_ch"], v["conv_k"], v["conv_s"], v["conv_p"])
+    y = ex.relu(ex.bn(y, v["eps"], v["momentum"]))
+    return ex.emit(MaxPoolOp(y, k=v["pool_k"], s=v["pool_s"], p=v["pool_p"]))
+
+
+def _gap_fc(ex: _Expander, op: GapFcOp, x: SSAValue) -> SSAValue:
+    v = op.params()
+    return ex.emit(FcOp(ex.emit(GapOp(x)), out_features=v["out_features"], bias=v["bias"]))
+
+
+# --------------------------------------------------------------------------------------
+# Blocks (facts sheet sections 2.5 and 2.6)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _BlockFamily:
+    """How one family of block styles expands.
+
+    ``primitives(ex, x, cin, mid, out, stride, ratio)`` emits the unfused ops,
+    ``fused(x, cin, mid, out, stride, ratio)`` builds the one fused op. A block has an identity
+    shortcut exactly when its stride is 1 and its input has ``out`` channels.
+    """
+
+    primitives: Callable[[_Expander, SSAValue, int, int, int, int, int], SSAValue]
+    fused: Callable[[SSAValue, int, int, int, int, int], Operation]
+
+
+def _projection(ex: _Expander, x: SSAValue, cin: int, out: int, stride: int) -> SSAValue:
+    """The ResNet shortcut: the input itself, or conv 1x1 stride s + bn when the block
+    changes channels or downsamples."""
+    if stride == 1 and cin == out:
+        return x
+    return ex.bn(ex.conv(x, out, 1, stride, 0))
+
+
+def _bottleneck(ex: _Expander, x: SSAValue, cin: int, mid: int, out: int, stride: int,
+                ratio: int) -> SSAValue:
+    shortcut = _projection(ex, x, cin, out, stride)
+    y = ex.relu(ex.bn(ex.conv(x, mid, 1)))
+    y = ex.relu(ex.bn(ex.conv(y, mid, 3, stride, 1)))
+    y = ex.bn(ex.conv(y, out, 1))
+    return ex.relu(ex.add(shortcut, y))
+
+
+def _basic(ex: _Expander, x: SSAValue, cin: int, mid: int, out: int, stride: int,
+           ratio: int) -> SSAValue:
+    shortcut = _projection(ex, x, cin, out, stride)
+    y = ex.relu(ex.bn(ex.conv(x, out, 3, stride, 1)))
+    y = ex.bn(ex.conv(y, out, 3, 1, 1))
+    return ex.relu(ex.add(shortcut, y))
+
+
+def _inverted(ex: _Expander, x: SSAValue, cin: int, mid: int, out: int, stride: int,
+              ratio: int) -> SSAValue:
+    expand = cin * ratio
+    y = ex.relu(ex.bn(ex.conv(x, expand, 1)))
+    y = ex.relu(ex.bn(ex.conv(y, expand, 3, stride, 1, groups=expand)))
+    y = ex.bn(ex.conv(y, out, 1))
+    if stride == 1 and cin == out:
+        return ex.add(x, y)
+    return y
+
+
+def _fused_bottleneck(x: SSAValue, cin: int, mid: int, out: int, stride: int,
+                      ratio: int) -> Operation:
+    if stride == 1 and cin == out:
+        return BottleneckIdentityOp(x, bottleneck_ch=mid)
+    return BottleneckProjectionOp(x, bottleneck_ch=mid, out_ch=out, stride=stride)
+
+
+def _fused_basic(x: SSAValue, cin: int, mid: int, out: int, stride: int,
+                 ratio: int) -> Operation:
+    if stride == 1 and cin == out:
+        return BasicBlockIdentityOp(x, out_ch=out)
+    return BasicBlockProjectionOp(x, out_ch=out, stride=stride)
+
+
+def _fused_inverted(x: SSAValue, cin: int, mid: int, out: int, stride: int,
+                    ratio: int) -> Operation:
+    if stride == 1 and cin == out:
+        return InvResidualIdentityOp(x, expand_ch=cin * ratio, out_ch=out)
+    return InvResidualNoShortcutOp(x, expand_ch=cin * ratio, out_ch=out, stride=stride)
+
+
+_BOTTLENECK = _BlockFamily(_bottleneck, _fused_bottleneck)
+_BASIC = _BlockFamily(_basic, _fused_basic)
+_INVERTED = _BlockFamily(_inverted, _fused_inverted)
+
+BLOCK_FAMILIES: dict[BlockStyle, _BlockFamily] = {
+    BlockStyle.RESNET_1_3_1: _BOTTLENECK,
+    BlockStyle.RESNET_1_3_1_DS: _BOTTLENECK,
+    BlockStyle.RESNET_3_3: _BASIC,
+    BlockStyle.RESNET_3_3_DS: _BASIC,
+    BlockStyle.MB_E1_K3: _INVERTED,
+    BlockStyle.MB_E1_K3_DS: _INVERTED,
+    BlockStyle.MB_E6_K3: _INVERTED,
+    BlockStyle.MB_E6_K3_DS: _INVERTED,
+}
+"""Block style -> its family's expansions (stride and expansion ratio come from the style)."""
+
+
+def _block(ex: _Expander, op: BlockOp, x: SSAValue) -> SSAValue:
+    style: BlockStyle = op.style.data
+    family = BLOCK_FAMILIES[style]
+    cin = ex.channels(x, op)
+    mid = op.mid_ch.value.data if op.mid_ch is not None else 0
+    out = op.out_ch.value.data
+    args = (cin, mid, out, style.stride, style.expand_ratio)
+    if ex.fuse:
+        return ex.emit(family.fused(x, *args))
+    return family.primitives(ex, x, *args)
+
+
+_TREE_RULES: dict[type[Operation], Rule] = {
+    SeqOp: _seq,
+    RepeatOp: _repeat,
+    Add2Op: _add2,
+    BlockOp: _block,
+    CbrpOp: _cbrp,
+    GapFcOp: _gap_fc,
+}
+"""Op class -> expansion, in both modes."""
+
+_UNFUSED_RULES: dict[type[Operation], Rule] = {CbrOp: _cbr}
+"""Op class -> expansion when not fusing (kept as is when fusing)."""
+
+
+def expansion_rule(op: Operation, fuse: bool) -> Rule | None:
+    """The expansion of ``op`` in this mode, or ``None`` when it is already flat."""
+    rule = _TREE_RULES.get(type(op))
+    if rule is None and not fuse:
+        rule = _UNFUSED_RULES.get(type(op))
+    return rule
+
+
+# --------------------------------------------------------------------------------------
+# The pass
+# --------------------------------------------------------------------------------------
+
+
+def expand_model(model: ModelOp) -> None:
+    """Expand every tree op and macro of ``model``'s body in place (see the module doc)."""
+    fuse = flag(model, "fuse")
+    chan: dict[SSAValue, int] = {model.input_value: model.input_hwc[2]}
+    for op in body_ops(model):
+        rule = expansion_rule(op, fuse)
+        if rule is None:
+            record_channels(op, chan)
+            continue
+        ex = _Expander(fuse, chan)
+        result = rule(ex, op, op.operands[0])
+        Rewriter.insert_op(ex.ops, InsertPoint.before(op))
+        op.results[0].replace_all_uses_with(result)
+        Rewriter.erase_op(op)
+
+
+@dataclass(frozen=True)
+class ArchExpandPass(ModulePass):
+    """Expand the BluePrint tree of every ``arch.model`` into a flat SSA graph (step 1).
+
+    Options: ``fuse`` (bool, optional) first sets or clears the model's ``fuse`` flag.
+    """
+
+    name = "arch-expand"
+
+    fuse: bool | None = None
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for model in models(op):
+            apply_options(model, fuse=self.fuse)
+            expand_model(model)
