@@ -843,6 +843,8 @@ class PlanOp(_ProgramChild):
             missing = sorted(set(range(n)) - set(ids))
             detail = f"duplicate ids {dup[:5]}" if dup else f"missing ids {missing[:5]}"
             raise _fail(self, f"expected ids to be unique and dense (0..{n - 1}), got {detail}")
+        for r in _strs(self.mem_regions):
+            _region_of(self, r, "regions")
         for d in _strs(self.dtypes):
             if d not in DTYPE_BYTES:
                 raise _fail(self, f"expected a dtype in {', '.join(DTYPE_BYTES)}, got '{d}'")
