@@ -5,17 +5,28 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
+STAMP  := $(VENV)/.installed-test
+RSTAMP := $(VENV)/.installed-run
 
 .PHONY: run test pytest lit examples clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -e '.[test]'
-	touch $(STAMP)
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
 
-run: $(STAMP)
-	$(BIN)/tr-opt examples/resnet50.mlir
+# `make run` needs only the package; `make test` adds the test extra (pytest, lit, torch, ...).
+$(RSTAMP): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install -q -e .
+	touch $(RSTAMP)
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP) $(RSTAMP)
+
+run: $(RSTAMP)
+	@echo "== ResNet-50 as emitted from the BluePrint (tree form): examples/resnet50.mlir"
+	@$(BIN)/tr-opt examples/resnet50.mlir
+	@echo "== ResNet-50 after arch-plan{fuse=true amp=true}: the flat, fused ArchPlan"
+	@$(BIN)/tr-opt examples/resnet50.mlir --pass-pipeline='builtin.module(arch-plan{fuse=true amp=true})'
 
 test: $(STAMP)
 	@status=0; \
