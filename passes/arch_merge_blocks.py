@@ -1,0 +1,303 @@
+"""``arch-merge-blocks`` (ArchPlan step 7): residual subgraphs -> fused residual block ops.
+
+A residual block in a flat ``arch.model`` body is ``%y = arch.add %shortcut, %main`` (and for the
+ResNet blocks a following ``arch.relu`` that is the add's only user) where ``%main`` is one of the
+exact stems below, read from the block input ``%x``, and ``%shortcut`` is ``%x`` itself,
+``arch.identity %x``, or a projection ``conv 1x1 + bn2d`` of ``%x``:
+
+==================== ============================================================ ===============
+family               main branch (from ``%x``)                                    post-add relu
+==================== ============================================================ ===============
+bottleneck           conv1x1(b) bn2d relu conv3x3(b, s, p1) bn2d relu conv1x1(o) bn2d required
+basic block          conv3x3(o, s, p1) bn2d relu conv3x3(o, s1, p1) bn2d          required
+inverted residual    conv1x1(e) bn2d relu dwconv3x3(e, s, p1) bn2d relu conv1x1(o) forbidden
+                     bn2d
+==================== ============================================================ ===============
+
+(1x1 convs have ``s = 1, p = 0``; ``dwconv`` is depthwise: ``groups = e`` = its ``out_ch``;
+every other conv has ``groups = 1``.) Results, replacing the relu (or the add) and erasing the
+block:
+
+* bottleneck: identity shortcut -> ``arch.bottleneck_identity {bottleneck_ch = b}``; projection
+  ``conv1x1(o, s, p0) bn2d`` -> ``arch.bottleneck_projection {bottleneck_ch, out_ch, stride}``;
+* basic block: ``arch.basic_block_identity {out_ch}`` / ``arch.basic_block_projection {out_ch,
+  stride}``;
+* inverted residual: identity shortcut only -> ``arch.inv_residual_identity {expand_ch, out_ch}``.
+
+Conditions (all must hold, otherwise the region is left as it is): every intermediate value has
+exactly one use (the block's own ops; a stem value read elsewhere blocks the merge), the widths
+agree (bottleneck conv1/conv2 ``out_ch`` = ``b``; basic conv1/conv2 ``out_ch`` = ``o``; the
+projection's ``out_ch`` = ``o`` and its stride = the block stride), an identity shortcut needs
+stride 1 and input C = ``o``, and **all batch norms of the block agree on eps and momentum** (a
+fused block carries one pair; blocks whose BNs differ are not merged). The "post-add relu" is an
+``arch.relu`` that is the add's only user: the bottleneck and the basic block absorb it and do
+not merge without it; the inverted residual (which has none in MobileNetV2) does not merge with
+it. That rule, and the depthwise 3x3, tell an inverted residual from a bottleneck.
+
+Plain inverted residuals without a shortcut (the chain ``conv1x1(e) bn2d relu dwconv3x3(e, s,
+p1) bn2d relu conv1x1(o) bn2d`` with single-use intermediates and agreeing BNs, as the seed's
+MobileNet blocks without a shortcut) become ``arch.inv_residual_no_shortcut {expand_ch, out_ch,
+stride}``; they are matched after the residual blocks, so a chain that is the main branch of a
+mergeable inverted residual is merged as that block.
+
+Differences from the seed (facts sheet section 3.10, DESIGN section 7): the seed checks the kinds
+of a stem prefix only, drops extra stem layers and the whole shortcut silently, never checks
+strides or channels, treats a stride-2 identity bottleneck as an identity block, and can never
+produce an inverted residual (its bottleneck prefix matches first). Here the whole region must
+match exactly. Nested residuals are no special case: an inner block that matches is merged; an
+outer region whose main branch holds anything else (an inner add or fused block) does not match.
+
+The pass needs static NHWC types (run ``arch-deduce-shapes`` first): a candidate block whose
+input or result type is not static is a diagnostic. It fuses whenever it runs; the ``arch-plan``
+pipeline runs it only for models with ``fuse`` set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
+from xdsl.utils.exceptions import PassFailedException
+
+from tr_mlir.dialects import arch
+from tr_mlir.passes._fusion import (
+    Chain,
+    ChainMatch,
+    FuseChain,
+    Link,
+    in_flat_model,
+    replace_ops,
+    rewrite_models,
+    shared_bn_params,
+)
+
+
+def _conv(k: int, p: int, s: int | None = None, depthwise: bool = False) -> Link:
+    """A conv link: kernel ``k``, padding ``p``, stride ``s`` (any when ``None``), and either
+    dense (``groups = 1``) or depthwise (``groups = out_ch``, > 1 channel or not)."""
+
+    def where(conv: Operation) -> bool:
+        v = conv.params()  # type: ignore[attr-defined]
+        groups_ok = v["groups"] == v["out_ch"] if depthwise else v["groups"] == 1
+        return v["k"] == k and v["p"] == p and (s is None or v["s"] == s) and groups_ok
+
+    return Link(arch.ConvOp, where)
+
+
+BN, RELU = Link(arch.Bn2dOp), Link(arch.ReluOp)
+
+BOTTLENECK_STEM = Chain(_conv(1, 0, 1), BN, RELU, _conv(3, 1), BN, RELU, _conv(1, 0, 1), BN)
+"""conv1x1 bn2d relu conv3x3(s) bn2d relu conv1x1 bn2d (all dense)."""
+
+BASIC_STEM = Chain(_conv(3, 1), BN, RELU, _conv(3, 1, 1), BN)
+"""conv3x3(s) bn2d relu conv3x3(s1) bn2d (dense)."""
+
+INVERTED_STEM = Chain(
+    _conv(1, 0, 1), BN, RELU, _conv(3, 1, depthwise=True), BN, RELU, _conv(1, 0, 1), BN
+)
+"""conv1x1 bn2d relu dwconv3x3(s) bn2d relu conv1x1 bn2d."""
+
+PROJECTION = Chain(_conv(1, 0), BN)
+"""The projection shortcut: conv1x1(s) bn2d (dense)."""
+
+
+def _out(op: Operation) -> int:
+    return op.param("out_ch")  # type: ignore[attr-defined]
+
+
+def _stride(op: Operation) -> int:
+    return op.param("s")  # type: ignore[attr-defined]
+
+
+def _bottleneck_geometry(stem: ChainMatch) -> dict[str, int] | None:
+    conv1, conv2, conv3 = stem[0], stem[3], stem[6]
+    if _out(conv2) != _out(conv1):
+        return None
+    return {"bottleneck_ch": _out(conv1), "out_ch": _out(conv3), "stride": _stride(conv2)}
+
+
+def _basic_geometry(stem: ChainMatch) -> dict[str, int] | None:
+    conv1, conv2 = stem[0], stem[3]
+    if _out(conv2) != _out(conv1):
+        return None
+    return {"out_ch": _out(conv2), "stride": _stride(conv1)}
+
+
+def _inverted_geometry(stem: ChainMatch) -> dict[str, int] | None:
+    expand, dw, project = stem[0], stem[3], stem[6]
+    if _out(dw) != _out(expand):
+        return None
+    return {"expand_ch": _out(expand), "out_ch": _out(project), "stride": _stride(dw)}
+
+
+@dataclass(frozen=True)
+class BlockFamily:
+    """How one residual block family is recognized and which ops it becomes.
+
+    ``geometry(stem)`` returns the block's parameters (always ``out_ch`` and ``stride``, plus the
+    family's own) or ``None`` when the stem's widths disagree. ``identity`` / ``projection`` are
+    the fused op class and the parameter keys it takes for each shortcut kind (``None``: that
+    shortcut kind does not merge).
+    """
+
+    name: str
+    stem: Chain
+    post_relu: bool
+    geometry: Callable[[ChainMatch], dict[str, int] | None]
+    identity: tuple[type[arch.LayerOp], tuple[str, ...]] | None
+    projection: tuple[type[arch.LayerOp], tuple[str, ...]] | None
+
+
+FAMILIES: tuple[BlockFamily, ...] = (
+    BlockFamily(
+        "bottleneck block", BOTTLENECK_STEM, True, _bottleneck_geometry,
+        (arch.BottleneckIdentityOp, ("bottleneck_ch",)),
+        (arch.BottleneckProjectionOp, ("bottleneck_ch", "out_ch", "stride")),
+    ),
+    BlockFamily(
+        "basic block", BASIC_STEM, True, _basic_geometry,
+        (arch.BasicBlockIdentityOp, ("out_ch",)),
+        (arch.BasicBlockProjectionOp, ("out_ch", "stride")),
+    ),
+    BlockFamily(
+        "inverted residual block", INVERTED_STEM, False, _inverted_geometry,
+        (arch.InvResidualIdentityOp, ("expand_ch", "out_ch")),
+        None,
+    ),
+)
+"""The residual block families, tried in this order (at most one can match a region)."""
+
+
+@dataclass(frozen=True)
+class _Shortcut:
+    projection: ChainMatch | None
+    ops: tuple[Operation, ...]
+
+
+def _match_shortcut(value: SSAValue, x: SSAValue, block: Any) -> _Shortcut | None:
+    """The shortcut reading block input ``x``: ``x`` itself, ``arch.identity x`` or a projection."""
+    if value is x:
+        return _Shortcut(None, ())
+    owner = value.owner
+    if not isinstance(owner, Operation) or owner.parent_block() is not block:
+        return None
+    if not value.has_one_use():
+        return None
+    if isinstance(owner, arch.IdentityOp):
+        return _Shortcut(None, (owner,)) if owner.input is x else None
+    projection = PROJECTION.match(owner)
+    if projection is None or projection.input is not x:
+        return None
+    return _Shortcut(projection, projection.ops)
+
+
+def _post_relu(add: arch.AddOp) -> arch.ReluOp | None:
+    """The ``arch.relu`` that is the add's only user, if any."""
+    result = add.output
+    if not result.has_one_use():
+        return None
+    user = next(iter(result.uses)).operation
+    if isinstance(user, arch.ReluOp) and user.parent_block() is add.parent_block():
+        return user
+    return None
+
+
+def _require_static(add: arch.AddOp, x: SSAValue, family: BlockFamily) -> None:
+    for what, t in (("block input", x.type), ("result", add.output.type)):
+        if arch.static_hwc(t) is None:
+            raise PassFailedException(
+                f"'{add.name}' op expected a static NHWC {what} type to merge a {family.name}, "
+                f"got {t}; run arch-deduce-shapes before arch-merge-blocks"
+            )
+
+
+class MergeResidualBlock(RewritePattern):
+    """Replace one exactly matching residual block rooted at an ``arch.add`` (see the module)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, add: arch.AddOp, rewriter: PatternRewriter) -> None:
+        if not in_flat_model(add) or add.shortcut is add.main:
+            return
+        main = add.main
+        if not isinstance(main.owner, Operation) or not main.has_one_use():
+            return
+        relu = _post_relu(add)
+        for family in FAMILIES:
+            if (relu is not None) != family.post_relu:
+                continue
+            stem = family.stem.match(main.owner)
+            if stem is None or stem.root.parent_block() is not add.parent_block():
+                continue
+            fused = self._build(add, relu, family, stem)
+            if fused is None:
+                continue
+            new_op, shortcut = fused
+            root = relu if relu is not None else add
+            ops = (*shortcut.ops, *stem.ops, add, *((relu,) if relu is not None else ()))
+            replace_ops(rewriter, root, ops, new_op)
+            return
+
+    @staticmethod
+    def _build(
+        add: arch.AddOp, relu: arch.ReluOp | None, family: BlockFamily, stem: ChainMatch
+    ) -> tuple[Operation, _Shortcut] | None:
+        x = stem.input
+        shortcut = _match_shortcut(add.shortcut, x, add.parent_block())
+        if shortcut is None:
+            return None
+        geometry = family.geometry(stem)
+        if geometry is None:
+            return None
+        _require_static(add, x, family)
+        bns = [op for op in stem.ops if isinstance(op, arch.Bn2dOp)]
+        if shortcut.projection is None:
+            if family.identity is None or geometry["stride"] != 1:
+                return None
+            in_hwc = arch.static_hwc(x.type)
+            if in_hwc is None or in_hwc[2] != geometry["out_ch"]:
+                return None
+            op_class, keys = family.identity
+        else:
+            if family.projection is None:
+                return None
+            proj_conv, proj_bn = shortcut.projection.ops
+            if _out(proj_conv) != geometry["out_ch"] or _stride(proj_conv) != geometry["stride"]:
+                return None
+            bns.append(proj_bn)
+            op_class, keys = family.projection
+        bn_params = shared_bn_params(*bns)
+        if bn_params is None:
+            return None
+        result_type = (relu if relu is not None else add).results[0].type
+        params = {key: geometry[key] for key in keys}
+        return op_class(x, result_type, **params, **bn_params), shortcut
+
+
+def build_inv_residual_no_shortcut(match: ChainMatch) -> arch.InvResidualNoShortcutOp | None:
+    """The ``arch.inv_residual_no_shortcut`` for a plain inverted-residual chain, or ``None``
+    when its widths or batch-norm parameters disagree."""
+    geometry = _inverted_geometry(match)
+    bn_params = shared_bn_params(*(op for op in match.ops if isinstance(op, arch.Bn2dOp)))
+    if geometry is None or bn_params is None:
+        return None
+    return arch.InvResidualNoShortcutOp(match.input, match.result_type, **geometry, **bn_params)
+
+
+@dataclass(frozen=True)
+class ArchMergeBlocksPass(ModulePass):
+    """Merge exactly matching residual blocks (then plain inverted residuals) into fused ops."""
+
+    name = "arch-merge-blocks"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        rewrite_models(
+            op,
+            MergeResidualBlock(),
+            FuseChain(INVERTED_STEM, build_inv_residual_no_shortcut),
+        )
