@@ -1,0 +1,1 @@
+"""Kernels: the NumPy reference backend (and later CuPy), one table keyed by compute op."""
