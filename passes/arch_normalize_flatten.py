@@ -1,0 +1,89 @@
+"""``arch-normalize-flatten``: ArchPlan step 5, one ``arch.flatten`` only where it is needed.
+
+The seed (facts sheet section 3.7) deletes every Flatten, then puts one back before the first
+FC when its input is spatial (H > 1 or W > 1) with C % 8 != 0 (an FC reads an HWC map directly
+when C is a multiple of 8), or, when there is no FC at all, before the SoftmaxCE when its input
+is spatial. It runs after shape deduction but reads stale shapes after the deletion, so a
+user's ``flatten()`` can vanish; here shapes are re-deduced after the deletion and the rule
+reads the true input shape (DESIGN section 7). ``arch.gap_fc`` does not count as an FC. Only
+the target's operand is rewired through the new flatten (another reader of the same value
+keeps the map). Shapes are deduced up to the target, the rule is read, and shapes are deduced
+from the target (or the new flatten) on; so the pass also runs on a graph without shapes.
+Idempotent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from tr_mlir.dialects.arch import FcOp, FlattenOp, LayerOp, ModelOp, SoftmaxCeOp, static_hwc
+from tr_mlir.passes._model import body_ops, forward_and_erase, models, require_flat
+from tr_mlir.passes.arch_deduce_shapes import deduce_shapes
+
+FC_ALIGN = 8
+"""An FC reads a spatial map directly when its channel count is a multiple of this."""
+
+
+def flatten_target(model: ModelOp) -> LayerOp | None:
+    """The first ``arch.fc`` in program order, else the first ``arch.softmax_ce``, else None."""
+    ops = body_ops(model)
+    for kind in (FcOp, SoftmaxCeOp):
+        for op in ops:
+            if isinstance(op, kind):
+                return op
+    return None
+
+
+def needs_flatten(target: LayerOp) -> bool:
+    """The seed's rule on the (static) input shape of the target."""
+    hwc = static_hwc(target.input.type)
+    assert hwc is not None, "shapes are deduced before the rule is read"
+    h, w, c = hwc
+    spatial = h > 1 or w > 1
+    if isinstance(target, FcOp):
+        return spatial and c % FC_ALIGN != 0
+    return spatial
+
+
+def normalize_flatten(model: ModelOp) -> FlattenOp | None:
+    """Apply the rule of the module doc to ``model``; returns the inserted flatten, if any.
+
+    Raises ``PassFailedException`` when shape deduction fails (e.g. a softmax_ce whose input
+    does not have num_classes channels once flattened)."""
+    for op in body_ops(model):
+        if isinstance(op, FlattenOp):
+            forward_and_erase(op)
+    target = flatten_target(model)
+    if target is None:
+        deduce_shapes(model)
+        return None
+    deduce_shapes(model, stop=target)
+    if not needs_flatten(target):
+        deduce_shapes(model, start=target)
+        return None
+    flatten = FlattenOp(target.input)
+    Rewriter.insert_op(flatten, InsertPoint.before(target))
+    target.operands[0] = flatten.output
+    deduce_shapes(model, start=flatten)
+    return flatten
+
+
+@dataclass(frozen=True)
+class ArchNormalizeFlattenPass(ModulePass):
+    """Remove every ``arch.flatten`` of every ``arch.model`` and insert one before the first
+    fc (or the softmax_ce) when its input needs it (step 5, after step 6).
+
+    Fails at a tree-form op (run arch-expand first) and where shape deduction fails.
+    """
+
+    name = "arch-normalize-flatten"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for model in models(op):
+            require_flat(model, self.name)
+            normalize_flatten(model)
