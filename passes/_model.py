@@ -73,8 +73,9 @@ def body_ops(model: ModelOp) -> list[Operation]:
 
 
 def forward_and_erase(op: LayerOp) -> SSAValue:
-    """Remove a shape-preserving-by-intent layer (``identity``, ``flatten``, ``softmax_ce``):
-    its users read its input instead. Returns that input."""
+    """Remove a layer that a normalization pass re-creates where needed (``identity``,
+    ``flatten``, ``softmax_ce``): its users read its input instead. Returns that input.
+    Result types downstream may be stale afterwards until shapes are deduced again."""
     source = op.input
     op.output.replace_all_uses_with(source)
     Rewriter.erase_op(op)
