@@ -1,0 +1,763 @@
+"""``tr-opt``: xDSL's modular optimizer driver with the tr-mlir dialects and passes.
+
+``tr-opt`` is :class:`xdsl.xdsl_opt_main.xDSLOptMain` (every ``xdsl-opt`` flag is kept) with:
+
+* dialects ``builtin``, ``func``, ``arith``, ``test`` from xDSL plus every dialect of
+  :func:`tr_mlir.dialects.get_all_dialects`; passes ``cse``, ``dce``, ``canonicalize`` from
+  xDSL plus every pass of :func:`tr_mlir.passes.get_all_passes` (loaded lazily: a pass whose
+  module cannot be imported is an error only when a pipeline names it);
+* the targets of xDSL (``mlir`` ...) plus ``archplan-yaml`` (the seed's ArchPlan YAML, written by
+  ``tr_mlir.archplan_yaml.print_archplan_yaml``);
+* ``--pass-pipeline='builtin.module(p1,p2{k=v})'`` in MLIR syntax, next to xDSL's ``-p p1,p2{k=v}``
+  (:func:`mlir_pipeline_to_xdsl` translates the former into the latter);
+* diagnostics instead of Python tracebacks (DESIGN section 6): bad input prints
+  ``tr-opt: error: <where>: <message>`` (``<where>`` is ``file:line:col`` when known, else the file),
+  maybe followed by context (the source line, or the IR annotated at the failing op), and exits 1.
+  Anything unexpected prints ``tr-opt: internal error: <type>: <message>`` and exits 1; set
+  ``TR_OPT_TRACEBACK=1`` to see the Python traceback as well;
+* guards for holes of the xDSL 0.74 parser and verifier (:class:`TrParser`,
+  :func:`check_dominance`): integer types wider than MLIR's limit (their value range is computed
+  as ``1 << width``, which for ``i99999999999`` allocates gigabytes and seems to hang), regions
+  nested too deeply for the recursive-descent parser (``RecursionError``), float literals out of
+  their type's range (``OverflowError``), parser recursion errors in general, an empty input (MLIR
+  reads it as an empty module) and the missing dominance check (a use before its definition).
+
+With ``--verify-diagnostics`` / ``--parsing-diagnostics`` the behaviour is xDSL's: diagnostics of
+each ``--split-input-file`` chunk are printed to stdout and the exit code is 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from importlib import import_module
+from typing import IO, Any, NoReturn
+
+from xdsl.context import Context
+from xdsl.dialects import get_all_dialects as get_xdsl_dialects
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, BlockArgument, Operation, OpResult, Region, SSAValue
+from xdsl.irdl.dominance import DominanceInfo
+from xdsl.parser import Parser
+from xdsl.passes import ModulePass, PassPipeline
+from xdsl.printer import Printer
+from xdsl.transforms import get_all_passes as get_xdsl_passes
+from xdsl.utils.exceptions import (
+    ArgSpecParseError,
+    DiagnosticException,
+    MultipleSpansParseError,
+    ParseError,
+    VerifyException,
+)
+from xdsl.utils.lexer import Span
+from xdsl.utils.mlir_lexer import MLIRTokenKind
+from xdsl.utils.target import Target
+from xdsl.xdsl_opt_main import xDSLOptMain
+
+import tr_mlir
+from tr_mlir.dialects import get_all_dialects
+from tr_mlir.passes import get_all_passes, module_name
+
+PROG = "tr-opt"
+
+XDSL_DIALECTS: tuple[str, ...] = ("builtin", "func", "arith", "test")
+"""Dialects of xDSL that tr-opt registers besides ours."""
+
+XDSL_PASSES: tuple[str, ...] = ("cse", "dce", "canonicalize")
+"""Passes of xDSL that tr-opt registers besides ours."""
+
+MAX_INTEGER_WIDTH = (1 << 24) - 1
+"""Widest integer type accepted: MLIR's ``IntegerType::kMaxWidth`` (16777215 bits)."""
+
+MAX_REGION_DEPTH = 64
+"""Deepest region nesting the parser accepts (regions of ``builtin.module`` not counted).
+xDSL parses, verifies, prints and rewrites recursively (9-11 Python frames per level when
+parsing); Python's default recursion limit of 1000 is hit at about 85 levels of ``arch.seq``
+in its custom format (105 for generic ops), fewer inside pytest. Real models nest a handful
+of levels (model > seq > repeat > add2 > ...)."""
+
+TRACEBACK_ENV = "TR_OPT_TRACEBACK"
+"""Environment variable: set to 1 to print Python tracebacks along with diagnostics."""
+
+
+class TrOptError(Exception):
+    """A user error with a ready message, printed as ``tr-opt: error: <message>``.
+
+    ``notes`` are printed after the message line (context such as an annotated pipeline).
+    """
+
+    def __init__(self, message: str, notes: Sequence[str] = ()):
+        super().__init__(message)
+        self.notes = tuple(notes)
+
+
+class PipelineSyntaxError(ValueError):
+    """An ``--pass-pipeline`` string that is not ``builtin.module(pass, pass{opts}, ...)``."""
+
+
+# --------------------------------------------------------------------------------------
+# --pass-pipeline (MLIR syntax) -> -p (xDSL syntax)
+# --------------------------------------------------------------------------------------
+
+_ANCHOR = "builtin.module"
+
+
+def _scan_top_level(text: str, what: str) -> list[tuple[int, str]]:
+    """Characters of ``text`` outside ``{...}`` option blocks and string literals.
+
+    Returns (index, char) pairs; raises :class:`PipelineSyntaxError` on unbalanced braces or an
+    unterminated string.
+    """
+    out: list[tuple[int, str]] = []
+    depth = 0
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == '"':
+            end = i + 1
+            while end < len(text) and text[end] != '"':
+                end += 2 if text[end] == "\\" else 1
+            if end >= len(text):
+                raise PipelineSyntaxError(f"unterminated string literal in {what} '{text}'")
+            i = end + 1
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth < 0:
+                raise PipelineSyntaxError(f"unbalanced '}}' in {what} '{text}'")
+        elif depth == 0:
+            out.append((i, ch))
+        i += 1
+    if depth:
+        raise PipelineSyntaxError(f"unbalanced '{{' in {what} '{text}'")
+    return out
+
+
+def mlir_pipeline_to_xdsl(text: str) -> str:
+    """Translate an MLIR pass pipeline into xDSL's ``-p`` syntax.
+
+    ``builtin.module(p1, p2{a=1 b=x,y})`` -> ``p1,p2{a=1 b=x,y}``: the anchor is stripped and
+    the spaces MLIR allows after the commas between passes are dropped (xDSL rejects them).
+    Pass options are the same in both syntaxes and are passed through untouched.
+    ``builtin.module()`` (and an empty string) is the empty pipeline.
+
+    Raises :class:`PipelineSyntaxError` when the pipeline is not anchored on
+    ``builtin.module(...)``, has text after the anchor's closing parenthesis, contains an empty
+    pass element, or nests another anchor (``func.func(...)``, ``any(...)``): tr-opt runs every
+    pass on the whole module.
+    """
+    s = text.strip()
+    if not s:
+        return ""
+    if not s.startswith(_ANCHOR) or not s[len(_ANCHOR):].lstrip().startswith("("):
+        raise PipelineSyntaxError(
+            f"expected a pipeline anchored on '{_ANCHOR}(...)', got '{text}'; "
+            f"write e.g. --pass-pipeline='{_ANCHOR}(cse,canonicalize)'"
+        )
+    body = s[len(_ANCHOR):].lstrip()[1:]  # after the anchor's '('
+    top = _scan_top_level(body, "pass pipeline")
+    close = next((i for i, ch in top if ch in "()"), None)
+    if close is None or body[close] != ")":
+        if close is not None:
+            raise PipelineSyntaxError(
+                "nested pass pipelines (e.g. 'func.func(...)') are not supported: tr-opt runs "
+                f"every pass on the whole module, so list the passes directly in "
+                f"'{_ANCHOR}(...)'; got '{text}'"
+            )
+        raise PipelineSyntaxError(f"missing ')' closing '{_ANCHOR}(' in '{text}'")
+    if body[close + 1:].strip():
+        raise PipelineSyntaxError(
+            f"unexpected text '{body[close + 1:].strip()}' after '{_ANCHOR}(...)' in '{text}'"
+        )
+    inner = body[:close]
+    cuts = [i for i, ch in top if ch == "," and i < close]
+    pieces = [inner[a + 1: b].strip() for a, b in zip([-1, *cuts], [*cuts, len(inner)])]
+    if pieces == [""]:
+        return ""
+    if "" in pieces:
+        raise PipelineSyntaxError(f"empty pass name in pipeline '{text}'")
+    return ",".join(pieces)
+
+
+# --------------------------------------------------------------------------------------
+# Parser guards
+# --------------------------------------------------------------------------------------
+
+
+class TrParser(Parser):
+    """xDSL's MLIR parser with the guards tr-opt needs (DESIGN section 6).
+
+    * integer types wider than :data:`MAX_INTEGER_WIDTH` are a parse error at the type (xDSL
+      computes their value range as ``1 << width`` whenever an attribute of that type is built);
+    * regions nested deeper than :data:`MAX_REGION_DEPTH` are a parse error at the ``{``, and any
+      other ``RecursionError`` while parsing (deeply nested attributes or types) a parse error at
+      the token where it happened;
+    * a numeric literal that overflows its type (``1.0e39 : f32``) is a parse error at the literal
+      instead of an ``OverflowError``;
+    * an input without operations (empty or only comments) is an empty module, as in MLIR;
+    * the position of every parsed op's name is kept in :attr:`op_spans`, so diagnostics raised
+      later (verifier, passes) can point at ``file:line:col``.
+    """
+
+    def __init__(self, ctx: Context, input: str | bytes, name: str = "<unknown>"):
+        super().__init__(ctx, input, name)
+        self.op_spans: dict[Operation, Span[str]] = {}
+        self._name_spans: list[Span[str]] = []
+        self._first_uses: dict[str, Span[str]] = {}
+        self._region_depth = 0
+
+    # -- whole input --------------------------------------------------------------------
+
+    def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
+        if allow_implicit_module and self._current_token.kind == MLIRTokenKind.EOF:
+            return ModuleOp([])
+        try:
+            return super().parse_module(allow_implicit_module)
+        except ParseError as e:
+            if not e.msg.startswith("values used but not defined") or not self.forward_ssa_references:
+                raise
+            # xDSL reports these at the end of the input; point at the first undefined use
+            name = next(iter(self.forward_ssa_references))
+            span = self._first_uses.get(name)
+            if span is None:
+                raise
+            others = [f"%{n}" for n in self.forward_ssa_references if n != name]
+            also = f" (also undefined: {', '.join(others)})" if others else ""
+            raise ParseError(span, f"use of undefined value '%{name}'{also}") from None
+        except RecursionError:
+            self.raise_error(
+                "input nested too deeply for the parser (Python recursion limit reached); "
+                "flatten the nesting of regions, attributes or types"
+            )
+        except OverflowError as e:
+            self.raise_error(f"numeric literal out of range for its type ({e})")
+
+    def resolve_operand(self, operand: Any, type: Any) -> SSAValue:
+        name = operand.operand_name
+        if name not in self.ssa_values and name not in self.forward_ssa_references:
+            self._first_uses[name] = operand.span  # a new forward reference
+        return super().resolve_operand(operand, type)
+
+    # -- op positions -------------------------------------------------------------------
+
+    def _parse_op_result_list(self):  # type: ignore[override]
+        results = super()._parse_op_result_list()
+        self._name_spans.append(self._current_token.span)
+        return results
+
+    def parse_operation(self) -> Operation:
+        depth = len(self._name_spans)
+        op = super().parse_operation()
+        if len(self._name_spans) > depth:
+            self.op_spans[op] = self._name_spans[depth]
+            del self._name_spans[depth:]
+        return op
+
+    def _get_op_by_name(self, name: str) -> type[Operation]:
+        """xDSL's lookup, with the error at the op name (xDSL points at the token after it)."""
+        if self._name_spans and self.ctx.get_optional_op(
+            name, dialect_stack=self._parser_state.dialect_stack
+        ) is None and not self.ctx.allow_unregistered:
+            self.raise_error(f"Operation {name} is not registered", self._name_spans[-1])
+        return super()._get_op_by_name(name)
+
+    # -- regions ------------------------------------------------------------------------
+
+    def parse_optional_region(self, arguments: Any = None) -> Region | None:
+        owner = self._name_spans[-1].text.strip('"') if self._name_spans else ""
+        if self._current_token.kind != MLIRTokenKind.L_BRACE or owner == "builtin.module":
+            # the body of an explicit module does not count: printed output (which always has
+            # an explicit module) must parse whenever the input (maybe implicit) did
+            return super().parse_optional_region(arguments)
+        if self._region_depth >= MAX_REGION_DEPTH:
+            self.raise_error(
+                f"regions nested more than {MAX_REGION_DEPTH} levels deep are not supported"
+            )
+        self._region_depth += 1
+        try:
+            return super().parse_optional_region(arguments)
+        finally:
+            self._region_depth -= 1
+
+    # -- integer widths -----------------------------------------------------------------
+
+    def _parse_optional_integer_or_float_type(self):  # type: ignore[override]
+        token = self._current_token
+        if token.kind == MLIRTokenKind.BARE_IDENT:
+            match = self._builtin_integer_type_regex.match(token.text)
+            if match is not None and int(match.group(1)) > MAX_INTEGER_WIDTH:
+                self.raise_error(
+                    f"integer bitwidth is limited to {MAX_INTEGER_WIDTH} bits, got {token.text}",
+                    token.span,
+                )
+        return super()._parse_optional_integer_or_float_type()
+
+    # -- numeric literals ---------------------------------------------------------------
+
+    def parse_optional_builtin_int_or_float_attr(self):  # type: ignore[override]
+        start = self.pos
+        try:
+            return super().parse_optional_builtin_int_or_float_attr()
+        except OverflowError:
+            end = self._current_token.span.start
+            text = self.lexer.input.content[start:end].strip()
+            self.raise_error(
+                f"numeric literal out of range for its type: '{text}'", start, max(end, start + 1)
+            )
+
+    def parse_optional_attribute(self):  # type: ignore[override]
+        start = self.pos
+        try:
+            return super().parse_optional_attribute()
+        except OverflowError as e:
+            end = self._current_token.span.start
+            self.raise_error(
+                f"value out of range for its element type in this attribute ({e})",
+                start,
+                max(end, start + 1),
+            )
+
+
+# --------------------------------------------------------------------------------------
+# Dominance
+# --------------------------------------------------------------------------------------
+
+
+class DominanceError(VerifyException):
+    """A use of a value that its definition does not dominate; ``op`` is the user."""
+
+    def __init__(self, op: Operation, message: str):
+        super().__init__(message)
+        self.op = op
+
+
+def _value_name(value: SSAValue) -> str:
+    return f"%{value.name_hint}" if value.name_hint else "the value"
+
+
+class _DominanceChecker:
+    """Lazily computed op indices per block and block dominance per region."""
+
+    def __init__(self) -> None:
+        self._index: dict[Block, dict[Operation, int]] = {}
+        self._dom: dict[Region, tuple[DominanceInfo, set[Block]]] = {}
+
+    def index(self, block: Block, op: Operation) -> int:
+        if (table := self._index.get(block)) is None:
+            table = self._index[block] = {o: i for i, o in enumerate(block.ops)}
+        return table[op]
+
+    def block_dominates(self, region: Region, a: Block, b: Block) -> bool:
+        """Whether ``a`` dominates ``b`` (blocks of ``region``); uses in unreachable blocks pass."""
+        if (entry := self._dom.get(region)) is None:
+            reachable: set[Block] = set()
+            todo = [region.blocks[0]] if region.blocks else []
+            while todo:
+                blk = todo.pop()
+                if blk not in reachable:
+                    reachable.add(blk)
+                    if blk.last_op is not None:
+                        todo.extend(blk.last_op.successors)
+            entry = self._dom[region] = (DominanceInfo(region), reachable)
+        info, reachable = entry
+        return b not in reachable or info.dominates(a, b)
+
+    def problem(self, user: Operation, value: SSAValue) -> str | None:
+        """Why ``value`` may not be used by ``user`` (None when the use is dominated)."""
+        if isinstance(value, BlockArgument):
+            def_block, def_op = value.block, None
+        elif isinstance(value, OpResult):
+            def_op = value.op
+            def_block = def_op.parent_block()
+        else:
+            return None
+        if def_block is None:
+            return None
+        cur = user
+        while True:
+            blk = cur.parent_block()
+            if blk is None:
+                break
+            if blk is def_block:
+                if def_op is None:
+                    return None
+                if def_op is cur:
+                    if cur is user:
+                        return f"{_value_name(value)} is a result of the op itself"
+                    return (
+                        f"{_value_name(value)} is a result of the enclosing "
+                        f"'{def_op.name}' op"
+                    )
+                if self.index(blk, def_op) > self.index(blk, cur):
+                    return (
+                        f"{_value_name(value)} is defined later in the same block "
+                        f"(by '{def_op.name}')"
+                    )
+                return None
+            region = blk.parent
+            if region is None:
+                break
+            if def_block.parent is region:
+                if self.block_dominates(region, def_block, blk):
+                    return None
+                return f"{_value_name(value)} is defined in a block that does not dominate this one"
+            if (parent := region.parent) is None:
+                break
+            cur = parent
+        return f"{_value_name(value)} is defined in a region that does not enclose this op"
+
+
+def check_dominance(root: Operation) -> None:
+    """Check that every operand of every op nested in ``root`` is dominated by its definition.
+
+    Within one block a value must be defined before its use; a value used inside a region must
+    come from that region or an enclosing one; across blocks of one region the defining block
+    must dominate the using one (uses in unreachable blocks are accepted, as in MLIR). Unlike
+    MLIR, graph regions are not exempt (xDSL has no region-kind interface): module bodies are
+    checked too. xDSL 0.74 checks none of this.
+
+    Raises :class:`DominanceError` (a ``VerifyException``) naming the first offending op, with
+    the IR annotated at that op as a note.
+    """
+    checker = _DominanceChecker()
+    for op in root.walk():
+        for i, operand in enumerate(op.operands):
+            if (why := checker.problem(op, operand)) is not None:
+                message = f"'{op.name}' op operand #{i} does not dominate this use: {why}"
+                op.emit_error(message, DominanceError(op, message))
+
+
+def verify_module(module: ModuleOp) -> None:
+    """xDSL's verifier followed by :func:`check_dominance`."""
+    module.verify()
+    check_dominance(module)
+
+
+# --------------------------------------------------------------------------------------
+# Targets and passes
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArchplanYamlTarget(Target):
+    """``-t archplan-yaml``: the module's ``arch.model`` as the seed's ArchPlan YAML.
+
+    Delegates to ``tr_mlir.archplan_yaml.print_archplan_yaml(module, stream)``, imported on first
+    use; raises :class:`TrOptError` when that module is not available.
+    """
+
+    name = "archplan-yaml"
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        emitter = _import_optional("tr_mlir.archplan_yaml", "target 'archplan-yaml'")
+        emitter.print_archplan_yaml(module, output)
+
+
+def _import_optional(name: str, what: str) -> Any:
+    """Import module ``name``; if it (not something it imports) is missing, raise TrOptError."""
+    try:
+        return import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and name.startswith(e.name):
+            raise TrOptError(f"{what} is not available: cannot import module '{name}' ({e})") from e
+        raise
+
+
+def _guarded_pass_factory(
+    pass_name: str, factory: Callable[[], type[ModulePass]]
+) -> Callable[[], type[ModulePass]]:
+    """Wrap a lazy pass factory so that a missing pass module is a :class:`TrOptError`."""
+
+    def load() -> type[ModulePass]:
+        _import_optional(module_name(pass_name), f"pass '{pass_name}'")
+        return factory()
+
+    return load
+
+
+# --------------------------------------------------------------------------------------
+# The driver
+# --------------------------------------------------------------------------------------
+
+
+class TrOptMain(xDSLOptMain):
+    """The ``tr-opt`` driver (see the module docstring).
+
+    ``TrOptMain(args=[...]).run()`` runs it in-process; errors raise ``SystemExit(1)`` after
+    printing the diagnostic to stderr. Do not pass ``--disable-verify`` in-process: xDSL then
+    disables attribute verification for the whole Python process.
+    """
+
+    version_format = f"tr-opt {tr_mlir.__version__} (tr-mlir) built from xdsl version {{xdsl_version}}"
+
+    def __init__(
+        self,
+        description: str = "tr-mlir modular optimizer driver (xdsl-opt with the arch dialects and passes)",
+        args: Sequence[str] | None = None,
+    ):
+        self._stage = "reading the command line"
+        self._pass: ModulePass | None = None
+        self._parser: TrParser | None = None
+        self._module: ModuleOp | None = None
+        self._chunk_offset = 0
+        self._pass_start = 0.0
+        try:
+            super().__init__(description, args)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as e:  # ArgSpecParseError is a BaseException
+            self._fail(e)
+
+    # -- registries ---------------------------------------------------------------------
+
+    def register_all_dialects(self) -> None:
+        upstream = get_xdsl_dialects()
+        for name in XDSL_DIALECTS:
+            self.ctx.register_dialect(name, upstream[name])
+        for name, factory in get_all_dialects().items():
+            self.ctx.register_dialect(name, factory)
+
+    def register_all_passes(self) -> None:
+        upstream = get_xdsl_passes()
+        for name in XDSL_PASSES:
+            self.register_pass(name, upstream[name])
+        for name, factory in get_all_passes().items():
+            self.register_pass(name, _guarded_pass_factory(name, factory))
+
+    def register_all_targets(self) -> None:
+        super().register_all_targets()
+        self.available_targets[ArchplanYamlTarget.name] = lambda: ArchplanYamlTarget
+
+    def register_all_frontends(self) -> None:
+        super().register_all_frontends()
+        self.available_frontends["mlir"] = self._parse_mlir
+
+    def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
+        super().register_all_arguments(arg_parser)
+        arg_parser.prog = PROG
+
+        def error(message: str) -> NoReturn:
+            # one line, then the hint (argparse would print the usage first and exit 2)
+            _emit(f"{PROG}: error: {message}", [f"{PROG}: note: see '{PROG} --help'"])
+            raise SystemExit(1)
+
+        arg_parser.error = error  # type: ignore[method-assign]
+        arg_parser.add_argument(
+            "--pass-pipeline",
+            type=str,
+            default=None,
+            help="pass pipeline in MLIR syntax, e.g. 'builtin.module(arch-expand,cse)' "
+            "(the same passes and options as -p; do not combine the two)",
+        )
+
+    # -- pipeline -----------------------------------------------------------------------
+
+    def setup_pipeline(self) -> None:
+        self._stage = "reading the pass pipeline"
+        spec = self.args.passes
+        try:
+            if self.args.pass_pipeline is not None:
+                if spec:
+                    raise TrOptError("use either -p/--passes or --pass-pipeline, not both")
+                spec = mlir_pipeline_to_xdsl(self.args.pass_pipeline)
+            self.pipeline = PassPipeline.parse_spec(self.available_passes, spec, self._callback)
+        except ArgSpecParseError as e:
+            raise _spec_error(e, "pass pipeline", spec) from None
+        except PipelineSyntaxError as e:
+            raise TrOptError(f"invalid pass pipeline: {e}") from None
+        except (ValueError, TypeError) as e:
+            hint = " (see tr-opt --help for the passes)" if "Unrecognized passes" in str(e) else ""
+            raise TrOptError(f"invalid pass pipeline: {e}{hint}") from None
+
+    def _callback(
+        self, previous: ModulePass | None, module: ModuleOp, following: ModulePass | None
+    ) -> None:
+        """Between passes: timing, verification + dominance, ``--print-between-passes``."""
+        if self.args.time_passes and previous is not None:
+            print(f"Pass {previous.name} took {_now() - self._pass_start} seconds")
+        self._stage = "verifying the input" if previous is None else "verifying"
+        self._pass = previous
+        self._module = module
+        if not self.args.disable_verify:
+            verify_module(module)
+        if previous is not None and following is not None and self.args.print_between_passes:
+            print(f"IR after {previous.name}:")
+            Printer(stream=sys.stdout).print_op(module)
+            print("\n\n\n")
+        self._stage = "running a pass"
+        self._pass = following
+        self._pass_start = _now()
+
+    # -- input and output ---------------------------------------------------------------
+
+    def prepare_input(self):  # type: ignore[override]
+        self._stage = "reading the input"
+        name = self.args.input_file
+        if name is not None:
+            if not self.args.frontend and os.path.splitext(name)[1][1:] not in self.available_frontends:
+                self.args.frontend = "mlir"  # like mlir-opt: any file name is MLIR
+            try:
+                return super().prepare_input()
+            except OSError as e:
+                raise TrOptError(f"could not open input file '{name}': {e.strerror}") from None
+        return super().prepare_input()
+
+    def prepare_output(self) -> IO[str]:
+        try:
+            return super().prepare_output()
+        except OSError as e:
+            raise TrOptError(
+                f"could not open output file '{self.args.output_file}': {e.strerror}"
+            ) from None
+
+    def parse_chunk(self, chunk: IO[bytes], file_extension: str, start_offset: int = 0):
+        self._stage = "parsing"
+        self._pass = None
+        self._chunk_offset = start_offset
+        return super().parse_chunk(chunk, file_extension, start_offset)
+
+    def _parse_mlir(self, io: IO[bytes]) -> ModuleOp:
+        self._parser = TrParser(self.ctx, io.read(), self.get_input_name())
+        return self._parser.parse_module(not self.args.no_implicit_module)
+
+    def output_resulting_program(self, prog: ModuleOp) -> str:
+        self._stage = "printing the output"
+        self._pass = None
+        return super().output_resulting_program(prog)
+
+    # -- errors -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except (SystemExit, KeyboardInterrupt, BrokenPipeError):
+            raise
+        except BaseException as e:
+            self._fail(e)
+
+    def _where(self, op: Operation | None = None) -> str:
+        """``file:line:col`` of ``op`` when it was parsed, else the input's name."""
+        name = self.get_input_name() if hasattr(self, "args") else "stdin"
+        if op is not None and self._parser is not None:
+            if (span := self._parser.op_spans.get(op)) is not None:
+                loc = span.get_location()
+                return f"{name}:{loc.line + self._chunk_offset}:{loc.col}"
+        return name
+
+    def _parse_position(self) -> str:
+        """``file:line:col`` of the parser's current token (while parsing)."""
+        if self._parser is None:
+            return self._where()
+        loc = self._parser._current_token.span.get_location()
+        return f"{loc.file}:{loc.line + self._chunk_offset}:{loc.col}"
+
+    def _fail(self, e: BaseException) -> NoReturn:
+        """Print the diagnostic for ``e`` to stderr and exit 1."""
+        if os.environ.get(TRACEBACK_ENV) == "1":
+            traceback.print_exception(e)
+        pass_note = [f"{PROG}: note: in pass '{self._pass.name}'"] if self._pass else []
+        if self._stage == "verifying" and self._pass is not None:
+            pass_note = [f"{PROG}: note: the IR does not verify after pass '{self._pass.name}'"]
+        notes: list[str] = list(getattr(e, "__notes__", ()))
+        match e:
+            case TrOptError():
+                _emit(f"{PROG}: error: {e}", e.notes)
+            case ParseError():
+                _emit(f"{PROG}: error: {e.span.get_location()}: {e.msg}", _parse_context(e))
+            case DiagnosticException():
+                if self._stage == "parsing":
+                    where = self._parse_position()
+                else:
+                    where = self._where(getattr(e, "op", None) or self._failing_op(e))
+                head, *rest = (str(e) or type(e).__name__).splitlines() or [""]
+                _emit(f"{PROG}: error: {where}: {head}", [*rest, *pass_note, *notes])
+            case RecursionError():
+                _emit(
+                    f"{PROG}: error: {self._where()}: IR nested too deeply while {self._stage} "
+                    "(Python recursion limit reached)",
+                    pass_note,
+                )
+            case ArgSpecParseError():  # only -t is parsed outside setup_pipeline
+                err = _spec_error(e, "target", getattr(getattr(self, "args", None), "target", ""))
+                _emit(f"{PROG}: error: {err}", err.notes)
+            case _:
+                _emit(
+                    f"{PROG}: internal error: {type(e).__name__}: {e}",
+                    [
+                        f"{PROG}: note: while {self._stage} ({self._where()})",
+                        *pass_note,
+                        *notes,
+                        f"{PROG}: note: this is a bug in tr-opt or a pass, please report it with "
+                        f"the input; set {TRACEBACK_ENV}=1 for the Python traceback",
+                    ],
+                )
+        raise SystemExit(1)
+
+    def _failing_op(self, e: BaseException) -> Operation | None:
+        """The op whose own verification raises ``e``'s message again (to locate a verifier error)."""
+        if self._stage != "verifying the input" and self._stage != "verifying":
+            return None
+        if self._module is None:
+            return None
+        message = str(e)
+        for op in self._module.walk(region_first=True):
+            try:
+                op.verify(verify_nested_ops=False)
+            except Exception as again:  # noqa: BLE001 - we only compare messages
+                if str(again) == message:
+                    return op
+        return None
+
+
+def _spec_error(e: ArgSpecParseError, what: str, spec: str) -> TrOptError:
+    """A ``name{opt=v}`` syntax error (pass pipeline or target) as a one-line error + context."""
+    lines = str(e).splitlines()
+    if len(lines) >= 5:  # header, location, source, carets, message
+        return TrOptError(f"invalid {what}: {lines[4].strip()} (in '{spec}')", lines[2:4])
+    return TrOptError(f"invalid {what}: {' '.join(lines)}")
+
+
+def _now() -> float:
+    import time
+
+    return time.perf_counter()
+
+
+def _parse_context(e: ParseError) -> list[str]:
+    """The source line and carets of a parse error (and the referenced spans, if any)."""
+    lines = e.span.print_with_context().splitlines()[1:]
+    if isinstance(e, MultipleSpansParseError):
+        if e.ref_text:
+            lines.append(e.ref_text.rstrip("\n"))
+        for span, msg in e.refs:
+            lines.extend(span.print_with_context(msg).rstrip("\n").splitlines())
+    return lines
+
+
+def _emit(head: str, notes: Iterable[str] = ()) -> None:
+    print(head, file=sys.stderr)
+    for note in notes:
+        print(note, file=sys.stderr, end="" if note.endswith("\n") else "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console entry point of ``tr-opt``: exits 0 on success, 1 on any error."""
+    try:
+        TrOptMain(args=argv).run()
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+    except BrokenPipeError:
+        # the reader of stdout went away (`tr-opt ... | head`): not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()
