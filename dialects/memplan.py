@@ -1,7 +1,7 @@
 """The ``memplan`` dialect: memory plans and computation graphs of a compiled network.
 
 This is the output of the Compiler phases (DESIGN section 4, facts sheet sections 1-11). Everything
-lives in one ``memplan.program`` op (a symbol table) next to the ``arch.model`` it was compiled from:
+lives in one ``memplan.program for @model`` op (a symbol table) next to the ``arch.model`` it was compiled from:
 
 * ``memplan.spec``: the compile spec (batch size per process, dataset sizes, resolutions, world size,
   optimizer, target);
@@ -1174,7 +1174,8 @@ class AtlasOp(_ProgramChild):
 @irdl_op_definition
 class ProgramOp(IRDLOperation):
     """A compiled network: spec, variants, descriptors, plans, graphs and atlas of the
-    ``arch.model`` named ``model``. A symbol table for the variant/plan/graph symbols.
+    ``arch.model`` named ``model`` (``memplan.program for @resnet50 {...}``, next to the model). A
+    symbol table for the variant/plan/graph symbols.
 
     Cross-op checks: variant names unique and complete once plans exist; the six plans share ids,
     names, regions, slots and offsets; every node id is a DTensor of the plans; variant links
@@ -1182,15 +1183,13 @@ class ProgramOp(IRDLOperation):
     """
 
     name = "memplan.program"
-    sym_name = prop_def(SymbolNameConstraint())
     model = prop_def(SymbolRefAttr)
     body = region_def("single_block")
-    traits = traits_def(SymbolOpInterface(), SymbolTable(), NoTerminator())
-    assembly_format = "$sym_name `model` $model attr-dict-with-keyword $body"
+    traits = traits_def(SymbolTable(), NoTerminator())
+    assembly_format = "`for` $model attr-dict-with-keyword $body"
 
-    def __init__(self, name: str, model: str, ops: Sequence[Operation] = ()):
-        super().__init__(properties={"sym_name": StringAttr(name), "model": SymbolRefAttr(model)},
-                         regions=[Region(Block(ops))])
+    def __init__(self, model: str, ops: Sequence[Operation] = ()):
+        super().__init__(properties={"model": SymbolRefAttr(model)}, regions=[Region(Block(ops))])
 
     @property
     def model_name(self) -> str:

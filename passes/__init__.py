@@ -26,6 +26,9 @@ PASSES: dict[str, str] = {
     "arch-merge-binary": "ArchMergeBinaryPass",
     "arch-mark-first-layer": "ArchMarkFirstLayerPass",
     "arch-plan": "ArchPlanPass",
+    "memplan-derive-shapes": "MemplanDeriveShapesPass",
+    "memplan-max-slots": "MemplanMaxSlotsPass",
+    "memplan-create-plans": "MemplanCreatePlansPass",
 }
 """Pass name -> class name inside ``tr_mlir.passes.<name with _>``."""
 

@@ -120,7 +120,7 @@ def _program() -> ProgramOp:
     slot_table[GraphId.DEEP_FWD_BWD.index] = 0
     atlas = AtlasOp(slot_table, [("train", GraphId.DEEP_FWD_BWD, (2, 8, 8, 4), "plan_train_base")])
     spec = SpecOp(batch_size=2, train_size=8, val_size=4, train_res=8, train_res_end=8, val_res=8)
-    return ProgramOp("net", "net", [spec, *variants, *plans, graph, atlas])
+    return ProgramOp("net", [spec, *variants, *plans, graph, atlas])
 
 
 def test_program_builds_verifies_and_round_trips():

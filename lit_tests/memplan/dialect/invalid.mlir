@@ -2,7 +2,7 @@
 // Every verifier error of the memplan dialect, one case per chunk (tiny hand-made programs).
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.spec batch_size = 0 train_size = 10 val_size = 4 train_res = 28 train_res_end = 28 val_res = 28 world_size = 1 optimizer momentum target cpu
   }
 }
@@ -11,7 +11,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.spec batch_size = 2 train_size = 10 val_size = 4 train_res = 28 train_res_end = 28 val_res = 28 world_size = -1 optimizer momentum target cpu
   }
 }
@@ -20,7 +20,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.variant @train_first batch = 2 res = 28 max_res = 28 channels = 1
   }
 }
@@ -29,7 +29,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.variant @train_base batch = 2 res = 28 max_res = 28 channels = 0
   }
 }
@@ -38,7 +38,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.variant @train_base batch = 2 res = 28 max_res = 14 channels = 1
   }
 }
@@ -47,7 +47,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.variant @val_base batch = 2 res = 28 max_res = 28 channels = 1 train @train
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -60,7 +60,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.descs -1 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512]
   }
 }
@@ -69,7 +69,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT"] dtypes = ["f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512]
   }
 }
@@ -78,7 +78,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512]
   }
 }
@@ -87,7 +87,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [ 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512]
   }
 }
@@ -96,7 +96,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_CONV", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512]
   }
 }
@@ -105,7 +105,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["bf16", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512]
   }
 }
@@ -114,7 +114,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [0, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512]
   }
 }
@@ -123,7 +123,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] shared = [2] slots = [512, 512]
   }
 }
@@ -132,7 +132,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512]
   }
 }
@@ -141,7 +141,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 500]
   }
 }
@@ -150,7 +150,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -159,7 +159,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -168,7 +168,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -177,7 +177,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 256, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -186,7 +186,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [256, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -195,7 +195,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 11536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -204,7 +204,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 1] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -213,7 +213,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 3] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -222,7 +222,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f8", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -231,7 +231,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["xavier", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -240,7 +240,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [-10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -249,7 +249,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -258,7 +258,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 40, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -267,7 +267,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [128, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -276,7 +276,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 0] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -285,7 +285,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -294,7 +294,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 1, 1, 10, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -303,7 +303,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2, 1] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -316,7 +316,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [-1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -329,7 +329,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -342,7 +342,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -355,7 +355,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, -1] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -368,7 +368,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -381,7 +381,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -394,7 +394,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = [""] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -407,7 +407,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -420,7 +420,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -433,7 +433,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -446,7 +446,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [1]
@@ -459,7 +459,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [3, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -472,7 +472,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -486,7 +486,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -500,7 +500,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -514,7 +514,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -528,7 +528,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -542,7 +542,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -556,7 +556,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -570,7 +570,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -584,7 +584,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
@@ -598,7 +598,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.spec batch_size = 2 train_size = 10 val_size = 4 train_res = 28 train_res_end = 28 val_res = 28 world_size = 1 optimizer momentum target cpu
     memplan.spec batch_size = 2 train_size = 10 val_size = 4 train_res = 28 train_res_end = 28 val_res = 28 world_size = 1 optimizer momentum target cpu
   }
@@ -608,7 +608,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.atlas slots = [-1, -1, -1, -1, 0, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1] key_graphs = [@train] key_gids = [4] key_shapes = [2, 28, 28, 1] key_plans = [@plan_train_base]
     memplan.atlas slots = [-1, -1, -1, -1, 0, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1] key_graphs = [@train] key_gids = [4] key_shapes = [2, 28, 28, 1] key_plans = [@plan_train_base]
     memplan.graph @train params = [{}] {
@@ -623,7 +623,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.variant @train_base batch = 2 res = 28 max_res = 28 channels = 1
     memplan.variant @val_last batch = 2 res = 28 max_res = 28 channels = 1
     memplan.variant @train_lowres batch = 2 res = 28 max_res = 28 channels = 1
@@ -637,7 +637,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.variant @train_base batch = 2 res = 28 max_res = 28 channels = 1
     memplan.variant @train_last batch = 2 res = 28 max_res = 28 channels = 1
     memplan.variant @train_lowres batch = 2 res = 28 max_res = 28 channels = 1
@@ -650,7 +650,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.variant @train_base batch = 2 res = 28 max_res = 28 channels = 1
     memplan.variant @train_last batch = 2 res = 28 max_res = 28 channels = 1
     memplan.variant @train_lowres batch = 2 res = 28 max_res = 28 channels = 1
@@ -664,7 +664,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.plan @plan_train_last target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_out"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
@@ -674,7 +674,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.variant @train_base batch = 2 res = 28 max_res = 28 channels = 1 plan @train
     memplan.variant @train_last batch = 2 res = 28 max_res = 28 channels = 1
     memplan.variant @train_lowres batch = 2 res = 28 max_res = 28 channels = 1
@@ -693,7 +693,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.variant @train_base batch = 2 res = 28 max_res = 28 channels = 1 infer @nope
     memplan.variant @train_last batch = 2 res = 28 max_res = 28 channels = 1
     memplan.variant @train_lowres batch = 2 res = 28 max_res = 28 channels = 1
@@ -712,7 +712,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 1024, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["t0", "t1", "t2"] regions = ["W_FC_WEIGHT", "W_FC_WEIGHT", "M_FC_WEIGHT"] dtypes = ["f32", "f32", "f32"] shapes = [1, 1, 1, 4, 1, 1, 1, 4, 1, 1, 1, 4] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }
@@ -721,7 +721,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1024 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1024, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1] names = ["t0", "t1"] regions = ["F_FEATURE_FP32", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [1, 1, 1, 4, 1, 1, 1, 4] slots = [512, 512] offsets = [0, 256] inits = ["zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00]
   }
 }
@@ -730,7 +730,7 @@ builtin.module {
 // -----
 
 builtin.module {
-  memplan.program @p model @m {
+  memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [-256, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
   }
 }

@@ -2,7 +2,7 @@
 // A complete (tiny) memplan program: spec, six linked variants, one descs op, six plans,
 // the train and infer graphs and the atlas; printed generic, parsed back, printed custom.
 
-// CHECK-LABEL: memplan.program @mlp model @mlp {
+// CHECK-LABEL: memplan.program for @mlp {
 // CHECK-NEXT:    memplan.spec batch_size = 2 train_size = 9 val_size = 4 train_res = 28 train_res_end = 28 val_res = 28 world_size = 1 optimizer momentum target cpu
 // CHECK-NEXT:    memplan.variant @train_base batch = 2 res = 28 max_res = 28 channels = 1 plan @plan_train_base train @train infer @infer
 // CHECK:         memplan.variant @val_last batch = 2 res = 28 max_res = 28 channels = 1 plan @plan_val_last infer @infer
@@ -21,7 +21,7 @@
 // CHECK-NEXT:  }
 
 builtin.module {
-  memplan.program @mlp model @mlp {
+  memplan.program for @mlp {
     memplan.spec batch_size = 2 train_size = 9 val_size = 4 train_res = 28 train_res_end = 28 val_res = 28 world_size = 1 optimizer momentum target cpu
     memplan.variant @train_base batch = 2 res = 28 max_res = 28 channels = 1 plan @plan_train_base train @train infer @infer
     memplan.variant @train_last batch = 1 res = 28 max_res = 28 channels = 1 plan @plan_train_last train @train infer @infer

@@ -1,0 +1,673 @@
+"""Layer descriptors: what the Compiler phases know about each arch layer op (facts sheet section 3).
+
+A descriptor, keyed by arch op class in :data:`DESCRIPTORS`, turns one layer in one variant (its
+input and output NHWC shapes with N = the variant's batch, its properties, amp, first-layer mark)
+into a :class:`LayerPlan`:
+
+* ``tensors``: the layer's DTensors (name, region, dtype, NHWC shape), in allocation order;
+* ``forward`` / ``backward`` / ``inference``: node patterns ``(op, inputs, outputs)``.
+
+Node operands name the layer's own tensors, or symbols that phase 4 resolves:
+
+* ``$x``, ``$x1``: the layer's input values (the producers' output tensors, or the input buffer A/B
+  for the first layer);
+* ``$dy``: where the gradient of the layer's output lives; ``$dx``, ``$dx1``: where the layer must
+  write the gradient of its inputs. By default a gradient overwrites the value it is the gradient
+  of (in-place dX, the seed's rule); a value with several uses, or whose producer reads it in its
+  own backward (``bwd_reads_output``), gets a separate gradient slot instead (DESIGN section 4);
+  ``dx_tensor`` names a tensor of the layer that holds ``$dx`` when the input has one use (GAP's
+  grad slot and SoftmaxCE's ``ce_output``, as in the seed);
+* ``@name``: a baseline DTensor (``@scaling``, ``@bn_epsilon``, ``@label_smce``, ... section 7).
+
+Deliberate differences from the seed's descriptors (DESIGN section 7): fused layers (cbr, cbrp,
+gap_fc, the six residual blocks) are real: their tensors are the concatenation of their sub-layers'
+(prefixed ``sc_``, ``c1_``, ``c2_``, ``c3_``) and their patterns are the sub-layers' kernels in
+order, with the reads of the block input scheduled before the write of its gradient and the
+shortcut gradient accumulated (``GRAD_ACCUM``); ``add`` has a real backward to both operands;
+conv supports ``groups`` (depthwise included; weights KRSC ``{K, k, k, C/groups}``); the unused
+``conv_grad_slot`` is not allocated; conv declares an im2col workspace (shared by all layers, in
+``T_TEMP_FP32`` / ``T_TEMP_FP16``; a placeholder for 1x1 stride-1 unpadded convs); BN forward
+lists the running statistics it updates among its outputs; activations other than ReLU read their
+output (or input) in backward, so their output gets a gradient slot. Adding an op = adding one
+entry to :data:`DESCRIPTORS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from xdsl.ir import Operation
+
+from tr_mlir.dialects import arch
+from tr_mlir.dialects.memplan import MemRegion
+
+Shape = tuple[int, int, int, int]
+"""NHWC."""
+
+PLACEHOLDER: Shape = (1, 1, 1, 1)
+"""Shape of a tensor kept only so that tensor lists have one length in every configuration."""
+
+
+class DescriptorError(Exception):
+    """A layer the descriptors cannot plan (the message names the rule; phase 1 reports it at the op)."""
+
+
+@dataclass(frozen=True)
+class LayerCtx:
+    """One layer in one variant, as a descriptor sees it.
+
+    ``inputs``: NHWC shapes of the input values (N = the variant's batch); ``output``: the output
+    shape; ``params``: the op's properties as Python values; ``amp``: fp16 features and fp16 working
+    weights; ``first``: the layer reads the input buffers (A/B) and computes no input gradient.
+    """
+
+    op: Operation
+    params: Mapping[str, Any]
+    inputs: tuple[Shape, ...]
+    output: Shape
+    amp: bool
+    first: bool
+
+    @property
+    def batch(self) -> int:
+        return self.inputs[0][0]
+
+    @property
+    def prec(self) -> str:
+        """``AMP`` or ``FP32``: the kernel family of the layer's ops."""
+        return "AMP" if self.amp else "FP32"
+
+    @property
+    def feat(self) -> MemRegion:
+        return MemRegion.F_FEATURE_FP16 if self.amp else MemRegion.F_FEATURE_FP32
+
+    @property
+    def gslot(self) -> MemRegion:
+        return MemRegion.F_GRAD_SLOT_FP16 if self.amp else MemRegion.F_GRAD_SLOT_FP32
+
+    @property
+    def featdt(self) -> str:
+        return "f16" if self.amp else "f32"
+
+
+@dataclass(frozen=True)
+class TensorDesc:
+    """One DTensor of a layer. ``shared``: a kernel workspace that phase 3 allocates once for all
+    layers (one slot of the largest size), instead of once per layer."""
+
+    name: str
+    region: MemRegion
+    dtype: str
+    shape: Shape
+    shared: bool = False
+
+
+@dataclass(frozen=True)
+class NodePattern:
+    """A COMPUTE node of a layer: op name, input operands, output operands (see the module doc)."""
+
+    op: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass
+class LayerPlan:
+    """What a descriptor returns for one layer in one variant."""
+
+    tensors: list[TensorDesc] = field(default_factory=list)
+    forward: list[NodePattern] = field(default_factory=list)
+    backward: list[NodePattern] = field(default_factory=list)
+    inference: list[NodePattern] = field(default_factory=list)
+
+    def add(self, name: str, region: MemRegion, dtype: str, shape: Shape, shared: bool = False) -> str:
+        """Append a tensor; a shared workspace already present keeps the larger of the two shapes."""
+        t = TensorDesc(name, region, dtype, shape, shared)
+        if shared:
+            for i, old in enumerate(self.tensors):
+                if old.name == name:
+                    if _elems(shape) > _elems(old.shape):
+                        self.tensors[i] = t
+                    return name
+        self.tensors.append(t)
+        return name
+
+    def names(self) -> list[str]:
+        return [t.name for t in self.tensors]
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """The compiler knowledge of one arch op class.
+
+    ``build(ctx)`` returns the :class:`LayerPlan`; ``output`` names the tensor holding the layer's
+    output value; ``dx_tensor`` (optional) the own tensor that holds the input gradient;
+    ``bwd_reads_output``: the backward reads the output value, so its gradient cannot overwrite it;
+    ``first_layer_ok``: the seed's ``validate_first_layer`` (Flatten, Conv, ChannelPadding, CBR).
+    """
+
+    build: Callable[[LayerCtx], LayerPlan]
+    output: str
+    dx_tensor: str | None = None
+    bwd_reads_output: bool = False
+    first_layer_ok: bool = False
+
+
+# --------------------------------------------------------------------------------------
+# Shape helpers
+# --------------------------------------------------------------------------------------
+
+
+def window(size: int, k: int, s: int, p: int) -> int:
+    """Conv/pool output extent ``(size + 2p - k) // s + 1``; raises :class:`DescriptorError`."""
+    if size + 2 * p < k or s < 1:
+        raise DescriptorError(f"window k = {k}, s = {s}, p = {p} does not fit input size {size}")
+    return (size + 2 * p - k) // s + 1
+
+
+def _elems(shape: Shape) -> int:
+    n, h, w, c = shape
+    return n * h * w * c
+
+
+def _param_shape(c: int) -> Shape:
+    return (1, 1, 1, c)
+
+
+# --------------------------------------------------------------------------------------
+# Parts (sub-layers shared by primitive and fused descriptors)
+# --------------------------------------------------------------------------------------
+
+
+def _conv(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str | None, in_shape: Shape,
+          out_ch: int, k: int, s: int, pad: int, groups: int = 1, first: bool = False,
+          ) -> tuple[str, Shape, NodePattern, NodePattern, NodePattern]:
+    """Conv tensors (seed: 8, minus the unused grad slot, plus the im2col workspace) and its three
+    nodes. Returns (output name, output shape, fwd, bwd, inf)."""
+    n, h, w, c = in_shape
+    if c % groups or out_ch % groups:
+        raise DescriptorError(f"channels {c} -> {out_ch} not divisible by groups = {groups}")
+    out = (n, window(h, k, s, pad), window(w, k, s, pad), out_ch)
+    wsh = (out_ch, k, k, c // groups)
+    fam = "FIRST_CONV" if first else "DEEP_CONV"
+    weight = lp.add(f"{p}conv_weight", MemRegion[f"W_{fam}"], "f32", wsh)
+    y = lp.add(f"{p}conv_output", ctx.feat, ctx.featdt, out)
+    dw = lp.add(f"{p}conv_weight_grad", MemRegion[f"G_{fam}"], "f32", wsh)
+    amp_w = lp.add(f"{p}conv_amp_w_fp16", MemRegion[f"A_{fam}"], "f16", wsh if ctx.amp else PLACEHOLDER)
+    amp_g = lp.add(f"{p}conv_amp_g_fp16", MemRegion[f"G_{fam}_FP16"], "f16", wsh if ctx.amp else PLACEHOLDER)
+    ssum = lp.add(f"{p}conv_sum", MemRegion.T_TEMP_FP32, "f32", _param_shape(out_ch))
+    sq = lp.add(f"{p}conv_sq_sum", MemRegion.T_TEMP_FP32, "f32", _param_shape(out_ch))
+    needs_cols = not (k == 1 and s == 1 and pad == 0)
+    cols_shape = (n, out[1], out[2], k * k * (c // groups)) if needs_cols else PLACEHOLDER
+    cols = lp.add("conv_im2col", MemRegion.T_TEMP_FP16 if ctx.amp else MemRegion.T_TEMP_FP32, ctx.featdt,
+                  cols_shape, shared=True) if needs_cols else None
+    wt = amp_w if ctx.amp else weight
+    wg = amp_g if ctx.amp else dw
+    ws = (cols,) if cols else ()
+    fwd = NodePattern(f"CONV_{ctx.prec}_FWD", (x, wt), (y, ssum, sq, *ws))
+    if dx is None:
+        bwd = NodePattern(f"CONV_{ctx.prec}_BWD_FIRST_LAYER", (dy_src, wt, x), (wg, *ws))
+    else:
+        bwd = NodePattern(f"CONV_{ctx.prec}_BWD", (dy_src, wt, x), (dx, wg, *ws))
+    inf = NodePattern(f"CONV_{ctx.prec}_INF", (x, wt), (y, ssum, sq, *ws))
+    return y, out, fwd, bwd, inf
+
+
+def _bn(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, shape: Shape, kind: str,
+        ) -> tuple[str, NodePattern, NodePattern, NodePattern]:
+    """BN tensors (seed: 13) and nodes. ``kind`` is ``BN1D`` or ``BN2D``."""
+    c = shape[3]
+    if ctx.amp and c % 8:
+        raise DescriptorError(
+            f"BN AMP requires input channels to be a multiple of 8, got {c}; insert channel_padding()")
+    ps = _param_shape(c)
+    gamma = lp.add(f"{p}bn_weight", MemRegion.W_BN_WEIGHT, "f32", ps)
+    beta = lp.add(f"{p}bn_bias", MemRegion.W_BN_BIAS, "f32", ps)
+    y = lp.add(f"{p}bn_output", ctx.feat, ctx.featdt, shape)
+    lp.add(f"{p}bn_prev_mean", MemRegion.B_PREV_MEAN, "f32", ps)
+    lp.add(f"{p}bn_prev_var", MemRegion.B_PREV_VAR, "f32", ps)
+    nm = lp.add(f"{p}bn_next_mean", MemRegion.B_NEXT_MEAN, "f32", ps)
+    nv = lp.add(f"{p}bn_next_var", MemRegion.B_NEXT_VAR, "f32", ps)
+    dg = lp.add(f"{p}bn_weight_grad", MemRegion.G_BN_WEIGHT, "f32", ps)
+    db = lp.add(f"{p}bn_bias_grad", MemRegion.G_BN_BIAS, "f32", ps)
+    eqb = lp.add(f"{p}bn_eq_bias", MemRegion.W_EQ_BIAS, "f32", ps)
+    eqs = lp.add(f"{p}bn_eq_scale", MemRegion.W_EQ_SCALE, "f32", ps)
+    sm = lp.add(f"{p}bn_saved_mean", MemRegion.T_TEMP_FP32, "f32", ps)
+    siv = lp.add(f"{p}bn_saved_inv_var", MemRegion.T_TEMP_FP32, "f32", ps)
+    fwd = NodePattern(f"{kind}_{ctx.prec}_FWD", (x, gamma, beta, nm, nv, "@bn_epsilon", "@bn_momentum"),
+                      (y, sm, siv, nm, nv))
+    bwd = NodePattern(f"{kind}_{ctx.prec}_BWD", (dy_src, gamma, sm, siv, x), (dx, dg, db))
+    inf = NodePattern(f"{kind}_{ctx.prec}_INF", (x, eqs, eqb), (y,))
+    return y, fwd, bwd, inf
+
+
+def _relu(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, shape: Shape,
+          ) -> tuple[str, NodePattern, NodePattern, NodePattern]:
+    y = lp.add(f"{p}relu_output", ctx.feat, ctx.featdt, shape)
+    mask = lp.add(f"{p}relu_mask", MemRegion.S_MASK, "i8", shape)
+    return (y, NodePattern(f"RELU_{ctx.prec}_FWD", (x,), (y, mask)),
+            NodePattern(f"RELU_{ctx.prec}_BWD", (dy_src, mask), (dx,)),
+            NodePattern(f"RELU_{ctx.prec}_INF", (x,), (y, mask)))
+
+
+def _fc(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str | None, in_shape: Shape,
+        out_features: int, bias: bool) -> tuple[str, NodePattern, NodePattern]:
+    """FC tensors (seed: 7) and nodes (fwd, bwd); inference reuses the forward op (the seed's rule)."""
+    n, h, w, c = in_shape
+    wsh = (out_features, 1, 1, h * w * c)
+    bsh = _param_shape(out_features)
+    weight = lp.add(f"{p}fc_weight", MemRegion.W_FC_WEIGHT, "f32", wsh)
+    b = lp.add(f"{p}fc_bias", MemRegion.W_FC_BIAS, "f32", bsh if bias else PLACEHOLDER)
+    y = lp.add(f"{p}fc_output", ctx.feat, ctx.featdt, (n, 1, 1, out_features))
+    dw = lp.add(f"{p}fc_weight_grad", MemRegion.G_FC_WEIGHT, "f32", wsh)
+    db = lp.add(f"{p}fc_bias_grad", MemRegion.G_FC_BIAS, "f32", bsh if bias else PLACEHOLDER)
+    amp_w = lp.add(f"{p}fc_amp_w_fp16", MemRegion.A_FC_WEIGHT, "f16", wsh if ctx.amp else PLACEHOLDER)
+    lp.add(f"{p}fc_amp_g_fp16", MemRegion.G_FC_WEIGHT_FP16, "f16", wsh if ctx.amp else PLACEHOLDER)
+    wt = amp_w if ctx.amp else weight
+    fwd = NodePattern(f"FC_{ctx.prec}_FWD", (x, wt, b), (y,))
+    outs = (dw, db) if dx is None else (dx, dw, db)
+    bwd = NodePattern(f"FC_{ctx.prec}_BWD", (dy_src, wt, x), outs)
+    return y, fwd, bwd
+
+
+def _gap(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, in_shape: Shape,
+         ) -> tuple[str, NodePattern, NodePattern]:
+    y = lp.add(f"{p}gap_output", ctx.feat, ctx.featdt, (in_shape[0], 1, 1, in_shape[3]))
+    return (y, NodePattern(f"GAP_{ctx.prec}_FWD", (x,), (y,)),
+            NodePattern(f"GAP_{ctx.prec}_BWD", (dy_src,), (dx,)))
+
+
+def _maxpool(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, in_shape: Shape,
+             k: int, s: int, pad: int) -> tuple[str, NodePattern, NodePattern, NodePattern]:
+    n, h, w, c = in_shape
+    out = (n, window(h, k, s, pad), window(w, k, s, pad), c)
+    y = lp.add(f"{p}pool_output", ctx.feat, ctx.featdt, out)
+    mask = lp.add(f"{p}pool_mask", MemRegion.S_MASK, "i8", out)
+    return (y, NodePattern(f"MAXPOOL_{ctx.prec}_FWD", (x,), (y, mask)),
+            NodePattern(f"MAXPOOL_{ctx.prec}_BWD", (dy_src, mask), (dx,)),
+            NodePattern(f"MAXPOOL_{ctx.prec}_INF", (x,), (y, mask)))
+
+
+def _dx(ctx: LayerCtx, name: str = "$dx") -> str | None:
+    """The input-gradient operand, or ``None`` for the first layer (it computes no dX)."""
+    return None if ctx.first else name
+
+
+# --------------------------------------------------------------------------------------
+# Primitive descriptors
+# --------------------------------------------------------------------------------------
+
+
+def _build_conv(ctx: LayerCtx) -> LayerPlan:
+    v = ctx.params
+    lp = LayerPlan()
+    _, _, f, b, i = _conv(lp, ctx, "", "$x", "$dy", _dx(ctx), ctx.inputs[0], v["out_ch"], v["k"], v["s"],
+                          v["p"], v.get("groups", 1), first=ctx.first)
+    lp.forward, lp.backward, lp.inference = [f], [b], [i]
+    return lp
+
+
+def _build_bn(kind: str) -> Callable[[LayerCtx], LayerPlan]:
+    def build(ctx: LayerCtx) -> LayerPlan:
+        lp = LayerPlan()
+        _, f, b, i = _bn(lp, ctx, "", "$x", "$dy", "$dx", ctx.inputs[0], kind)
+        lp.forward, lp.backward, lp.inference = [f], [b], [i]
+        return lp
+    return build
+
+
+def _build_fc(ctx: LayerCtx) -> LayerPlan:
+    lp = LayerPlan()
+    _, f, b = _fc(lp, ctx, "", "$x", "$dy", _dx(ctx), ctx.inputs[0], ctx.params["out_features"],
+                  bool(ctx.params.get("bias")))
+    lp.forward, lp.backward, lp.inference = [f], [b], [f]
+    return lp
+
+
+def _build_relu(ctx: LayerCtx) -> LayerPlan:
+    lp = LayerPlan()
+    _, f, b, i = _relu(lp, ctx, "", "$x", "$dy", "$dx", ctx.inputs[0])
+    lp.forward, lp.backward, lp.inference = [f], [b], [i]
+    return lp
+
+
+def _build_activation(kind: str, tensor: str) -> Callable[[LayerCtx], LayerPlan]:
+    def build(ctx: LayerCtx) -> LayerPlan:
+        lp = LayerPlan()
+        y = lp.add(f"{tensor}_output", ctx.feat, ctx.featdt, ctx.inputs[0])
+        f = NodePattern(f"{kind}_{ctx.prec}_FWD", ("$x",), (y,))
+        lp.forward = [f]
+        lp.backward = [NodePattern(f"{kind}_{ctx.prec}_BWD", ("$dy", y, "$x"), ("$dx",))]
+        lp.inference = [f]
+        return lp
+    return build
+
+
+def _build_maxpool(ctx: LayerCtx) -> LayerPlan:
+    v = ctx.params
+    lp = LayerPlan()
+    _, f, b, i = _maxpool(lp, ctx, "", "$x", "$dy", "$dx", ctx.inputs[0], v["k"], v["s"], v["p"])
+    lp.forward, lp.backward, lp.inference = [f], [b], [i]
+    return lp
+
+
+def _build_avgpool(ctx: LayerCtx) -> LayerPlan:
+    v = ctx.params
+    n, h, w, c = ctx.inputs[0]
+    lp = LayerPlan()
+    y = lp.add("avgpool_output", ctx.feat, ctx.featdt,
+               (n, window(h, v["k"], v["s"], v["p"]), window(w, v["k"], v["s"], v["p"]), c))
+    lp.forward = [NodePattern(f"AVGPOOL_{ctx.prec}_FWD", ("$x",), (y,))]
+    lp.backward = [NodePattern(f"AVGPOOL_{ctx.prec}_BWD", ("$dy",), ("$dx",))]
+    lp.inference = [NodePattern(f"AVGPOOL_{ctx.prec}_INF", ("$x",), (y,))]
+    return lp
+
+
+def _build_gap(ctx: LayerCtx) -> LayerPlan:
+    lp = LayerPlan()
+    _, f, b = _gap(lp, ctx, "", "$x", "$dy", "$dx", ctx.inputs[0])
+    lp.add("gap_grad_slot", ctx.gslot, ctx.featdt, ctx.inputs[0])
+    lp.forward, lp.backward, lp.inference = [f], [b], [f]
+    return lp
+
+
+def _build_reshape(kind: str, tensor: str, shape: Callable[[Shape], Shape]) -> Callable[[LayerCtx], LayerPlan]:
+    def build(ctx: LayerCtx) -> LayerPlan:
+        lp = LayerPlan()
+        y = lp.add(f"{tensor}_output", ctx.feat, ctx.featdt, shape(ctx.inputs[0]))
+        f = NodePattern(f"{kind}_{ctx.prec}_FWD", ("$x",), (y,))
+        lp.forward, lp.inference = [f], [f]
+        if ctx.first:
+            lp.backward = [NodePattern(f"{kind}_{ctx.prec}_BWD_FIRST_LAYER", (), ())]
+        else:
+            lp.backward = [NodePattern(f"{kind}_{ctx.prec}_BWD", ("$dy",), ("$dx",))]
+        return lp
+    return build
+
+
+def _build_identity(ctx: LayerCtx) -> LayerPlan:
+    lp = LayerPlan()
+    y = lp.add("identity_output", ctx.feat, ctx.featdt, ctx.inputs[0])
+    f = NodePattern(f"IDENTITY_{ctx.prec}_FWD", ("$x",), (y,))
+    lp.forward, lp.inference = [f], [f]
+    lp.backward = [NodePattern(f"IDENTITY_{ctx.prec}_BWD", ("$dy",), ("$dx",))]
+    return lp
+
+
+def _build_softmax_ce(ctx: LayerCtx) -> LayerPlan:
+    n = ctx.batch
+    lp = LayerPlan()
+    lp.add("ce_output", ctx.feat, ctx.featdt, ctx.inputs[0])
+    probs = lp.add("softmax_probs", MemRegion.T_TEMP_FP32, "f32", ctx.inputs[0])
+    pred = lp.add("pred_labels", MemRegion.R_PREDICTED_LABEL, "i32", (n, 1, 1, 1))
+    inv = lp.add("inv_scaling_factor", MemRegion.S_SCALAR_FP32, "f32", PLACEHOLDER)
+    loss_p = lp.add("loss_partial", MemRegion.T_TEMP_FP32, "f32", (n, 1, 1, 1))
+    top1_p = lp.add("top1_partial", MemRegion.T_TEMP_INT32, "i32", (n, 1, 1, 1))
+    top5_p = lp.add("top5_partial", MemRegion.T_TEMP_INT32, "i32", (n, 1, 1, 1))
+    ins = ("$x", "@scaling", "@local_batch_size", "@label_smce", "@label_smoothing")
+    outs = ("@loss", inv, pred, probs, "@top1", "@top5", loss_p, top1_p, top5_p)
+    lp.forward = [NodePattern(f"SOFTMAX_CE_{ctx.prec}_FWD", ins, outs)]
+    lp.backward = [NodePattern(f"SOFTMAX_CE_{ctx.prec}_BWD",
+                               (probs, inv, "@scaling", "@label_smce", "@label_smoothing"), ("$dx",))]
+    lp.inference = [NodePattern(f"SOFTMAX_CE_{ctx.prec}_INF", ins, outs)]
+    return lp
+
+
+def _build_dropout(ctx: LayerCtx) -> LayerPlan:
+    lp = LayerPlan()
+    y = lp.add("dropout_output", ctx.feat, ctx.featdt, ctx.inputs[0])
+    mask = lp.add("dropout_mask", MemRegion.S_MASK, "i8", ctx.inputs[0])
+    lp.forward = [NodePattern(f"DROPOUT_{ctx.prec}_FWD", ("$x", "@dropout_seed"), (y, mask, "@dropout_seed"))]
+    lp.backward = [NodePattern(f"DROPOUT_{ctx.prec}_BWD", ("$dy", mask), ("$dx",))]
+    lp.inference = []  # the inference graph skips dropout (facts section 8.5 (e))
+    return lp
+
+
+def _build_add(ctx: LayerCtx) -> LayerPlan:
+    lp = LayerPlan()
+    y = lp.add("add_output", ctx.feat, ctx.featdt, ctx.output)
+    f = NodePattern(f"ADD_{ctx.prec}_FWD", ("$x", "$x1"), (y,))
+    lp.forward, lp.inference = [f], [f]
+    lp.backward = [NodePattern(f"ADD_{ctx.prec}_BWD", ("$dy",), ("$dx", "$dx1"))]
+    return lp
+
+
+# --------------------------------------------------------------------------------------
+# Fused descriptors
+# --------------------------------------------------------------------------------------
+
+
+def _build_cbr(ctx: LayerCtx) -> LayerPlan:
+    v = ctx.params
+    lp = LayerPlan()
+    conv_y, shape, cf, cb, ci = _conv(lp, ctx, "", "$x", "bn_output", _dx(ctx), ctx.inputs[0], v["out_ch"],
+                                      v["k"], v["s"], v["p"], first=ctx.first)
+    bn_y, bf, bb, bi = _bn(lp, ctx, "", conv_y, "cbr_relu_output", conv_y, shape, "BN2D")
+    y = lp.add("cbr_relu_output", ctx.feat, ctx.featdt, shape)
+    mask = lp.add("cbr_relu_mask", MemRegion.S_MASK, "i8", shape)
+    rf = NodePattern(f"RELU_{ctx.prec}_FWD", (bn_y,), (y, mask))
+    ri = NodePattern(f"RELU_{ctx.prec}_INF", (bn_y,), (y, mask))
+    # Backward: dY (in the relu output) -> d(bn_out) over bn_out -> d(conv_out) over conv_out -> dX.
+    rb = NodePattern(f"RELU_{ctx.prec}_BWD", ("$dy", mask), (bn_y,))
+    bb = NodePattern(bb.op, (bn_y, *bb.inputs[1:]), bb.outputs)
+    cb = NodePattern(cb.op, (conv_y, *cb.inputs[1:]), cb.outputs)
+    lp.forward, lp.backward, lp.inference = [cf, bf, rf], [rb, bb, cb], [ci, bi, ri]
+    return lp
+
+
+def _build_cbrp(ctx: LayerCtx) -> LayerPlan:
+    v = ctx.params
+    lp = LayerPlan()
+    conv_y, shape, cf, cb, ci = _conv(lp, ctx, "", "$x", "bn_output", _dx(ctx), ctx.inputs[0], v["out_ch"],
+                                      v["conv_k"], v["conv_s"], v["conv_p"], first=ctx.first)
+    bn_y, bf, bb, bi = _bn(lp, ctx, "", conv_y, "bn_output", conv_y, shape, "BN2D")
+    relu_y, rf, rb, ri = _relu(lp, ctx, "", bn_y, "relu_output", bn_y, shape)
+    _, pf, pb, pi = _maxpool(lp, ctx, "", relu_y, "$dy", relu_y, shape, v["pool_k"], v["pool_s"], v["pool_p"])
+    lp.forward = [cf, bf, rf, pf]
+    lp.backward = [pb, rb, bb, NodePattern(cb.op, (conv_y, *cb.inputs[1:]), cb.outputs)]
+    lp.inference = [ci, bi, ri, pi]
+    return lp
+
+
+def _build_gap_fc(ctx: LayerCtx) -> LayerPlan:
+    lp = LayerPlan()
+    gap_y, gf, gb = _gap(lp, ctx, "", "$x", "gap_output", "$dx", ctx.inputs[0])
+    _, ff, fb = _fc(lp, ctx, "", gap_y, "$dy", gap_y, lp.tensors[0].shape, ctx.params["out_features"],
+                    bool(ctx.params.get("bias")))
+    lp.forward, lp.backward, lp.inference = [gf, ff], [fb, gb], [gf, ff]
+    return lp
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """One conv + bn (+ relu) stage of a residual block."""
+
+    prefix: str
+    out_ch: int
+    k: int
+    s: int
+    p: int
+    relu: bool
+    groups: int = 1
+
+
+def _residual(ctx: LayerCtx, main: list[_Stage], shortcut: _Stage | None, identity: bool,
+              post_relu: bool) -> LayerPlan:
+    """A residual block as its sub-layers' kernels over the block's own tensors.
+
+    ``shortcut``: a projection (conv + bn) on the block input; ``identity``: the input itself is
+    added; neither: no add (inverted residual without shortcut). Forward: shortcut, main stages,
+    add, final relu. Backward in reverse, with every read of the block input (the shortcut conv's
+    and the first main conv's) before ``$dx`` is written, and the shortcut gradient accumulated into
+    ``$dx`` last (``branch_grad`` holds the projection's dX meanwhile).
+    """
+    lp = LayerPlan()
+    fwd: list[NodePattern] = []
+    bwd: list[NodePattern] = []
+    inf: list[NodePattern] = []
+    x_shape = ctx.inputs[0]
+    has_add = identity or shortcut is not None
+    add_name = "add_output"
+    sc_out = "$x"
+    sc_bwd: list[NodePattern] = []
+    if shortcut is not None:
+        st = shortcut
+        cy, cshape, cf, cb, ci = _conv(lp, ctx, st.prefix, "$x", "", "branch_grad", x_shape, st.out_ch, st.k,
+                                       st.s, st.p, st.groups)
+        by, bf, bb, bi = _bn(lp, ctx, st.prefix, cy, add_name, cy, cshape, "BN2D")
+        sc_out = by
+        fwd += [cf, bf]
+        inf += [ci, bi]
+        sc_bwd = [bb, NodePattern(cb.op, (cy, *cb.inputs[1:]), cb.outputs)]
+    cur, shape = "$x", x_shape
+    stage_nodes: list[tuple[NodePattern, NodePattern, NodePattern | None, str, str]] = []
+    for i, st in enumerate(main):
+        dx = "$dx" if i == 0 else cur
+        cy, cshape, cf, cb, ci = _conv(lp, ctx, st.prefix, cur, "", dx, shape, st.out_ch, st.k, st.s, st.p,
+                                       st.groups)
+        by, bf, bb, bi = _bn(lp, ctx, st.prefix, cy, "", cy, cshape, "BN2D")
+        fwd += [cf, bf]
+        inf += [ci, bi]
+        out = by
+        rb = None
+        if st.relu:
+            ry, rf, rb, ri = _relu(lp, ctx, st.prefix, by, "", by, cshape)
+            fwd.append(rf)
+            inf.append(ri)
+            out = ry
+        stage_nodes.append((cb, bb, rb, cy, by))
+        cur, shape = out, cshape
+    if has_add:
+        y = lp.add(add_name, ctx.feat, ctx.featdt, shape)
+        add_f = NodePattern(f"ADD_{ctx.prec}_FWD", (sc_out, cur), (y,))
+        fwd.append(add_f)
+        inf.append(add_f)
+        grad_at_join = add_name
+        if post_relu:
+            ry, rf, rb, ri = _relu(lp, ctx, "", y, "$dy", y, shape)
+            fwd.append(rf)
+            inf.append(ri)
+            bwd.append(rb)
+        else:
+            grad_at_join = "$dy"
+    else:
+        grad_at_join = "$dy"
+    if shortcut is not None:
+        lp.add("branch_grad", ctx.gslot, ctx.featdt, x_shape)
+        bb, cb = sc_bwd
+        bwd.append(NodePattern(bb.op, (grad_at_join, *bb.inputs[1:]), bb.outputs))
+        bwd.append(cb)
+    # Main branch backward: the gradient of a stage's output lives in that output's buffer.
+    dy = grad_at_join
+    for cb, bb, rb, cy, by in reversed(stage_nodes):
+        if rb is not None:
+            bwd.append(NodePattern(rb.op, (dy, *rb.inputs[1:]), rb.outputs))
+            dy = by
+        bwd.append(NodePattern(bb.op, (dy, *bb.inputs[1:]), bb.outputs))
+        bwd.append(NodePattern(cb.op, (cy, *cb.inputs[1:]), cb.outputs))
+        dy = cb.outputs[0]
+    if identity:
+        bwd.append(NodePattern(f"GRAD_ACCUM_{ctx.prec}", (grad_at_join, "$dx"), ("$dx",)))
+    elif shortcut is not None:
+        bwd.append(NodePattern(f"GRAD_ACCUM_{ctx.prec}", ("branch_grad", "$dx"), ("$dx",)))
+    lp.forward, lp.backward, lp.inference = fwd, bwd, inf
+    return lp
+
+
+def _build_bottleneck_identity(ctx: LayerCtx) -> LayerPlan:
+    m, c = ctx.params["bottleneck_ch"], ctx.inputs[0][3]
+    return _residual(ctx, [_Stage("c1_", m, 1, 1, 0, True), _Stage("c2_", m, 3, 1, 1, True),
+                           _Stage("c3_", c, 1, 1, 0, False)], None, identity=True, post_relu=True)
+
+
+def _build_bottleneck_projection(ctx: LayerCtx) -> LayerPlan:
+    v = ctx.params
+    m, o, s = v["bottleneck_ch"], v["out_ch"], v["stride"]
+    return _residual(ctx, [_Stage("c1_", m, 1, 1, 0, True), _Stage("c2_", m, 3, s, 1, True),
+                           _Stage("c3_", o, 1, 1, 0, False)], _Stage("sc_", o, 1, s, 0, False),
+                     identity=False, post_relu=True)
+
+
+def _build_basic_identity(ctx: LayerCtx) -> LayerPlan:
+    o = ctx.params["out_ch"]
+    return _residual(ctx, [_Stage("c1_", o, 3, 1, 1, True), _Stage("c2_", o, 3, 1, 1, False)], None,
+                     identity=True, post_relu=True)
+
+
+def _build_basic_projection(ctx: LayerCtx) -> LayerPlan:
+    o, s = ctx.params["out_ch"], ctx.params["stride"]
+    return _residual(ctx, [_Stage("c1_", o, 3, s, 1, True), _Stage("c2_", o, 3, 1, 1, False)],
+                     _Stage("sc_", o, 1, s, 0, False), identity=False, post_relu=True)
+
+
+def _inv_stages(ctx: LayerCtx, stride: int) -> list[_Stage]:
+    e, o = ctx.params["expand_ch"], ctx.params["out_ch"]
+    return [_Stage("c1_", e, 1, 1, 0, True), _Stage("c2_", e, 3, stride, 1, True, groups=e),
+            _Stage("c3_", o, 1, 1, 0, False)]
+
+
+def _build_inv_identity(ctx: LayerCtx) -> LayerPlan:
+    return _residual(ctx, _inv_stages(ctx, 1), None, identity=True, post_relu=False)
+
+
+def _build_inv_no_shortcut(ctx: LayerCtx) -> LayerPlan:
+    return _residual(ctx, _inv_stages(ctx, ctx.params["stride"]), None, identity=False, post_relu=False)
+
+
+# --------------------------------------------------------------------------------------
+# The table
+# --------------------------------------------------------------------------------------
+
+_ACTIVATIONS = {
+    arch.TanhOp: ("TANH", "tanh"), arch.SiluOp: ("SILU", "silu"), arch.Relu6Op: ("RELU6", "relu6"),
+    arch.LeakyReluOp: ("LEAKY_RELU", "leaky_relu"), arch.HardswishOp: ("HARDSWISH", "hardswish"),
+    arch.EluOp: ("ELU", "elu"), arch.SigmoidOp: ("SIGMOID", "sigmoid"),
+}
+
+DESCRIPTORS: Mapping[type[Operation], Descriptor] = {
+    arch.ConvOp: Descriptor(_build_conv, "conv_output", first_layer_ok=True),
+    arch.Bn1dOp: Descriptor(_build_bn("BN1D"), "bn_output"),
+    arch.Bn2dOp: Descriptor(_build_bn("BN2D"), "bn_output"),
+    arch.FcOp: Descriptor(_build_fc, "fc_output"),
+    arch.ReluOp: Descriptor(_build_relu, "relu_output"),
+    **{cls: Descriptor(_build_activation(kind, t), f"{t}_output", bwd_reads_output=True)
+       for cls, (kind, t) in _ACTIVATIONS.items()},
+    arch.MaxPoolOp: Descriptor(_build_maxpool, "pool_output"),
+    arch.AvgPoolOp: Descriptor(_build_avgpool, "avgpool_output"),
+    arch.GapOp: Descriptor(_build_gap, "gap_output", dx_tensor="gap_grad_slot"),
+    arch.FlattenOp: Descriptor(_build_reshape("FLATTEN", "flatten", lambda s: (s[0], 1, 1, s[1] * s[2] * s[3])),
+                               "flatten_output", first_layer_ok=True),
+    arch.ChannelPaddingOp: Descriptor(
+        _build_reshape("CHANNEL_PADDING", "channel_padding", lambda s: (s[0], s[1], s[2], (s[3] + 7) // 8 * 8)),
+        "channel_padding_output", first_layer_ok=True),
+    arch.IdentityOp: Descriptor(_build_identity, "identity_output"),
+    arch.SoftmaxCeOp: Descriptor(_build_softmax_ce, "ce_output", dx_tensor="ce_output"),
+    arch.DropoutOp: Descriptor(_build_dropout, "dropout_output"),
+    arch.AddOp: Descriptor(_build_add, "add_output"),
+    arch.CbrOp: Descriptor(_build_cbr, "cbr_relu_output", first_layer_ok=True),
+    arch.CbrpOp: Descriptor(_build_cbrp, "pool_output"),
+    arch.GapFcOp: Descriptor(_build_gap_fc, "fc_output"),
+    arch.BottleneckIdentityOp: Descriptor(_build_bottleneck_identity, "relu_output"),
+    arch.BottleneckProjectionOp: Descriptor(_build_bottleneck_projection, "relu_output"),
+    arch.BasicBlockIdentityOp: Descriptor(_build_basic_identity, "relu_output"),
+    arch.BasicBlockProjectionOp: Descriptor(_build_basic_projection, "relu_output"),
+    arch.InvResidualIdentityOp: Descriptor(_build_inv_identity, "add_output"),
+    arch.InvResidualNoShortcutOp: Descriptor(_build_inv_no_shortcut, "c3_bn_output"),
+}
+"""Arch op class -> its descriptor (every layer op of a flat ArchPlan)."""
+
+
+def descriptor_for(op: Operation) -> Descriptor:
+    """The descriptor of ``op``'s class; raises :class:`DescriptorError` when there is none."""
+    d = DESCRIPTORS.get(type(op))
+    if d is None:
+        raise DescriptorError(f"no layer descriptor for '{op.name}' (is the model flat? run arch-plan first)")
+    return d
+
+
+def layer_ctx(op: Operation, inputs: tuple[Shape, ...], output: Shape, *, amp: bool, first: bool) -> LayerCtx:
+    """The :class:`LayerCtx` of an arch layer op (its properties read through ``params()``)."""
+    params = op.params() if isinstance(op, arch.ArchOp) else {}
+    return LayerCtx(op, params, inputs, output, amp, first)

@@ -1,0 +1,302 @@
+"""``memplan-derive-shapes``: Compiler phase 1, per-variant tensor descriptors of every layer.
+
+For each ``arch.model`` (flat, shapes deduced: the output of ``arch-plan``) this pass writes a
+``memplan.program`` holding the compile spec, the six variants and one ``memplan.descs`` per layer:
+the layer's tensors (from its descriptor, :mod:`tr_mlir.passes._descriptors`) with their NHWC
+shapes in all six variants (facts sheet sections 1 and 8.1).
+
+Variants (facts sheet section 1): ``per_rank = ceil(size / world_size)``, ``last = per_rank %
+batch_size`` (or ``batch_size`` when that is 0), for the train and the val set; ``train_base`` /
+``train_last`` run at ``train_res``, the lowres pair at ``train_res_end`` (for real: the seed ignores
+it, DESIGN section 7), the val pair at ``val_res``; ``max_res`` is the largest of the three (it sizes
+the input buffers); ``channels`` is the model's input C (already rounded up to 4 in AMP by
+``arch-align-amp-input``).
+
+Options (each, when given, first rewrites the spec field it names; without an existing
+``memplan.spec`` the three sizes are required): ``batch_size`` (per process), ``train_size``,
+``val_size``, ``train_res``, ``train_res_end`` (default ``train_res``), ``val_res`` (default: the
+model's input resolution), ``world_size`` (default 1), ``optimizer`` (sgd, momentum, nesterov,
+adam, adamw, lars, lars-nesterov; default momentum), ``target`` (cpu or cuda; default cpu).
+
+Diagnostics: bad spec values; a first layer other than flatten, conv, channel_padding or cbr (the
+seed's ``validate_first_layer``) or another layer reading the model input; batch norms with
+different eps/momentum (they share the BN range-op scalars); shape errors of a variant's
+resolution; the seed's three cross-variant consistency checks (tensor count, region, name) and a
+fourth: every parameter-like tensor (W, G, M, V, A, N, E, B regions) has one shape in all six
+variants (DESIGN section 4).
+
+Gradient placement: the gradient of a value overwrites the value (in-place dX) unless the value
+has several uses or its producer reads it in backward; then the producer's descs gain
+``<output>_grad`` (and, with several uses, ``<output>_grad_part``, where later contributions are
+computed before being added), in the gradient-slot region.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.utils.exceptions import VerifyException
+
+from tr_mlir.dialects.arch import ModelOp
+from tr_mlir.dialects.memplan import (
+    VARIANTS,
+    DescsOp,
+    MemRegion,
+    OptimizerKind,
+    ProgramOp,
+    SpecOp,
+    Target,
+    VariantOp,
+)
+from tr_mlir.passes._descriptors import (
+    DescriptorError,
+    LayerPlan,
+    Shape,
+    TensorDesc,
+    descriptor_for,
+    layer_ctx,
+)
+from tr_mlir.passes._descriptors_program import fail, layer_inputs, layers, model_programs, use_count
+
+PARAMETER_PREFIXES = ("W_", "G_", "M_", "V_", "A_", "N_", "E_", "B_")
+"""Regions of parameter-like tensors: their shapes must not differ across variants."""
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """One variant: name, batch, resolution, max resolution, input channels."""
+
+    name: str
+    batch: int
+    res: int
+    max_res: int
+    channels: int
+
+
+def last_batch(size: int, world_size: int, batch_size: int) -> int:
+    """The seed's last batch: ``ceil(size / world_size) % batch_size``, or ``batch_size`` if 0."""
+    per_rank = -(-size // world_size)
+    return per_rank % batch_size or batch_size
+
+
+def variant_specs(spec: SpecOp, channels: int) -> list[VariantSpec]:
+    """The six variants of a spec, in the seed's order (facts sheet section 1)."""
+    bs, world = spec.value("batch_size"), spec.value("world_size")
+    lt = last_batch(spec.value("train_size"), world, bs)
+    lv = last_batch(spec.value("val_size"), world, bs)
+    r0, r1, rv = spec.value("train_res"), spec.value("train_res_end"), spec.value("val_res")
+    mx = max(r0, r1, rv)
+    table = ((bs, r0), (lt, r0), (bs, r1), (lt, r1), (bs, rv), (lv, rv))
+    return [VariantSpec(name, b, r, mx, channels) for name, (b, r) in zip(VARIANTS, table)]
+
+
+@dataclass(frozen=True)
+class MemplanDeriveShapesPass(ModulePass):
+    """Phase 1: compile spec, six variants, per-layer tensor descriptors (see the module doc)."""
+
+    name = "memplan-derive-shapes"
+
+    batch_size: int | None = None
+    train_size: int | None = None
+    val_size: int | None = None
+    train_res: int | None = None
+    train_res_end: int | None = None
+    val_res: int | None = None
+    world_size: int | None = None
+    optimizer: str | None = None
+    target: str | None = None
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for model, program in model_programs(op, self.name, need_program=False):
+            spec = self._spec(model, program)
+            new = derive(model, spec)
+            if program is not None:
+                Rewriter.replace_op(program, new)
+            else:
+                Rewriter.insert_op(new, InsertPoint.after(model))
+
+    def _spec(self, model: ModelOp, program: ProgramOp | None) -> SpecOp:
+        old = program.spec if program is not None else None
+        fields = {k: (old.value(k) if old is not None else None)
+                  for k in ("batch_size", "train_size", "val_size", "train_res", "train_res_end", "val_res",
+                            "world_size")}
+        optimizer = old.optimizer_kind if old is not None else OptimizerKind.MOMENTUM
+        target = old.target_kind if old is not None else Target.CPU
+        for k in fields:
+            given = getattr(self, k)
+            if given is not None:
+                fields[k] = given
+        for k in ("batch_size", "train_size", "val_size"):
+            if fields[k] is None:
+                fail(model, f"{self.name} needs the option {k} (no 'memplan.spec' to take it from)")
+        h, w, _ = model.input_hwc
+        if fields["train_res"] is None:
+            fields["train_res"] = h
+        if fields["train_res_end"] is None:
+            fields["train_res_end"] = fields["train_res"]
+        if fields["val_res"] is None:
+            fields["val_res"] = h
+        if fields["world_size"] is None:
+            fields["world_size"] = 1
+        try:
+            if self.optimizer is not None:
+                optimizer = OptimizerKind.parse(self.optimizer)
+            if self.target is not None:
+                target = Target(self.target)
+        except ValueError as e:
+            msg = str(e) if self.target is None or "optimizer" in str(e) else (
+                f"unknown target '{self.target}', expected cpu or cuda")
+            fail(model, f"{self.name}: {msg}")
+        spec = SpecOp(optimizer=optimizer, target=target, **fields)  # type: ignore[arg-type]
+        try:
+            spec.verify()
+        except VerifyException as e:
+            fail(model, f"{self.name}: {e}")
+        return spec
+
+
+def _input_channels(model: ModelOp) -> int:
+    t = model.input_value.type
+    c = t.get_shape()[3]  # type: ignore[attr-defined]
+    return c if c > 0 else model.input_hwc[2]
+
+
+def _variant_input(model: ModelOp, v: VariantSpec) -> Shape:
+    h, w, c = model.input_hwc
+    if h == w:
+        return (v.batch, v.res, v.res, _input_channels(model))
+    if v.res != h:
+        fail(model, f"'{model.name}' op has a non-square input ({h} x {w}); variant {v.name} needs "
+                    f"resolution {h}, got {v.res}")
+    return (v.batch, h, w, _input_channels(model))
+
+
+def _first_layer_checks(model: ModelOp, ops: list[Operation]) -> None:
+    if not ops:
+        fail(model, f"'{model.name}' op @{model.sym_name.data} has no layers")
+    first = ops[0]
+    if not descriptor_for_or_fail(first).first_layer_ok:
+        fail(first, f"'{first.name}' op cannot be the first layer: it must be flatten, conv, "
+                    f"channel_padding or cbr (the first layer reads the input buffers A/B)")
+    arg = model.input_value
+    for op in ops[1:]:
+        if arg in layer_inputs(op):
+            fail(op, f"'{op.name}' op reads the model input, but only the first layer may "
+                     f"(the input lives in the A/B buffers)")
+
+
+def descriptor_for_or_fail(op: Operation):
+    """The op's descriptor; a missing one is a diagnostic at the op."""
+    try:
+        return descriptor_for(op)
+    except DescriptorError as e:
+        fail(op, f"'{op.name}' op: {e}")
+
+
+def _bn_checks(ops: list[Operation]) -> None:
+    ref: Operation | None = None
+    for op in ops:
+        params = op.params() if hasattr(op, "params") else {}
+        if "eps" not in params or "momentum" not in params:
+            continue
+        if ref is None:
+            ref = op
+            continue
+        rp = ref.params()  # type: ignore[attr-defined]
+        if (params["eps"], params["momentum"]) != (rp["eps"], rp["momentum"]):
+            fail(op, f"'{op.name}' op eps = {params['eps']}, momentum = {params['momentum']} differs from "
+                     f"eps = {rp['eps']}, momentum = {rp['momentum']} of the first batch norm "
+                     f"('{ref.name}'); all batch norms must share eps and momentum (one pair of BN scalars)")
+
+
+def _plan_variant(model: ModelOp, ops: list[Operation], v: VariantSpec) -> list[LayerPlan]:
+    amp = bool(model.param("amp"))
+    shapes: dict[SSAValue, Shape] = {model.input_value: _variant_input(model, v)}
+    plans: list[LayerPlan] = []
+    for index, op in enumerate(ops):
+        desc = descriptor_for_or_fail(op)
+        ins = tuple(shapes[x] for x in layer_inputs(op))
+        try:
+            if hasattr(op, "infer_hwc"):
+                hwc = op.infer_hwc(ins[0][1:])  # type: ignore[attr-defined]
+            else:
+                if len(set(ins)) != 1:
+                    raise VerifyException(f"'{op.name}' op expected operands of one shape, got {list(ins)}")
+                hwc = ins[0][1:]
+            out = (ins[0][0], *hwc)
+            plan = desc.build(layer_ctx(op, ins, out, amp=amp, first=index == 0))
+        except (VerifyException, DescriptorError) as e:
+            text = str(e)
+            if not text.startswith("'"):
+                text = f"'{op.name}' op {text}"
+            fail(op, f"{text} (variant {v.name}, resolution {v.res})")
+        shapes[op.results[0]] = out
+        plans.append(plan)
+    for index, op in enumerate(ops):
+        desc = descriptor_for(op)
+        value = op.results[0]
+        uses = use_count(value)
+        if uses == 0 or not (uses > 1 or desc.bwd_reads_output):
+            continue
+        out_t = next(t for t in plans[index].tensors if t.name == desc.output)
+        region = MemRegion.F_GRAD_SLOT_FP16 if amp else MemRegion.F_GRAD_SLOT_FP32
+        plans[index].add(f"{desc.output}_grad", region, out_t.dtype, out_t.shape)
+        if uses > 1:
+            plans[index].add(f"{desc.output}_grad_part", region, out_t.dtype, out_t.shape)
+    return plans
+
+
+def _consistency(ops: list[Operation], per_variant: list[list[LayerPlan]]) -> None:
+    base = per_variant[0]
+    for s in range(1, len(per_variant)):
+        vs = VARIANTS[s]
+        for l, op in enumerate(ops):
+            t0, ts = base[l].tensors, per_variant[s][l].tensors
+            if len(t0) != len(ts):
+                fail(op, f"layer {l} ('{op.name}'): tensor count mismatch - {VARIANTS[0]} has {len(t0)}, "
+                         f"{vs} has {len(ts)}")
+            for t, (a, b) in enumerate(zip(t0, ts)):
+                if a.region != b.region:
+                    fail(op, f"layer {l} ('{op.name}') tensor {t}: region mismatch - {VARIANTS[0]}="
+                             f"{a.region.name}, {vs}={b.region.name}")
+                if a.name != b.name:
+                    fail(op, f"layer {l} ('{op.name}') tensor {t}: name mismatch - {VARIANTS[0]}={a.name}, "
+                             f"{vs}={b.name}")
+                if a.region.name.startswith(PARAMETER_PREFIXES) and a.shape != b.shape:
+                    fail(op, f"layer {l} ('{op.name}') tensor '{a.name}': parameter shape differs across "
+                             f"variants: {list(a.shape)} in {VARIANTS[0]}, {list(b.shape)} in {vs}; "
+                             f"parameter shapes must not depend on the resolution (e.g. put a gap before the fc)")
+
+
+def derive(model: ModelOp, spec: SpecOp) -> ProgramOp:
+    """Phase 1 for one model: the ``memplan.program`` with spec, variants and descs.
+
+    Raises ``PassFailedException`` (annotated at the offending op) on the diagnostics of the
+    module doc.
+    """
+    for op in model.body.walk():
+        if op is not model and op.regions:
+            fail(op, f"'{op.name}' op is tree form; memplan-derive-shapes needs the flat graph (run arch-plan)")
+    ops = layers(model)
+    _first_layer_checks(model, ops)
+    _bn_checks(ops)
+    amp = bool(model.param("amp"))
+    variants = variant_specs(spec, _input_channels(model))
+    per_variant = [_plan_variant(model, ops, v) for v in variants]
+    _consistency(ops, per_variant)
+    body: list[Operation] = [spec]
+    body += [VariantOp(v.name, batch=v.batch, res=v.res, max_res=v.max_res, channels=v.channels, amp=amp)
+             for v in variants]
+    for l, op in enumerate(ops):
+        tensors: list[TensorDesc] = per_variant[0][l].tensors
+        shapes = [d for plans in per_variant for t in plans[l].tensors for d in t.shape]
+        body.append(DescsOp(l, op.name, [t.name for t in tensors], [t.region.name for t in tensors],
+                            [t.dtype for t in tensors], shapes,
+                            shared=[i for i, t in enumerate(tensors) if t.shared]))
+    return ProgramOp(model.sym_name.data, body)
+
