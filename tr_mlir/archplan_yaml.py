@@ -424,9 +424,13 @@ def to_yaml(module: Operation) -> str:
     first = model.first_layer
     first_index = -1
     if first is not None:
+        # the entry carrying the op (an add: its Add2End), moved left over the markers that
+        # carry no op, so that the seed's positional mark 0 stays 0 (from_yaml maps an index
+        # to the first op at or after it)
         target = ops[first.value.data]
-        pos = next(i for i, e in enumerate(entries) if e is target)
-        while pos > 0 and isinstance(entries[pos - 1], _Marker):
+        pos = next(i for i, e in enumerate(entries)
+                   if e is target or (isinstance(e, _Marker) and e.add is target))
+        while pos > 0 and isinstance(entries[pos - 1], _Marker) and entries[pos - 1].add is None:
             pos -= 1
         first_index = pos
     h, w, c = model.input_hwc
@@ -487,7 +491,7 @@ class _Reader:
         return node.start_mark.line + 1
 
     def fail(self, node: yaml.Node, path: str, message: str) -> ArchPlanYamlError:
-        return ArchPlanYamlError(message, line=self.line(node), field=path)
+        return ArchPlanYamlError(message, line=self.line(node), field=path or None)
 
     def mapping(self, node: yaml.Node, path: str, allowed: Iterable[str]) -> dict[str, yaml.Node]:
         if not isinstance(node, yaml.MappingNode):
@@ -535,7 +539,8 @@ class _Reader:
         if isinstance(node, yaml.MappingNode):
             return "a mapping"
         if isinstance(node, yaml.SequenceNode):
-            return f"a list of {len(node.value)} items"
+            n = len(node.value)
+            return f"a list of {n} item{'' if n == 1 else 's'}"
         return repr(self.loader.construct_object(node, deep=True))
 
 
@@ -650,6 +655,15 @@ def from_yaml(text: str, *, sym_name: str = "model", num_classes: int | None = N
                     raise reader.fail(fields["kind"], f"{path}.kind",
                                       f"Add2End without an Add2ShortcutEnd for the Add2Start at "
                                       f"line {region.line}")
+                shortcut_hwc = arch.static_hwc(region.shortcut.type)
+                if shortcut_hwc != in_hwc:
+                    raise reader.fail(fields["kind"], f"{path}.kind",
+                                      f"the shortcut gives {_fmt_shape(shortcut_hwc)} but the main "
+                                      f"branch gives {_fmt_shape(in_hwc)}; Add2End needs equal shapes")
+                if out_hwc != in_hwc:
+                    raise reader.fail(fields["out_shape"], f"{path}.out_shape",
+                                      f"expected {_fmt_shape(in_hwc)} (the joined branches), got "
+                                      f"{_fmt_shape(out_hwc)}")
                 add = arch.AddOp(region.shortcut, current, arch.nhwc_type(*out_hwc))
                 _verify(add, reader, node, path, kind)
                 block.add_op(add)
@@ -686,6 +700,20 @@ def from_yaml(text: str, *, sym_name: str = "model", num_classes: int | None = N
         op = op_class(current, arch.nhwc_type(*out_hwc), **props)
         if name != layer_spec.default_name(op.params()):
             op.attributes[NAME_ATTR] = StringAttr(name)
+        where = params_node if params_node is not None else fields["kind"]
+        try:
+            op.verify_params()
+        except VerifyException as e:
+            raise reader.fail(where, f"{path}.params", f"{kind} layer: {e}") from e
+        try:
+            expected = op.infer_hwc(in_hwc)
+        except VerifyException as e:
+            raise reader.fail(where, f"{path}.params",
+                              f"{kind} layer on input {_fmt_shape(in_hwc)}: {e}") from e
+        if expected != out_hwc:
+            raise reader.fail(fields["out_shape"], f"{path}.out_shape",
+                              f"expected {_fmt_shape(expected)} ({kind} of {_fmt_shape(in_hwc)}), "
+                              f"got {_fmt_shape(out_hwc)}")
         _verify(op, reader, node, path, kind)
         block.add_op(op)
         current = op.output
@@ -704,11 +732,8 @@ def from_yaml(text: str, *, sym_name: str = "model", num_classes: int | None = N
         if not 0 <= first < n:
             raise reader.fail(first_node, "first_layer_index",
                               f"expected -1 or an index in [0, {n}), got {first}")
-        op_index = ops_before[first]
-        if op_index >= len(model.layers()):
-            raise reader.fail(first_node, "first_layer_index",
-                              f"layer {first} is followed by no layer op")
-        model.properties["first_layer"] = IntegerAttr(op_index, i64)
+        # the first op at or after that layer (balanced markers end in an op-carrying Add2End)
+        model.properties["first_layer"] = IntegerAttr(ops_before[first], i64)
 
     if num_classes is None:
         last = arch.static_hwc(current.type)
