@@ -185,8 +185,14 @@ def replace_ops(
     while pending:
         unused = [op for op in pending if not any(r.uses for r in op.results)]
         if not unused:
+            inside = {id(op) for op in pending}
+            culprit = next(
+                (op for op in pending for r in op.results for use in r.uses
+                 if id(use.operation) not in inside),
+                pending[0],
+            )
             raise ValueError(
-                f"fusion left '{pending[0].name}' with users outside the match; "
+                f"fusion left '{culprit.name}' with users outside the match; "
                 "the matcher must check that intermediate values have a single use"
             )
         for op in unused:
