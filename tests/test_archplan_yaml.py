@@ -585,7 +585,7 @@ def test_write_needs_static_types():
     op = arch.ReluOp(n.x, arch.unknown_nhwc())
     n.block.add_op(op)
     n.x = op.output
-    with pytest.raises(ArchPlanYamlError, match="expected a static NHWC result type, got "
+    with pytest.raises(ArchPlanYamlError, match="'arch.relu' op expected a static NHWC result type, got "
                                                 r"tensor<\?x\?x\?x\?xf32>; run arch-deduce-shapes") as info:
         to_yaml(n.done())
     assert info.value.op is op

@@ -340,8 +340,10 @@ class _Linearizer:
 def _shape(t: Attribute, what: str, op: Operation | None) -> list[int]:
     hwc = arch.static_hwc(t)
     if hwc is None:
+        prefix = f"'{op.name}' op " if op is not None else ""
         raise ArchPlanYamlError(
-            f"expected a static NHWC {what} type, got {t}; run arch-deduce-shapes first", op=op
+            f"{prefix}expected a static NHWC {what} type, got {t}; run arch-deduce-shapes first",
+            op=op,
         )
     return [1, *hwc]
 
@@ -440,8 +442,8 @@ def to_yaml(module: Operation) -> str:
     for entry in entries:
         if isinstance(entry, _Marker):
             lines += _layer_lines(entry.kind, MARKER_NAMES[entry.kind],
-                                  _shape(entry.in_type, f"{entry.kind} input", None),
-                                  _shape(entry.out_type, f"{entry.kind} output", None), {})
+                                  _shape(entry.in_type, f"{entry.kind} input", entry.add),
+                                  _shape(entry.out_type, f"{entry.kind} output", entry.add), {})
             continue
         if type(entry) not in LAYER_SPECS:
             raise ArchPlanYamlError(
