@@ -338,7 +338,14 @@ class DominanceError(VerifyException):
 
 
 def _value_name(value: SSAValue) -> str:
-    return f"%{value.name_hint}" if value.name_hint else "the value"
+    """``%name`` when the value has a name hint, else what defines it."""
+    if value.name_hint:
+        return f"%{value.name_hint}"
+    if isinstance(value, OpResult):
+        return f"result #{value.index} of '{value.op.name}'"
+    if isinstance(value, BlockArgument):
+        return f"block argument #{value.index}"
+    return "the value"
 
 
 class _DominanceChecker:
@@ -389,7 +396,7 @@ class _DominanceChecker:
                     return None
                 if def_op is cur:
                     if cur is user:
-                        return f"{_value_name(value)} is a result of the op itself"
+                        return f"the op uses its own result #{value.index}"
                     return (
                         f"{_value_name(value)} is a result of the enclosing "
                         f"'{def_op.name}' op"
