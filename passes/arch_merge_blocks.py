@@ -56,11 +56,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 from xdsl.utils.exceptions import PassFailedException
@@ -180,7 +179,7 @@ class _Shortcut:
     ops: tuple[Operation, ...]
 
 
-def _match_shortcut(value: SSAValue, x: SSAValue, block: Any) -> _Shortcut | None:
+def _match_shortcut(value: SSAValue, x: SSAValue, block: Block | None) -> _Shortcut | None:
     """The shortcut reading block input ``x``: ``x`` itself, ``arch.identity x`` or a projection."""
     if value is x:
         return _Shortcut(None, ())

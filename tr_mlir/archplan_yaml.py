@@ -66,7 +66,7 @@ from typing import IO, Any
 
 import yaml
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
-from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
 from tr_mlir.dialects import arch
