@@ -398,25 +398,32 @@ def _load_cifar10(data_dir: Path | None, *, download: bool = False) -> _Raw:
                            f"put the archive itself) into {data_dir}")
     names = CIFAR10_TRAIN + ("test_batch",)
     blobs: dict[str, tuple[bytes, str]] = {}
-    for folder in (data_dir / "cifar-10-batches-py", data_dir):
-        if all((folder / n).is_file() for n in names):
-            blobs = {n: ((folder / n).read_bytes(), str(folder / n)) for n in names}
-            break
+    folders = (data_dir / "cifar-10-batches-py", data_dir)
+    present = {f: [n for n in names if (f / n).is_file()] for f in folders}
+    best = max(folders, key=lambda f: len(present[f]))  # the first on a tie
+    if len(present[best]) == len(names):
+        blobs = {n: ((best / n).read_bytes(), str(best / n)) for n in names}
     archive = data_dir / "cifar-10-python.tar.gz"
     if not blobs and archive.is_file():
         try:
             with tarfile.open(archive, "r:gz") as tar:
+                members = set(tar.getnames())
+                lacking = [n for n in names if f"cifar-10-batches-py/{n}" not in members]
+                if lacking:
+                    raise DatasetError(f"{archive}: the archive lacks cifar-10-batches-py/"
+                                       f"{', '.join(lacking)}; download {CIFAR10_URL} again")
                 for n in names:
                     member = tar.extractfile(f"cifar-10-batches-py/{n}")
-                    if member is not None:
-                        blobs[n] = (member.read(), f"{archive}:cifar-10-batches-py/{n}")
-        except (OSError, EOFError, KeyError, tarfile.TarError, zlib.error) as e:
+                    if member is None:
+                        raise DatasetError(f"{archive}: cifar-10-batches-py/{n} is not a file")
+                    blobs[n] = (member.read(), f"{archive}:cifar-10-batches-py/{n}")
+        except (OSError, EOFError, tarfile.TarError, zlib.error) as e:
             raise DatasetError(f"{archive}: cannot read the archive ({e}); download {CIFAR10_URL} "
                                "again") from e
-    missing = [n for n in names if n not in blobs]
-    if missing:
-        raise DatasetError(f"CIFAR-10 batches not found in {data_dir} or "
-                           f"{data_dir / 'cifar-10-batches-py'}: expected {', '.join(missing)}; "
+    if not blobs:
+        where = f"{data_dir} or {folders[0]}" if not present[best] else str(best)
+        missing = [n for n in names if n not in present[best]]
+        raise DatasetError(f"CIFAR-10 batches not found in {where}: expected {', '.join(missing)}; "
                            f"download {CIFAR10_URL} and extract it into {data_dir}")
     train = [_cifar_batch(n, *blobs[n]) for n in CIFAR10_TRAIN]
     test_x, test_y = _cifar_batch("test_batch", *blobs["test_batch"])
@@ -506,11 +513,12 @@ def _resize_bilinear(x: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 def _prepare(x: np.ndarray, scale: float, resize_to: tuple[int, int] | None,
              pad_to: tuple[int, int] | None) -> np.ndarray:
-    """Raw NHWC -> float32 in [0, 1] units, resized then zero-padded centered."""
+    """Raw NHWC -> float32 in [0, 1] units (x / scale, correctly rounded), resized then
+    zero-padded centered."""
     n, h, w, c = x.shape
     if resize_to is None and pad_to is None:
         out = np.empty(x.shape, np.float32)
-        np.multiply(x, np.float32(1.0 / scale), out=out, dtype=np.float32, casting="unsafe")
+        np.divide(x, np.float32(scale), out=out, dtype=np.float32, casting="unsafe")
         return out
     if resize_to is not None:
         x = _resize_bilinear(_prepare(x, scale, None, None), resize_to)
@@ -522,7 +530,7 @@ def _prepare(x: np.ndarray, scale: float, resize_to: tuple[int, int] | None,
                            "be at least the image size (use resize_to to shrink)")
     top, left = (pad_to[0] - h) // 2, (pad_to[1] - w) // 2
     out = np.zeros((n, *pad_to, c), np.float32)
-    np.multiply(x, np.float32(1.0 / scale), out=out[:, top:top + h, left:left + w],
+    np.divide(x, np.float32(scale), out=out[:, top:top + h, left:left + w],
                 dtype=np.float32, casting="unsafe")
     return out
 
