@@ -73,7 +73,7 @@ class DatasetError(Exception):
     how to fix it (command-line tools print it without a traceback)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Dataset:
     """A loaded dataset, ready for training.
 
