@@ -1,0 +1,328 @@
+"""2-D convolution: NHWC activations, KRSC weights ``(K, k, k, C/groups)``, no bias.
+
+Three methods, chosen from the geometry:
+
+* ``pointwise`` (1x1, stride 1, no padding, dense): one GEMM on the NHWC matrix, no im2col;
+* ``depthwise`` (``groups = C = K``): a multiply-add per tap over the output, using a ``tmp``
+  workspace of the output's size instead of a k*k times larger im2col matrix;
+* ``im2col`` (everything else, grouped included): the taps are copied into ``col`` laid out
+  ``(G, N, Ho, Wo, k, k, C/G)`` (one strided copy per tap, the border zeroed), then one batched
+  ``np.matmul(..., out=...)`` over the G groups writes straight into the NHWC output.
+
+Precision: fp32 arrays compute directly. When any of x, w, y is fp16 (AMP), the fp16 operands
+are cast into fp32 workspaces (``col`` for x, ``wbuf`` for w, ``ybuf`` for y or dy, ``xbuf`` for
+the dX accumulator), the GEMM and every accumulation run in fp32, and the result is rounded to
+fp16 once. :func:`conv_workspace_sizes` gives the sizes.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._util import F32, nhwc, take
+from ._util import as32 as _as32
+from ._util import finish as _finish
+from ._util import out32 as _out32
+from .registry import ArrayInfo, kernel
+from .window import Window, window
+
+WORKSPACES = ("col", "wbuf", "ybuf", "xbuf", "tmp")
+
+
+@dataclass(frozen=True)
+class ConvGeom:
+    """Shapes of one conv: input (N, H, W, C), K output channels, window, G groups."""
+
+    n: int
+    c: int
+    k_out: int
+    groups: int
+    win: Window
+
+    @property
+    def cg(self) -> int:
+        return self.c // self.groups
+
+    @property
+    def kg(self) -> int:
+        return self.k_out // self.groups
+
+    @property
+    def m(self) -> int:
+        """Output pixels N*Ho*Wo (the GEMM's row count)."""
+        return self.n * self.win.ho * self.win.wo
+
+    @property
+    def kkc(self) -> int:
+        return self.win.k * self.win.k * self.cg
+
+    @property
+    def x_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.win.h, self.win.w, self.c)
+
+    @property
+    def y_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.win.ho, self.win.wo, self.k_out)
+
+    @property
+    def w_shape(self) -> tuple[int, int, int, int]:
+        return (self.k_out, self.win.k, self.win.k, self.cg)
+
+    @property
+    def method(self) -> str:
+        w = self.win
+        if w.k == 1 and w.s == 1 and w.p == 0 and self.groups == 1:
+            return "pointwise"
+        if self.groups == self.c == self.k_out and self.groups > 1:
+            return "depthwise"
+        return "im2col"
+
+
+@functools.lru_cache(maxsize=4096)
+def conv_geom(x_shape: tuple[int, ...], w_shape: tuple[int, ...], k: int, s: int, p: int, groups: int) -> ConvGeom:
+    """Validate and describe a conv. Raises ``ValueError`` naming the mismatch."""
+    n, h, w, c = nhwc(x_shape, "conv input")
+    if groups < 1 or c % groups:
+        raise ValueError(f"expected input channels ({c}) divisible by groups ({groups})")
+    kk = int(w_shape[0])
+    if kk % groups:
+        raise ValueError(f"expected out channels ({kk}) divisible by groups ({groups})")
+    expect = (kk, k, k, c // groups)
+    if tuple(w_shape) != expect:
+        raise ValueError(f"expected conv weight of shape (K, k, k, C/groups) = {expect}, got {tuple(w_shape)}")
+    return ConvGeom(n, c, kk, groups, window(h, w, k, s, p))
+
+
+def conv_workspace_sizes(g: ConvGeom, *, x16: bool, w16: bool, y16: bool, dw16: bool = False,
+                         phases: tuple[str, ...] = ("fwd",), accumulate: bool = False) -> dict[str, int]:
+    """fp32 workspace element counts for the phases ``fwd``, ``wgrad``, ``dgrad`` of one conv.
+
+    ``x16``/``w16``/``y16``/``dw16``: whether x (and dx), w, y (and dy), dw are fp16.
+    ``accumulate``: dgrad adds into dx instead of overwriting it.
+    """
+    sizes: dict[str, int] = {}
+
+    def need(name: str, n: int) -> None:
+        sizes[name] = max(sizes.get(name, 0), n)
+
+    mc, mk, xs, ws = g.m * g.c, g.m * g.k_out, int(np.prod(g.x_shape)), int(np.prod(g.w_shape))
+    meth = g.method
+    for ph in phases:
+        if w16 or (ph == "wgrad" and dw16):
+            need("wbuf", ws)
+        if y16:
+            need("ybuf", mk)
+        if meth == "pointwise":
+            if x16 and ph in ("fwd", "wgrad"):
+                need("col", mc)
+            if ph == "dgrad" and (x16 or y16 or w16 or accumulate):
+                need("col", mc)
+        elif meth == "depthwise":
+            need("tmp", mk)
+            if ph == "dgrad" and x16:
+                need("xbuf", xs)
+        else:
+            need("col", g.groups * g.m * g.kkc)
+            if ph == "dgrad" and x16:
+                need("xbuf", xs)
+    return sizes
+
+
+def im2col(x: np.ndarray, col: np.ndarray, g: ConvGeom) -> None:
+    """Copy the taps of ``x`` (N, H, W, C) into ``col`` (G, N, Ho, Wo, k, k, C/G), zeros outside."""
+    win = g.win
+    xg = x.reshape(g.n, win.h, win.w, g.groups, g.cg).transpose(3, 0, 1, 2, 4)
+    for tap in win.taps:
+        plane = col[:, :, :, :, tap.i, tap.j, :]
+        for rows, cols in tap.border:
+            plane[:, :, rows, cols, :] = 0
+        if not tap.empty:
+            plane[:, :, tap.oh, tap.ow, :] = xg[:, :, tap.ih, tap.iw, :]
+
+
+def col2im(col: np.ndarray, acc: np.ndarray, g: ConvGeom) -> None:
+    """Add the taps of ``col`` (G, N, Ho, Wo, k, k, C/G) into ``acc`` (N, H, W, C)."""
+    win = g.win
+    ag = acc.reshape(g.n, win.h, win.w, g.groups, g.cg).transpose(3, 0, 1, 2, 4)
+    for tap in win.taps:
+        if not tap.empty:
+            dst = ag[:, :, tap.ih, tap.iw, :]
+            np.add(dst, col[:, :, tap.oh, tap.ow, tap.i, tap.j, :], out=dst)
+
+
+def _col(g: ConvGeom, ws: dict[str, np.ndarray]) -> np.ndarray:
+    win = g.win
+    return take(ws.get("col"), (g.groups, g.n, win.ho, win.wo, win.k, win.k, g.cg))
+
+
+def conv_forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray]) -> None:
+    """y = conv(x, w) for geometry ``g`` with workspaces ``ws`` (see the module doc)."""
+    meth = g.method
+    if meth == "pointwise":
+        x2 = _as32(x, ws, "col", (g.m, g.c))
+        w2 = _as32(w, ws, "wbuf", (g.k_out, g.c))
+        y2 = _out32(y, ws, "ybuf", (g.m, g.k_out))
+        np.matmul(x2, w2.T, out=y2)
+        _finish(y, y2)
+    elif meth == "depthwise":
+        win = g.win
+        acc = _out32(y, ws, "ybuf", g.y_shape)
+        tmp = take(ws.get("tmp"), g.y_shape)
+        wt = _as32(w, ws, "wbuf", (g.c, win.k * win.k))
+        acc.fill(0)
+        for tap in win.taps:
+            if tap.empty:
+                continue
+            tv = tmp[:, tap.oh, tap.ow, :]
+            np.multiply(x[:, tap.ih, tap.iw, :], wt[:, tap.t], out=tv)
+            a = acc[:, tap.oh, tap.ow, :]
+            np.add(a, tv, out=a)
+        _finish(y, acc)
+    else:
+        col = _col(g, ws)
+        im2col(x, col, g)
+        w3 = _as32(w, ws, "wbuf", (g.groups, g.kg, g.kkc))
+        y2 = _out32(y, ws, "ybuf", (g.m, g.k_out))
+        np.matmul(col.reshape(g.groups, g.m, g.kkc), w3.transpose(0, 2, 1),
+                  out=y2.reshape(g.m, g.groups, g.kg).transpose(1, 0, 2))
+        _finish(y, y2)
+
+
+def conv_wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray]) -> None:
+    """dw = dL/dw from the output gradient ``dy`` and the input ``x`` (overwrites dw)."""
+    meth = g.method
+    dy2 = _as32(dy, ws, "ybuf", (g.m, g.k_out))
+    if meth == "pointwise":
+        x2 = _as32(x, ws, "col", (g.m, g.c))
+        dw2 = _out32(dw, ws, "wbuf", (g.k_out, g.c))
+        np.matmul(dy2.T, x2, out=dw2)
+        _finish(dw, dw2)
+    elif meth == "depthwise":
+        win = g.win
+        dy4 = dy2.reshape(g.y_shape)
+        tmp = take(ws.get("tmp"), g.y_shape)
+        dwt = _out32(dw, ws, "wbuf", (g.c, win.k * win.k))
+        for tap in win.taps:
+            if tap.empty:
+                dwt[:, tap.t] = 0
+                continue
+            tv = tmp[:, tap.oh, tap.ow, :]
+            np.multiply(dy4[:, tap.oh, tap.ow, :], x[:, tap.ih, tap.iw, :], out=tv)
+            np.add.reduce(tv, axis=(0, 1, 2), out=dwt[:, tap.t])
+        _finish(dw, dwt)
+    else:
+        col = _col(g, ws)
+        im2col(x, col, g)
+        dw3 = _out32(dw, ws, "wbuf", (g.groups, g.kg, g.kkc))
+        np.matmul(dy2.reshape(g.m, g.groups, g.kg).transpose(1, 2, 0), col.reshape(g.groups, g.m, g.kkc),
+                  out=dw3)
+        _finish(dw, dw3)
+
+
+def conv_dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray],
+               accumulate: bool = False) -> None:
+    """dx = dL/dx (or dx += dL/dx when ``accumulate``). ``dx`` may be x's buffer: x is not read."""
+    meth = g.method
+    dy2 = _as32(dy, ws, "ybuf", (g.m, g.k_out))
+    if meth == "pointwise":
+        w2 = _as32(w, ws, "wbuf", (g.k_out, g.c))
+        if dx.dtype == F32 and not accumulate:
+            np.matmul(dy2, w2, out=dx.reshape(g.m, g.c))
+            return
+        buf = take(ws.get("col"), (g.m, g.c))
+        np.matmul(dy2, w2, out=buf)
+        d2 = dx.reshape(g.m, g.c)
+        if accumulate:
+            np.add(d2, buf, out=d2, casting="same_kind")
+        else:
+            np.copyto(d2, buf, casting="same_kind")
+        return
+    acc = _out32(dx, ws, "xbuf", g.x_shape)
+    if accumulate:
+        if acc.dtype == F32 and dx.dtype != F32:
+            np.copyto(acc, dx)
+    else:
+        acc.fill(0)
+    if meth == "depthwise":
+        win = g.win
+        dy4 = dy2.reshape(g.y_shape)
+        tmp = take(ws.get("tmp"), g.y_shape)
+        wt = _as32(w, ws, "wbuf", (g.c, win.k * win.k))
+        for tap in win.taps:
+            if tap.empty:
+                continue
+            tv = tmp[:, tap.oh, tap.ow, :]
+            np.multiply(dy4[:, tap.oh, tap.ow, :], wt[:, tap.t], out=tv)
+            a = acc[:, tap.ih, tap.iw, :]
+            np.add(a, tv, out=a)
+    else:
+        col = _col(g, ws)
+        w3 = _as32(w, ws, "wbuf", (g.groups, g.kg, g.kkc))
+        np.matmul(dy2.reshape(g.m, g.groups, g.kg).transpose(1, 0, 2), w3,
+                  out=col.reshape(g.groups, g.m, g.kkc))
+        col2im(col, acc, g)
+    _finish(dx, acc)
+
+
+# --------------------------------------------------------------------------------------
+# Registered kernels
+# --------------------------------------------------------------------------------------
+
+
+def _geom_from(arrays: dict[str, ArrayInfo], k: int, s: int, p: int, groups: int) -> ConvGeom:
+    return conv_geom(arrays["x"][0], arrays["w"][0], k, s, p, groups)
+
+
+def _is16(arrays: dict[str, ArrayInfo], name: str) -> bool:
+    return name in arrays and arrays[name][1] != F32
+
+
+def _ws_fwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int, groups: int) -> dict[str, ArrayInfo]:
+    g = _geom_from(arrays, k, s, p, groups)
+    sizes = conv_workspace_sizes(g, x16=_is16(arrays, "x"), w16=_is16(arrays, "w"), y16=_is16(arrays, "y"))
+    return {n: ((v,), F32) for n, v in sizes.items()}
+
+
+def _ws_bwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int, groups: int) -> dict[str, ArrayInfo]:
+    g = _geom_from(arrays, k, s, p, groups)
+    phases = ("wgrad", "dgrad") if "dx" in arrays else ("wgrad",)
+    sizes = conv_workspace_sizes(g, x16=_is16(arrays, "x"), w16=_is16(arrays, "w"), y16=_is16(arrays, "dy"),
+                                 dw16=_is16(arrays, "dw"), phases=phases)
+    return {n: ((v,), F32) for n, v in sizes.items()}
+
+
+def _ws(**kw: Any) -> dict[str, np.ndarray]:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+@kernel("conv_fwd", writes=("y",), workspaces=WORKSPACES, workspace_fn=_ws_fwd, also=("conv_inf",))
+def conv_fwd(x, w, y, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1, p: int = 0,
+             groups: int = 1) -> None:
+    """Convolution forward (and inference): ``y = conv2d(x, w, stride s, padding p, groups)``.
+
+    x (N, H, W, C), w (K, k, k, C/groups) KRSC, y (N, (H+2p-k)//s+1, (W+2p-k)//s+1, K); fp32, or
+    fp16 x/w/y with fp32 accumulation. No bias (every conv is followed by BN or nothing).
+    """
+    g = conv_geom(x.shape, w.shape, k, s, p, groups)
+    if y.shape != g.y_shape:
+        raise ValueError(f"expected conv output of shape {g.y_shape}, got {y.shape}")
+    conv_forward(x, w, y, g, _ws(col=col, wbuf=wbuf, ybuf=ybuf, xbuf=xbuf, tmp=tmp))
+
+
+@kernel("conv_bwd", writes=("dx", "dw"), workspaces=WORKSPACES, workspace_fn=_ws_bwd, also=("conv_bwd_first_layer",))
+def conv_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1,
+             p: int = 0, groups: int = 1) -> None:
+    """Convolution backward: ``dw`` (overwritten) from dy and x, then ``dx`` from dy and w.
+
+    dW is computed first, so ``dx`` may be x's own buffer (the seed writes dX over X). ``dx``
+    None (``conv_bwd_first_layer``): weight gradient only. dw may be fp16 (the AMP G16 copy).
+    """
+    g = conv_geom(x.shape, w.shape, k, s, p, groups)
+    ws = _ws(col=col, wbuf=wbuf, ybuf=ybuf, xbuf=xbuf, tmp=tmp)
+    conv_wgrad(dy, x, dw, g, ws)
+    if dx is not None:
+        conv_dgrad(dy, w, dx, g, ws)

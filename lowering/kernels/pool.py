@@ -1,0 +1,156 @@
+"""Pooling over NHWC: max pool (with an INT8 arg-max mask), average pool, global average pool.
+
+Windows are k x k, stride s, padding p, floor mode (PyTorch's defaults). Max pool pads with
+-inf; its mask holds the winning tap ``t = i*k + j`` of each output (the first maximum in
+row-major order, as PyTorch), so k*k <= 127. Average pool counts padding
+(``count_include_pad=True``, PyTorch's default): every window divides by k*k.
+
+fp16 (AMP) arrays accumulate in fp32 workspaces (``acc``) wherever sums of several values are
+formed; :meth:`KernelSpec.workspace_shapes` gives their sizes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._util import F32, nhwc, take
+from .registry import ArrayInfo, kernel
+from .window import Window, window
+
+
+def _win(x_shape: tuple[int, ...], k: int, s: int, p: int, what: str) -> Window:
+    _, h, w, _ = nhwc(tuple(x_shape), what)
+    if 2 * p > k:
+        raise ValueError(f"expected pool padding ({p}) <= k/2 ({k}/2)")
+    return window(h, w, k, s, p)
+
+
+def _check_out(y_shape: tuple[int, ...], x_shape: tuple[int, ...], win: Window) -> None:
+    want = (x_shape[0], win.ho, win.wo, x_shape[3])
+    if tuple(y_shape) != want:
+        raise ValueError(f"expected pool output of shape {want}, got {tuple(y_shape)}")
+
+
+def _ws_maxpool_fwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int = 0) -> dict[str, ArrayInfo]:
+    return {"eq": (arrays["y"][0], np.dtype(bool))}
+
+
+def _ws_maxpool_bwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int = 0) -> dict[str, ArrayInfo]:
+    out = {"eq": (arrays["dy"][0], np.dtype(bool))}
+    if arrays["dx"][1] != F32 and k > s:
+        out["acc"] = (arrays["dx"][0], F32)
+    return out
+
+
+@kernel("maxpool_fwd", writes=("y", "mask"), workspaces=("eq",), workspace_fn=_ws_maxpool_fwd, also=("maxpool_inf",))
+def maxpool_fwd(x, y, mask, eq, *, k: int, s: int, p: int = 0) -> None:
+    """Max pool: ``y`` (N, Ho, Wo, C) and ``mask`` (same shape, INT8 winning tap index).
+
+    ``eq``: bool workspace of y's size. NaN propagates as in PyTorch.
+    """
+    win = _win(x.shape, k, s, p, "maxpool input")
+    _check_out(y.shape, x.shape, win)
+    e = take(eq, y.shape, np.dtype(bool))
+    y.fill(-np.inf)
+    mask.fill(0)
+    taps = [t for t in win.taps if not t.empty]
+    for tap in taps:
+        yv = y[:, tap.oh, tap.ow, :]
+        np.maximum(yv, x[:, tap.ih, tap.iw, :], out=yv)
+    for tap in reversed(taps):
+        ev = e[:, tap.oh, tap.ow, :]
+        np.equal(x[:, tap.ih, tap.iw, :], y[:, tap.oh, tap.ow, :], out=ev)
+        np.copyto(mask[:, tap.oh, tap.ow, :], tap.t, where=ev)
+
+
+@kernel("maxpool_bwd", writes=("dx",), workspaces=("eq", "acc"), workspace_fn=_ws_maxpool_bwd)
+def maxpool_bwd(dy, mask, dx, eq, acc=None, *, k: int, s: int, p: int = 0) -> None:
+    """Max pool backward: each dy goes to its window's winning input (``mask``); dx is
+    overwritten and may be x's buffer. ``acc``: fp32 accumulator, needed for fp16 dx when windows
+    overlap (k > s)."""
+    win = _win(dx.shape, k, s, p, "maxpool input")
+    _check_out(dy.shape, dx.shape, win)
+    e = take(eq, dy.shape, np.dtype(bool))
+    a = dx if (dx.dtype == F32 or not win.overlapping) else take(acc, dx.shape)
+    a.fill(0)
+    for tap in win.taps:
+        if tap.empty:
+            continue
+        ev = e[:, tap.oh, tap.ow, :]
+        np.equal(mask[:, tap.oh, tap.ow, :], tap.t, out=ev)
+        av = a[:, tap.ih, tap.iw, :]
+        np.add(av, dy[:, tap.oh, tap.ow, :], out=av, where=ev)
+    if a is not dx:
+        np.copyto(dx, a, casting="same_kind")
+
+
+def _ws_avg(arrays: dict[str, ArrayInfo], name: str) -> dict[str, ArrayInfo]:
+    shape, dtype = arrays[name]
+    return {"acc": (shape, F32)} if dtype != F32 else {}
+
+
+@kernel("avgpool_fwd", writes=("y",), workspaces=("acc",), also=("avgpool_inf",),
+        workspace_fn=lambda arrays, **_: _ws_avg(arrays, "y"))
+def avgpool_fwd(x, y, acc=None, *, k: int, s: int, p: int = 0) -> None:
+    """Average pool (padding counted: divide by k*k); ``acc`` fp32 for fp16 y."""
+    win = _win(x.shape, k, s, p, "avgpool input")
+    _check_out(y.shape, x.shape, win)
+    a = y if y.dtype == F32 else take(acc, y.shape)
+    a.fill(0)
+    for tap in win.taps:
+        if not tap.empty:
+            av = a[:, tap.oh, tap.ow, :]
+            np.add(av, x[:, tap.ih, tap.iw, :], out=av)
+    a *= 1.0 / (k * k)
+    if a is not y:
+        np.copyto(y, a, casting="same_kind")
+
+
+@kernel("avgpool_bwd", writes=("dx",), workspaces=("acc",),
+        workspace_fn=lambda arrays, **_: _ws_avg(arrays, "dx"))
+def avgpool_bwd(dy, dx, acc=None, *, k: int, s: int, p: int = 0) -> None:
+    """Average pool backward: ``dx`` (overwritten, may be x's buffer) gets dy / (k*k) from every
+    window covering it; ``acc`` fp32 for fp16 dx."""
+    win = _win(dx.shape, k, s, p, "avgpool input")
+    _check_out(dy.shape, dx.shape, win)
+    a = dx if dx.dtype == F32 else take(acc, dx.shape)
+    a.fill(0)
+    for tap in win.taps:
+        if not tap.empty:
+            av = a[:, tap.ih, tap.iw, :]
+            np.add(av, dy[:, tap.oh, tap.ow, :], out=av)
+    a *= 1.0 / (k * k)
+    if a is not dx:
+        np.copyto(dx, a, casting="same_kind")
+
+
+def gap_forward(x: np.ndarray, y: np.ndarray) -> None:
+    """``y[n, 0, 0, c] = mean over H, W of x[n, :, :, c]`` (fp32 accumulation)."""
+    n, h, w, c = nhwc(x.shape, "gap input")
+    if y.size != n * c:
+        raise ValueError(f"expected gap output of shape ({n}, 1, 1, {c}), got {y.shape}")
+    y2 = y.reshape(n, c)
+    if y.dtype == F32:
+        np.add.reduce(x.reshape(n, h * w, c), axis=1, dtype=F32, out=y2)
+        np.multiply(y2, 1.0 / (h * w), out=y2)
+    else:  # fp16: sum in fp32 (an (N, C) temporary, 1/(H*W) of x), round once
+        t = np.add.reduce(x.reshape(n, h * w, c), axis=1, dtype=F32)
+        np.multiply(t, 1.0 / (h * w), out=y2, casting="same_kind")
+
+
+def gap_backward(dy: np.ndarray, dx: np.ndarray) -> None:
+    """``dx[n, h, w, c] = dy[n, c] / (H*W)``; dx is overwritten."""
+    n, h, w, c = nhwc(dx.shape, "gap input")
+    np.multiply(dy.reshape(n, 1, c), 1.0 / (h * w), out=dx.reshape(n, h * w, c), casting="same_kind")
+
+
+@kernel("gap_fwd", writes=("y",), also=("gap_inf",))
+def gap_fwd(x, y) -> None:
+    """Global average pool: x (N, H, W, C) -> y (N, 1, 1, C)."""
+    gap_forward(x, y)
+
+
+@kernel("gap_bwd", writes=("dx",))
+def gap_bwd(dy, dx) -> None:
+    """Global average pool backward: dy (N, 1, 1, C) -> dx (N, H, W, C), overwritten."""
+    gap_backward(dy, dx)

@@ -1,0 +1,173 @@
+"""The kernel registry: one :class:`KernelSpec` per compute/range op name, in :data:`KERNELS`.
+
+A kernel is a plain function. Its positional-or-keyword parameters are **arrays** (views into
+the arena, or small 1-element "scalar" arrays read at call time); its keyword-only parameters
+are **static params** (Python ints/floats fixed at compile time). It writes its outputs in place
+and allocates nothing whose size grows with an activation (at most fixed-size chunk temporaries,
+see :mod:`._util`). Scratch memory a kernel needs is passed in as **workspace** arrays whose sizes
+come from :meth:`KernelSpec.workspace_shapes`, so the compiler can plan them.
+
+The runtime binds a node once (:meth:`KernelSpec.bind`) and replays the returned zero-argument
+closure every step.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+ArrayInfo = tuple[tuple[int, ...], np.dtype]
+"""(shape, dtype) of one array, as a planner knows it before the arena exists."""
+
+WorkspaceFn = Callable[..., dict[str, ArrayInfo]]
+"""``fn(arrays: dict[str, ArrayInfo], **params) -> {workspace name: (shape, dtype)}``."""
+
+
+def _info(value: Any) -> ArrayInfo:
+    """(shape, dtype) of an array, or of a ``(shape, dtype)`` pair."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return tuple(int(d) for d in value.shape), np.dtype(value.dtype)
+    shape, dtype = value
+    return tuple(int(d) for d in shape), np.dtype(dtype)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel: its function and the roles of its arguments.
+
+    ``arrays`` are the array arguments in signature order; ``writes`` the subset it writes
+    (outputs, in-place updated state such as running statistics or optimizer moments);
+    ``workspaces`` the call-scoped scratch arrays (contents undefined before and after a call);
+    ``optional`` the arrays that may be passed as ``None``; ``params`` the static keyword
+    parameters, with ``defaults`` for the optional ones. ``kind`` is ``"compute"`` or
+    ``"range"`` (range kernels take flat 1-D views over contiguous region spans).
+    """
+
+    name: str
+    fn: Callable[..., None]
+    arrays: tuple[str, ...]
+    writes: frozenset[str]
+    workspaces: tuple[str, ...] = ()
+    optional: frozenset[str] = frozenset()
+    params: tuple[str, ...] = ()
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    kind: str = "compute"
+    workspace_fn: WorkspaceFn | None = None
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Arrays read and not written (inputs and scalar operands)."""
+        return tuple(a for a in self.arrays if a not in self.writes and a not in self.workspaces)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Arrays written (outputs and updated state), in signature order."""
+        return tuple(a for a in self.arrays if a in self.writes)
+
+    @property
+    def doc(self) -> str:
+        return inspect.getdoc(self.fn) or ""
+
+    def workspace_shapes(self, arrays: Mapping[str, Any], **params: Any) -> dict[str, ArrayInfo]:
+        """Shapes and dtypes of the workspaces for one call.
+
+        ``arrays`` maps the kernel's non-workspace array names to arrays or ``(shape, dtype)``
+        pairs (optional ones may be left out or ``None``); ``params`` are the static params.
+        Workspaces are flat: a kernel accepts any contiguous array of the returned dtype with
+        at least that many elements, so a planner may share one temporary among kernels.
+        Returns ``{}`` for a kernel without workspaces.
+        """
+        if self.workspace_fn is None:
+            return {}
+        infos = {k: _info(v) for k, v in arrays.items() if v is not None and k not in self.workspaces}
+        full = {**self.defaults, **{k: v for k, v in params.items() if k in self.params}}
+        out = self.workspace_fn(infos, **full)
+        return {k: ((int(np.prod(s, dtype=np.int64)),), np.dtype(d)) for k, (s, d) in out.items()}
+
+    def allocate_workspaces(self, arrays: Mapping[str, Any], **params: Any) -> dict[str, np.ndarray]:
+        """Fresh zeroed workspaces (for tests and eager use; the runtime plans them instead)."""
+        return {k: np.zeros(s, d) for k, (s, d) in self.workspace_shapes(arrays, **params).items()}
+
+    def bind(self, arrays: Mapping[str, Any], params: Mapping[str, Any] | None = None) -> Callable[[], None]:
+        """A zero-argument closure running the kernel on fixed arrays.
+
+        ``arrays`` must name every non-optional array (workspaces included); ``params`` may hold
+        more keys than the kernel takes (a layer op's whole param dict): only :attr:`params`
+        are passed on. Raises ``KeyError`` naming a missing array or param and the kernel.
+        """
+        params = dict(params or {})
+        missing = [a for a in self.arrays if a not in arrays and a not in self.optional]
+        if missing:
+            raise KeyError(f"kernel '{self.name}' expected arrays {missing}, got {sorted(arrays)}")
+        unknown = sorted(set(arrays) - set(self.arrays))
+        if unknown:
+            raise KeyError(f"kernel '{self.name}' takes no arrays {unknown}; it takes {list(self.arrays)}")
+        chosen = {k: params[k] for k in self.params if k in params}
+        absent = [k for k in self.params if k not in chosen and k not in self.defaults]
+        if absent:
+            raise KeyError(f"kernel '{self.name}' expected params {absent}, got {sorted(params)}")
+        bound = {a: arrays.get(a) for a in self.arrays}
+        return functools.partial(self.fn, **bound, **chosen)
+
+    def __call__(self, **kwargs: Any) -> None:
+        """Run eagerly with keyword arrays and params (tests)."""
+        self.fn(**kwargs)
+
+
+KERNELS: dict[str, KernelSpec] = {}
+"""Every kernel, keyed by compute/range op name (snake_case, precision-free: the dtypes of the
+bound arrays decide between fp32 and AMP)."""
+
+
+def register(spec: KernelSpec) -> KernelSpec:
+    """Add ``spec`` to :data:`KERNELS`; a second kernel of one name is an error."""
+    if spec.name in KERNELS:
+        raise ValueError(f"kernel '{spec.name}' registered twice")
+    KERNELS[spec.name] = spec
+    return spec
+
+
+def kernel(
+    name: str,
+    *,
+    writes: Sequence[str],
+    workspaces: Sequence[str] = (),
+    workspace_fn: WorkspaceFn | None = None,
+    kind: str = "compute",
+    also: Sequence[str] = (),
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Decorator registering a kernel function under ``name`` (and the names in ``also``).
+
+    Array arguments are the function's positional-or-keyword parameters (a default of ``None``
+    makes one optional); static params are its keyword-only parameters.
+    """
+
+    def deco(fn: Callable[..., None]) -> Callable[..., None]:
+        sig = inspect.signature(fn)
+        arrays, optional, params, defaults = [], set(), [], {}
+        for p in sig.parameters.values():
+            if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
+                arrays.append(p.name)
+                if p.default is None:
+                    optional.add(p.name)
+            elif p.kind is inspect.Parameter.KEYWORD_ONLY:
+                params.append(p.name)
+                if p.default is not inspect.Parameter.empty:
+                    defaults[p.name] = p.default
+        bad = [w for w in (*writes, *workspaces) if w not in arrays]
+        if bad:
+            raise ValueError(f"kernel '{name}': {bad} are not array arguments of {fn.__name__}")
+        for n in (name, *also):
+            register(KernelSpec(
+                name=n, fn=fn, arrays=tuple(arrays), writes=frozenset(writes),
+                workspaces=tuple(workspaces), optional=frozenset(optional), params=tuple(params),
+                defaults=defaults, kind=kind, workspace_fn=workspace_fn,
+            ))
+        return fn
+
+    return deco
