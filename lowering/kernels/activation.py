@@ -52,8 +52,8 @@ def _hardswish(x: np.ndarray) -> np.ndarray:
 
 
 def _d_hardswish(x: np.ndarray) -> np.ndarray:
-    # PyTorch: 0 below -3, x/3 + 1/2 on [-3, 3], 1 above 3.
-    return np.where(x < -3.0, 0.0, np.where(x <= 3.0, x * (1.0 / 3.0) + 0.5, 1.0))
+    # PyTorch (hardswish_backward): 0 for x <= -3, x/3 + 1/2 on (-3, 3), 1 for x >= 3.
+    return np.where(x <= -3.0, 0.0, np.where(x < 3.0, x * (1.0 / 3.0) + 0.5, 1.0))
 
 
 LEAKY_SLOPE = 0.01

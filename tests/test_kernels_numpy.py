@@ -1,0 +1,1024 @@
+"""NumPy kernels against PyTorch (CPU): every layer kernel forward and backward, fused blocks
+against their composition in torch, optimizers against torch.optim, LARS against a transcription
+of the facts sheet, range kernels, the registry's conventions and the no-allocation contract.
+
+Layouts: ours NHWC / KRSC / FC (out, H*W*C over NHWC); torch NCHW / OIHW / FC over NCHW-flattened
+features, converted here. fp32 must agree to ~1e-5 (relative to the reference's max magnitude);
+AMP (fp16 arrays, fp32 accumulation) to ~1e-2, against torch in fp32 on the fp16-rounded inputs.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tr_mlir.lowering.kernels import KERNELS
+from tr_mlir.lowering.kernels.dropout import dropout_rng_state
+from tr_mlir.lowering.kernels.fused import BLOCKS
+
+torch.set_num_threads(1)
+
+F32, F16 = np.float32, np.float16
+TOL = {F32: 1e-5, F16: 1e-2}
+DTYPES = [pytest.param(F32, id="fp32"), pytest.param(F16, id="amp")]
+
+
+# --------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------
+
+
+def to_t(a: np.ndarray, grad: bool = False) -> torch.Tensor:
+    """NHWC (or any) array -> torch tensor, NCHW for 4-D."""
+    a = np.asarray(a, dtype=np.float32)
+    if a.ndim == 4:
+        a = a.transpose(0, 3, 1, 2)
+    return torch.tensor(np.ascontiguousarray(a), requires_grad=grad)
+
+
+def from_t(t: torch.Tensor) -> np.ndarray:
+    a = t.detach().numpy()
+    return a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
+
+
+def w_t(w: np.ndarray, grad: bool = True) -> torch.Tensor:
+    """KRSC conv weight -> OIHW torch tensor."""
+    return torch.tensor(np.ascontiguousarray(w.astype(np.float32).transpose(0, 3, 1, 2)), requires_grad=grad)
+
+
+def w_from_t(g: torch.Tensor) -> np.ndarray:
+    return g.detach().numpy().transpose(0, 2, 3, 1)
+
+
+def check(ours: np.ndarray, ref: np.ndarray, dtype, what: str, tol: float | None = None) -> None:
+    ours = np.asarray(ours, dtype=np.float64).reshape(np.shape(ref))
+    ref = np.asarray(ref, dtype=np.float64)
+    scale = max(float(np.abs(ref).max(initial=0.0)), 1e-6)
+    err = float(np.abs(ours - ref).max(initial=0.0)) / scale
+    assert err <= (tol or TOL[dtype]), f"{what}: relative error {err:.2e} > {(tol or TOL[dtype]):.0e}"
+
+
+def run(name: str, params: dict | None = None, **arrays) -> dict[str, np.ndarray]:
+    """Run kernel ``name`` through its spec (workspaces allocated from its rule); returns them."""
+    spec = KERNELS[name]
+    params = params or {}
+    ws = spec.allocate_workspaces(arrays, **params)
+    spec.bind({**arrays, **ws}, params)()
+    return ws
+
+
+def rnd(rng: np.random.Generator, shape, dtype=F32, scale: float = 1.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+def r32(a: np.ndarray) -> np.ndarray:
+    """The fp32 values a kernel actually sees (fp16-rounded for AMP arrays)."""
+    return a.astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------
+# conv
+# --------------------------------------------------------------------------------------
+
+
+def conv_case(dtype, n, h, w, c, k_out, k, s, p, groups, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rnd(rng, (n, h, w, c), dtype)
+    wt = rnd(rng, (k_out, k, k, c // groups), dtype, 0.3)
+    ho, wo = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    y = np.zeros((n, ho, wo, k_out), dtype)
+    prm = dict(k=k, s=s, p=p, groups=groups)
+    run("conv_fwd", prm, x=x, w=wt, y=y)
+    xt, wtt = to_t(x, True), w_t(wt)
+    yt = F.conv2d(xt, wtt, stride=s, padding=p, groups=groups)
+    check(y, from_t(yt), dtype, "conv y")
+    dy = rnd(rng, y.shape, dtype)
+    yt.backward(to_t(dy))
+    dw = np.zeros(wt.shape, dtype)
+    buf = x.copy()  # dX is written over X's buffer, as the seed does
+    run("conv_bwd", prm, dy=dy, x=buf, w=wt, dw=dw, dx=buf)
+    check(dw, w_from_t(wtt.grad), dtype, "conv dw")
+    check(buf, from_t(xt.grad), dtype, "conv dx")
+    dw2 = np.zeros(wt.shape, dtype)
+    run("conv_bwd_first_layer", prm, dy=dy, x=x, w=wt, dw=dw2)
+    check(dw2, w_from_t(wtt.grad), dtype, "conv dw (first layer)")
+
+
+CONV_RECORDS = [
+    # (n, h, w, c, K, k, s, p, groups)
+    (2, 7, 6, 4, 6, 3, 1, 1, 1),
+    (2, 8, 8, 4, 6, 3, 2, 1, 2),
+    (2, 8, 8, 6, 6, 3, 2, 1, 6),  # depthwise, stride 2
+    (2, 8, 8, 6, 6, 3, 1, 1, 6),  # depthwise
+    (2, 5, 5, 4, 8, 1, 1, 0, 1),  # pointwise
+    (2, 5, 5, 4, 8, 1, 2, 0, 1),  # strided 1x1 (projection)
+    (1, 3, 3, 2, 2, 3, 1, 2, 1),  # padding > k/2: a tap with no valid output
+    (2, 9, 7, 4, 4, 5, 3, 2, 2),
+    (2, 6, 6, 3, 6, 3, 1, 1, 3),  # grouped, channel multiplier 2
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rec", CONV_RECORDS, ids=lambda r: "x".join(map(str, r)))
+def test_conv(rec, dtype):
+    conv_case(dtype, *rec)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    k=st.integers(1, 4), s=st.integers(1, 3), p=st.integers(0, 2), g=st.sampled_from([1, 2, 4]),
+    mult=st.integers(1, 2), h=st.integers(3, 8), w=st.integers(3, 8), seed=st.integers(0, 1000),
+)
+def test_conv_sweep(k, s, p, g, mult, h, w, seed):
+    if h + 2 * p < k or w + 2 * p < k:
+        return
+    conv_case(F32, 2, h, w, 4, g * mult, k, s, p, g, seed)
+
+
+def test_conv_bad_weight_shape_is_an_error():
+    x, w, y = np.zeros((1, 4, 4, 3), F32), np.zeros((4, 3, 3, 2), F32), np.zeros((1, 4, 4, 4), F32)
+    with pytest.raises(ValueError, match=r"expected conv weight of shape \(K, k, k, C/groups\)"):
+        run("conv_fwd", dict(k=3, s=1, p=1, groups=1), x=x, w=w, y=y)
+
+
+# --------------------------------------------------------------------------------------
+# batch norm
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind,shape", [("bn2d", (3, 4, 5, 8)), ("bn1d", (6, 1, 1, 8))])
+def test_batch_norm(kind, shape, dtype):
+    rng = np.random.default_rng(1)
+    c = shape[-1]
+    x = (rnd(rng, shape) * 2 + 0.5).astype(dtype)
+    gamma, beta = rnd(rng, c) + 1, rnd(rng, c)
+    rm, rv = rnd(rng, c) * 0.1, np.abs(rnd(rng, c)) + 0.5
+    eps, mom = 1e-5, 0.1
+    y = np.zeros(shape, dtype)
+    sm, si = np.zeros(c, F32), np.zeros(c, F32)
+    rm_o, rv_o = rm.copy(), rv.copy()
+    run(f"{kind}_fwd", dict(eps=eps, momentum=mom), x=x, gamma=gamma, beta=beta, running_mean=rm_o,
+        running_var=rv_o, y=y, save_mean=sm, save_istd=si)
+    bn = torch.nn.BatchNorm2d(c, eps=eps, momentum=mom) if kind == "bn2d" else torch.nn.BatchNorm1d(c, eps=eps,
+                                                                                                  momentum=mom)
+    with torch.no_grad():
+        bn.weight.copy_(torch.tensor(gamma))
+        bn.bias.copy_(torch.tensor(beta))
+        bn.running_mean.copy_(torch.tensor(rm))
+        bn.running_var.copy_(torch.tensor(rv))
+    xt = to_t(x, True) if kind == "bn2d" else torch.tensor(r32(x).reshape(shape[0], c), requires_grad=True)
+    yt = bn(xt)
+    check(y, from_t(yt), dtype, "bn y")
+    check(rm_o, bn.running_mean.numpy(), dtype, "running mean")
+    check(rv_o, bn.running_var.numpy(), dtype, "running var (unbiased)")
+    check(sm, r32(x).reshape(-1, c).mean(0), dtype, "saved mean")
+    dy = rnd(rng, shape, dtype)
+    yt.backward(to_t(dy) if kind == "bn2d" else torch.tensor(r32(dy).reshape(shape[0], c)))
+    buf = x.copy()
+    dg, db = np.zeros(c, F32), np.zeros(c, F32)
+    run(f"{kind}_bwd", x=buf, dy=dy, gamma=gamma, save_mean=sm, save_istd=si, dgamma=dg, dbeta=db, dx=buf)
+    check(buf, from_t(xt.grad).reshape(shape), dtype, "bn dx")
+    check(dg, bn.weight.grad.numpy(), dtype, "bn dgamma")
+    check(db, bn.bias.grad.numpy(), dtype, "bn dbeta")
+    # inference through the folded parameters
+    es, eb = np.zeros(c, F32), np.zeros(c, F32)
+    run("bn_update_eq_params", dict(eps=eps), gamma=gamma, beta=beta, running_mean=rm_o, running_var=rv_o,
+        eq_scale=es, eq_bias=eb)
+    bn.eval()
+    yi = np.zeros(shape, dtype)
+    run(f"{kind}_inf", x=x, eq_scale=es, eq_bias=eb, y=yi)
+    ref = bn(xt.detach())
+    check(yi, from_t(ref).reshape(shape), dtype, "bn inference")
+
+
+def test_bn_running_stats_over_steps_match_batchnorm2d():
+    rng = np.random.default_rng(2)
+    c = 4
+    bn = torch.nn.BatchNorm2d(c, momentum=0.3)
+    rm, rv = np.zeros(c, F32), np.ones(c, F32)
+    for _ in range(3):
+        x = rnd(rng, (2, 3, 3, c)) * 3 + 1
+        run("bn2d_fwd", dict(eps=1e-5, momentum=0.3), x=x, gamma=np.ones(c, F32), beta=np.zeros(c, F32),
+            running_mean=rm, running_var=rv, y=np.zeros_like(x), save_mean=np.zeros(c, F32),
+            save_istd=np.zeros(c, F32))
+        bn(to_t(x))
+    check(rm, bn.running_mean.numpy(), F32, "running mean")
+    check(rv, bn.running_var.numpy(), F32, "running var")
+
+
+# --------------------------------------------------------------------------------------
+# activations
+# --------------------------------------------------------------------------------------
+
+ACTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "silu": F.silu,
+    "relu6": F.relu6,
+    "leaky_relu": F.leaky_relu,
+    "hardswish": F.hardswish,
+    "elu": F.elu,
+}
+
+
+def _act_input(rng, shape, dtype):
+    x = rnd(rng, shape, scale=4.0)
+    x.reshape(-1)[:8] = [0.0, 6.0, -3.0, 3.0, 100.0, -100.0, 1e-8, -1e-8]  # kinks and saturations
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(ACTS))
+def test_activation(name, dtype):
+    rng = np.random.default_rng(3)
+    shape = (2, 5, 7, 3)
+    x = _act_input(rng, shape, dtype)
+    y = np.zeros(shape, dtype)
+    run(f"{name}_fwd", x=x, y=y)
+    xt = to_t(x, True)
+    yt = ACTS[name](xt)
+    check(y, from_t(yt), dtype, f"{name} y")
+    y2 = np.zeros(shape, dtype)
+    run(f"{name}_inf", x=x, y=y2)
+    np.testing.assert_array_equal(y2, y)
+    dy = rnd(rng, shape, dtype)
+    yt.backward(to_t(dy))
+    buf = x.copy()
+    run(f"{name}_bwd", dy=dy, x=buf, dx=buf)  # dX over X
+    check(buf, from_t(xt.grad), dtype, f"{name} dx")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_relu(dtype):
+    rng = np.random.default_rng(4)
+    shape = (2, 4, 4, 3)
+    x = _act_input(rng, shape, dtype)
+    y, mask = np.zeros(shape, dtype), np.zeros(shape, np.int8)
+    run("relu_fwd", x=x, y=y, mask=mask)
+    xt = to_t(x, True)
+    yt = F.relu(xt)
+    check(y, from_t(yt), dtype, "relu y")
+    np.testing.assert_array_equal(mask, (x > 0).astype(np.int8))
+    dy = rnd(rng, shape, dtype)
+    yt.backward(to_t(dy))
+    dx = x.copy()
+    run("relu_bwd", dy=dy, mask=mask, dx=dx)
+    check(dx, from_t(xt.grad), dtype, "relu dx")
+    yi = np.zeros(shape, dtype)
+    run("relu_inf", x=x, y=yi)
+    np.testing.assert_array_equal(yi, y)
+
+
+# --------------------------------------------------------------------------------------
+# pooling, fc, reshapes, add
+# --------------------------------------------------------------------------------------
+
+POOLS = [(2, 2, 0), (3, 2, 1), (3, 1, 1), (2, 1, 0), (3, 3, 1)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k,s,p", POOLS)
+def test_maxpool(k, s, p, dtype):
+    rng = np.random.default_rng(5)
+    x = rnd(rng, (2, 7, 6, 3), dtype)
+    x[0, 0, :2, 0] = 1.5  # a tie: the first maximum wins, as in torch
+    xt = to_t(x, True)
+    yt, idx = F.max_pool2d(xt, k, s, p, return_indices=True)
+    y, mask = np.zeros(from_t(yt).shape, dtype), np.zeros(from_t(yt).shape, np.int8)
+    run("maxpool_fwd", dict(k=k, s=s, p=p), x=x, y=y, mask=mask)
+    check(y, from_t(yt), dtype, "maxpool y")
+    dy = rnd(rng, y.shape, dtype)
+    yt.backward(to_t(dy))
+    buf = x.copy()
+    run("maxpool_bwd", dict(k=k, s=s, p=p), dy=dy, mask=mask, dx=buf)
+    check(buf, from_t(xt.grad), dtype, "maxpool dx")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k,s,p", POOLS)
+def test_avgpool(k, s, p, dtype):
+    rng = np.random.default_rng(6)
+    x = rnd(rng, (2, 7, 6, 3), dtype)
+    xt = to_t(x, True)
+    yt = F.avg_pool2d(xt, k, s, p)  # count_include_pad=True (default)
+    y = np.zeros(from_t(yt).shape, dtype)
+    run("avgpool_fwd", dict(k=k, s=s, p=p), x=x, y=y)
+    check(y, from_t(yt), dtype, "avgpool y")
+    dy = rnd(rng, y.shape, dtype)
+    yt.backward(to_t(dy))
+    buf = x.copy()
+    run("avgpool_bwd", dict(k=k, s=s, p=p), dy=dy, dx=buf)
+    check(buf, from_t(xt.grad), dtype, "avgpool dx")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gap(dtype):
+    rng = np.random.default_rng(7)
+    x = rnd(rng, (3, 5, 4, 6), dtype)
+    xt = to_t(x, True)
+    yt = F.adaptive_avg_pool2d(xt, 1)
+    y = np.zeros((3, 1, 1, 6), dtype)
+    run("gap_fwd", x=x, y=y)
+    check(y, from_t(yt), dtype, "gap y")
+    dy = rnd(rng, y.shape, dtype)
+    yt.backward(to_t(dy))
+    dx = np.zeros(x.shape, dtype)
+    run("gap_bwd", dy=dy, dx=dx)
+    check(dx, from_t(xt.grad), dtype, "gap dx")
+
+
+def _fc_torch(x: np.ndarray, w: np.ndarray, b: np.ndarray | None):
+    """torch reference for our FC: features flattened in NHWC order."""
+    xt = torch.tensor(r32(x), requires_grad=True)
+    wt = torch.tensor(r32(w), requires_grad=True)
+    bt = None if b is None else torch.tensor(b, requires_grad=True)
+    yt = F.linear(xt.reshape(x.shape[0], -1), wt, bt)
+    return xt, wt, bt, yt
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_fc(bias, dtype):
+    rng = np.random.default_rng(8)
+    x = rnd(rng, (4, 2, 3, 5), dtype)
+    w = rnd(rng, (7, 30), dtype, 0.2)
+    b = rnd(rng, 7) if bias else None
+    y = np.zeros((4, 1, 1, 7), dtype)
+    run("fc_fwd", x=x, w=w, b=b, y=y)
+    xt, wt, bt, yt = _fc_torch(x, w, b)
+    check(y, yt.detach().numpy(), dtype, "fc y")
+    dy = rnd(rng, y.shape, dtype)
+    yt.backward(torch.tensor(r32(dy).reshape(4, 7)))
+    buf, dw = x.copy(), np.zeros((7, 30), F32)
+    db = np.zeros(7, F32) if bias else None
+    run("fc_bwd", dy=dy, w=w, x=buf, dw=dw, db=db, dx=buf)
+    check(buf, xt.grad.numpy(), dtype, "fc dx")
+    check(dw, wt.grad.numpy(), dtype, "fc dw")
+    if bias:
+        check(db, bt.grad.numpy(), dtype, "fc db")
+
+
+def test_flatten_channel_padding_add_copies():
+    rng = np.random.default_rng(9)
+    x = rnd(rng, (2, 3, 4, 5))
+    y = np.zeros((2, 1, 1, 60), F32)
+    run("flatten_fwd", x=x, y=y)
+    np.testing.assert_array_equal(y.reshape(2, -1), x.reshape(2, -1))
+    dx = np.zeros_like(x)
+    run("flatten_bwd", dy=y, dx=dx)
+    np.testing.assert_array_equal(dx, x)
+    run("flatten_fwd", x=x, y=x.reshape(2, 1, 1, 60))  # aliasing buffer: nothing to do
+    yp = np.full((2, 3, 4, 8), 7.0, F32)
+    run("channel_padding_fwd", x=x, y=yp)
+    np.testing.assert_array_equal(yp[..., :5], x)
+    assert not yp[..., 5:].any()
+    dxp = np.zeros_like(x)
+    run("channel_padding_bwd", dy=yp, dx=dxp)
+    np.testing.assert_array_equal(dxp, x)
+    a, b = rnd(rng, x.shape), rnd(rng, x.shape)
+    s = np.zeros_like(x)
+    run("add_fwd", a=a, b=b, y=s)
+    np.testing.assert_allclose(s, a + b)
+    da, db = np.zeros_like(x), np.ones_like(x)
+    run("add_bwd", dy=s, da=da, db=db)
+    np.testing.assert_array_equal(da, s)
+    np.testing.assert_array_equal(db, s)
+    run("add_bwd_acc", dy=s, da=da, db=db)
+    np.testing.assert_allclose(da, 2 * s)
+    run("grad_acc", dy=s, dx=db)
+    np.testing.assert_allclose(db, 3 * s)
+    h = np.zeros(x.shape, F16)
+    run("identity_fwd", x=x, y=h)
+    np.testing.assert_array_equal(h, x.astype(F16))
+    yy = np.ones_like(x)
+    run("axpy_fwd", x=x, y=yy, a=np.array([2.0], F32))
+    np.testing.assert_allclose(yy, 1 + 2 * x, rtol=1e-6)
+
+
+# --------------------------------------------------------------------------------------
+# dropout
+# --------------------------------------------------------------------------------------
+
+
+def test_dropout():
+    rng = np.random.default_rng(10)
+    x = rnd(rng, (4, 16, 16, 8))
+    p = 0.3
+    state = dropout_rng_state(123)
+    y, mask = np.zeros_like(x), np.zeros(x.shape, np.int8)
+    run("dropout_fwd", dict(p=p), x=x, y=y, mask=mask, rng=state)
+    keep = mask.mean()
+    assert abs(keep - (1 - p)) < 0.02, keep
+    np.testing.assert_allclose(y, x * mask / (1 - p), rtol=1e-6)
+    dy = rnd(rng, x.shape)
+    dx = np.zeros_like(x)
+    run("dropout_bwd", dict(p=p), dy=dy, mask=mask, dx=dx)
+    np.testing.assert_allclose(dx, dy * mask / (1 - p), rtol=1e-6)
+    # the counter advanced: the next call draws a different mask; the same seed replays
+    mask2 = np.zeros_like(mask)
+    run("dropout_fwd", dict(p=p), x=x, y=y, mask=mask2, rng=state)
+    assert (mask2 != mask).any()
+    again, m3 = dropout_rng_state(123), np.zeros_like(mask)
+    run("dropout_fwd", dict(p=p), x=x, y=np.zeros_like(x), mask=m3, rng=again)
+    np.testing.assert_array_equal(m3, mask)
+    yi = np.zeros_like(x)
+    run("dropout_inf", x=x, y=yi)
+    np.testing.assert_array_equal(yi, x)
+    run("dropout_fwd", dict(p=1.0), x=x, y=y, mask=mask, rng=state)
+    assert not y.any()
+
+
+# --------------------------------------------------------------------------------------
+# softmax cross-entropy
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("ls", [0.0, 0.1])
+@pytest.mark.parametrize("k", [10, 3])
+def test_softmax_ce(k, ls, dtype):
+    rng = np.random.default_rng(11)
+    n = 16
+    logits = rnd(rng, (n, 1, 1, k), dtype, 3.0)
+    labels = rng.integers(0, k, n).astype(np.int32)
+    probs = np.zeros((n, k), F32)
+    loss, top1, top5 = (np.zeros(1, F32) for _ in range(3))
+    pred = np.zeros(n, np.int32)
+    run("softmax_ce_fwd", dict(label_smoothing=ls), logits=logits, labels=labels, probs=probs, loss=loss,
+        top1=top1, top5=top5, pred=pred, batch_size=np.array([n], np.int32))
+    zt = torch.tensor(r32(logits).reshape(n, k), requires_grad=True)
+    lt = torch.nn.CrossEntropyLoss(label_smoothing=ls)(zt, torch.tensor(labels, dtype=torch.long))
+    check(loss, lt.detach().numpy(), dtype, "loss", tol=1e-5 if dtype is F32 else 1e-3)
+    check(probs, torch.softmax(zt, 1).detach().numpy(), F32, "probs")
+    z = r32(logits).reshape(n, k)
+    np.testing.assert_array_equal(pred, z.argmax(1))
+    assert top1[0] == pytest.approx((z.argmax(1) == labels).mean())
+    top5_ref = np.mean([labels[i] in np.argsort(-z[i])[:5] for i in range(n)]) if k >= 5 else top1[0]
+    assert top5[0] == pytest.approx(top5_ref)
+    scale = 8.0
+    lt.backward()
+    dl = logits.copy()  # the gradient goes over the logits
+    run("softmax_ce_bwd", dict(label_smoothing=ls), probs=probs, labels=labels, dlogits=dl,
+        loss_scale=np.array([scale], F32), batch_size=np.array([n], np.int32))
+    check(r32(dl).reshape(n, k) / scale, zt.grad.numpy(), dtype, "dlogits")
+
+
+def test_softmax_ce_short_batch_masks_padding_rows():
+    rng = np.random.default_rng(12)
+    n, b, k = 8, 5, 6
+    logits = rnd(rng, (n, k))
+    labels = rng.integers(0, k, n).astype(np.int32)
+    probs, loss, top1, top5 = np.zeros((n, k), F32), *(np.zeros(1, F32) for _ in range(3))
+    bs = np.array([b], np.int32)
+    run("softmax_ce_fwd", {}, logits=logits, labels=labels, probs=probs, loss=loss, top1=top1,
+        top5=top5, batch_size=bs)
+    zt = torch.tensor(logits[:b], requires_grad=True)
+    lt = F.cross_entropy(zt, torch.tensor(labels[:b], dtype=torch.long))
+    check(loss, lt.detach().numpy(), F32, "loss over the first B rows")
+    lt.backward()
+    dl = np.ones_like(logits)
+    run("softmax_ce_bwd", probs=probs, labels=labels, dlogits=dl, batch_size=bs)
+    check(dl[:b], zt.grad.numpy(), F32, "dlogits")
+    assert not dl[b:].any()
+
+
+def test_softmax_ce_facts_formula_vs_torch():
+    """The facts sheet's loss (12.4) with its 1e-8 epsilons equals torch's to ~1e-7 on ordinary
+    logits; we implement torch's (log-sum-exp) form."""
+    rng = np.random.default_rng(13)
+    n, k, ls = 8, 5, 0.1
+    z = rnd(rng, (n, k), scale=2.0).astype(np.float64)
+    y = rng.integers(0, k, n)
+    e = np.exp(z - z.max(1, keepdims=True))
+    p = e / (e.sum(1, keepdims=True) + 1e-8)
+    facts = np.mean(-(1 - ls) * np.log(p[np.arange(n), y] + 1e-8) - (ls / k) * np.log(p + 1e-8).sum(1))
+    loss = np.zeros(1, F32)
+    run("softmax_ce_fwd", dict(label_smoothing=ls), logits=z.astype(F32), labels=y.astype(np.int32),
+        probs=np.zeros((n, k), F32), loss=loss, top1=np.zeros(1, F32), top5=np.zeros(1, F32))
+    assert abs(facts - loss[0]) < 1e-5
+
+
+# --------------------------------------------------------------------------------------
+# fused blocks against their composition in torch
+# --------------------------------------------------------------------------------------
+
+# Independent statement of each layout: main stages (out, k, s, p, depthwise, relu), shortcut,
+# post-add relu, pool. Channels: C input; params below.
+EXPECTED_LAYOUTS = {
+    "cbr": lambda c, q: ([(q["out_ch"], q["k"], q["s"], q["p"], False, True)], None, False),
+    "cbrp": lambda c, q: ([(q["out_ch"], q["conv_k"], q["conv_s"], q["conv_p"], False, True)], None, False),
+    "bottleneck_identity": lambda c, q: (
+        [(q["bottleneck_ch"], 1, 1, 0, False, True), (q["bottleneck_ch"], 3, 1, 1, False, True),
+         (c, 1, 1, 0, False, False)], "identity", True),
+    "bottleneck_projection": lambda c, q: (
+        [(q["bottleneck_ch"], 1, 1, 0, False, True), (q["bottleneck_ch"], 3, q["stride"], 1, False, True),
+         (q["out_ch"], 1, 1, 0, False, False)], (q["out_ch"], 1, q["stride"], 0, False, False), True),
+    "basic_block_identity": lambda c, q: (
+        [(q["out_ch"], 3, 1, 1, False, True), (q["out_ch"], 3, 1, 1, False, False)], "identity", True),
+    "basic_block_projection": lambda c, q: (
+        [(q["out_ch"], 3, q["stride"], 1, False, True), (q["out_ch"], 3, 1, 1, False, False)],
+        (q["out_ch"], 1, q["stride"], 0, False, False), True),
+    "inv_residual_identity": lambda c, q: (
+        [(q["expand_ch"], 1, 1, 0, False, True), (q["expand_ch"], 3, 1, 1, True, True),
+         (q["out_ch"], 1, 1, 0, False, False)], "identity", False),
+    "inv_residual_no_shortcut": lambda c, q: (
+        [(q["expand_ch"], 1, 1, 0, False, True), (q["expand_ch"], 3, q["stride"], 1, True, True),
+         (q["out_ch"], 1, 1, 0, False, False)], None, False),
+}
+
+BLOCK_RECORDS = [
+    ("cbr", (2, 6, 6, 3), dict(out_ch=8, k=3, s=1, p=1)),
+    ("cbr", (2, 7, 7, 4), dict(out_ch=8, k=3, s=2, p=0)),
+    ("cbrp", (2, 8, 8, 3), dict(out_ch=8, conv_k=3, conv_s=1, conv_p=1, pool_k=3, pool_s=2, pool_p=1)),
+    ("cbrp", (2, 8, 8, 3), dict(out_ch=8, conv_k=3, conv_s=1, conv_p=1, pool_k=2, pool_s=2, pool_p=0)),
+    ("bottleneck_identity", (2, 5, 5, 16), dict(bottleneck_ch=8)),
+    ("bottleneck_projection", (2, 6, 6, 8), dict(bottleneck_ch=4, out_ch=16, stride=2)),
+    ("bottleneck_projection", (2, 5, 5, 8), dict(bottleneck_ch=4, out_ch=16, stride=1)),
+    ("basic_block_identity", (2, 5, 5, 8), dict(out_ch=8)),
+    ("basic_block_projection", (2, 6, 6, 8), dict(out_ch=16, stride=2)),
+    ("inv_residual_identity", (2, 5, 5, 8), dict(expand_ch=16, out_ch=8)),
+    ("inv_residual_no_shortcut", (2, 6, 6, 8), dict(expand_ch=16, out_ch=16, stride=2)),
+]
+
+
+@dataclass
+class TorchStage:
+    w: torch.Tensor
+    gamma: torch.Tensor
+    beta: torch.Tensor
+    rm: torch.Tensor
+    rv: torch.Tensor
+    spec: tuple
+
+
+def _relu(h, mask):
+    """ReLU, or (``mask`` given) multiplication by the kernel's own ReLU mask: in AMP a
+    pre-activation within fp16 rounding of 0 may take the other branch than in fp32, and the
+    gradient of a kink is ill-conditioned, so the AMP backward reference pins the branch."""
+    return F.relu(h) if mask is None else h * to_t(mask)
+
+
+def _torch_stage(h, ts: TorchStage, train: bool, eps: float, mom: float, mask=None):
+    out, k, s, p, dw, relu = ts.spec
+    h = F.conv2d(h, ts.w, stride=s, padding=p, groups=h.shape[1] if dw else 1)
+    h = F.batch_norm(h, ts.rm, ts.rv, ts.gamma, ts.beta, training=train, momentum=mom, eps=eps)
+    return _relu(h, mask) if relu else h
+
+
+def _torch_block(x, main, proj, shortcut, post_relu, pool, train, eps, mom, masks=None):
+    masks = masks or {}
+    h = x
+    for ts, tag in main:
+        h = _torch_stage(h, ts, train, eps, mom, masks.get(tag))
+    if shortcut == "identity":
+        h = h + x
+    elif proj is not None:
+        h = h + _torch_stage(x, proj, train, eps, mom)
+    if post_relu:
+        h = _relu(h, masks.get("out"))
+    if pool:
+        h = F.max_pool2d(h, *pool)
+    return h
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rec", BLOCK_RECORDS, ids=lambda r: r[0] + "-" + "-".join(map(str, r[2].values())))
+def test_fused_block(rec, dtype):
+    kind, x_shape, q = rec
+    blk = BLOCKS[kind]
+    lay = blk.make(x_shape[-1], **q)
+    main_spec, sc, post = EXPECTED_LAYOUTS[kind](x_shape[-1], q)
+    got = [(s.out_ch, s.k, s.s, s.p, s.depthwise, s.relu) for s in lay.main]
+    assert got == main_spec, "layout of the main branch"
+    assert lay.post_relu == post
+    if isinstance(sc, tuple):
+        p_ = lay.projection
+        assert (p_.out_ch, p_.k, p_.s, p_.p, p_.depthwise, p_.relu) == sc
+    else:
+        assert lay.shortcut == (sc or "none")
+    pool = (q["pool_k"], q["pool_s"], q["pool_p"]) if kind == "cbrp" else None
+
+    rng = np.random.default_rng(14)
+    eps, mom = 1e-5, 0.1
+    infos = blk.tensors(x_shape, dtype, **q)
+    arr: dict[str, np.ndarray] = {}
+    for name, (shape, dt) in infos.items():
+        arr[name] = np.zeros(shape, dt)
+    x = rnd(rng, x_shape, dtype)
+    arr["x"] = x
+    tstages: dict[str, TorchStage] = {}
+    for stg in lay.stages:
+        t = stg.tag
+        w = rnd(rng, infos[f"w{t}"][0], scale=0.5)
+        arr[f"w{t}"] = w.astype(dtype)  # the AMP copy of the weights in AMP
+        c = stg.out_ch
+        arr[f"gamma{t}"] = rnd(rng, c) * 0.2 + 1
+        arr[f"beta{t}"] = rnd(rng, c) * 0.2
+        arr[f"mean{t}"] = np.zeros(c, F32)
+        arr[f"var{t}"] = np.ones(c, F32)
+        tstages[t] = TorchStage(w_t(r32(arr[f"w{t}"])), torch.tensor(arr[f"gamma{t}"], requires_grad=True),
+                                torch.tensor(arr[f"beta{t}"], requires_grad=True), torch.zeros(c), torch.ones(c),
+                                (c, stg.k, stg.s, stg.p, stg.depthwise, stg.relu))
+    spec_f = KERNELS[f"{kind}_fwd"]
+    fwd_arr = {n: arr[n] for n in spec_f.arrays if n in arr}
+    run(f"{kind}_fwd", {**q, "eps": eps, "momentum": mom}, **fwd_arr)
+    xt = to_t(x, True)
+    main = [(tstages[s.tag], s.tag) for s in lay.main]
+    proj = tstages.get("_sc")
+    saved = {t: (ts.rm.clone(), ts.rv.clone()) for t, ts in tstages.items()}
+    yt = _torch_block(xt, main, proj, lay.shortcut, lay.post_relu, pool, True, eps, mom)
+    check(arr["y"], from_t(yt), dtype, f"{kind} y")
+    for t, ts in tstages.items():
+        check(arr[f"mean{t}"], ts.rm.numpy(), dtype, f"{kind} running mean{t}")
+        check(arr[f"var{t}"], ts.rv.numpy(), dtype, f"{kind} running var{t}")
+    if dtype is F16:  # rerun the reference with the kernel's ReLU branches (see _relu)
+        masks = {s.tag: arr[f"mask{s.tag}"] for s in lay.main if s.relu}
+        if lay.post_relu:
+            masks["out"] = arr["mask_out"]
+        for t, ts in tstages.items():
+            ts.rm.copy_(saved[t][0])
+            ts.rv.copy_(saved[t][1])
+        xt = to_t(x, True)
+        yt = _torch_block(xt, main, proj, lay.shortcut, lay.post_relu, pool, True, eps, mom, masks)
+
+    # backward: dX over X's buffer
+    dy = rnd(rng, arr["y"].shape, dtype)
+    yt.backward(to_t(dy))
+    spec_b = KERNELS[f"{kind}_bwd"]
+    bwd_arr = {n: arr[n] for n in spec_b.arrays if n in arr and n not in ("dy", "dx", "x")}
+    buf = x.copy()
+    run(f"{kind}_bwd", {**q}, dy=dy.copy(), x=buf, dx=buf, **bwd_arr)
+    check(buf, from_t(xt.grad), dtype, f"{kind} dx")
+    for t, ts in tstages.items():
+        check(arr[f"dw{t}"], w_from_t(ts.w.grad), dtype, f"{kind} dw{t}")
+        check(arr[f"dgamma{t}"], ts.gamma.grad.numpy(), dtype, f"{kind} dgamma{t}")
+        check(arr[f"dbeta{t}"], ts.beta.grad.numpy(), dtype, f"{kind} dbeta{t}")
+
+    # inference through folded BN, against torch eval mode with the updated running statistics
+    for t in tstages:
+        run("bn_update_eq_params", dict(eps=eps), gamma=arr[f"gamma{t}"], beta=arr[f"beta{t}"],
+            running_mean=arr[f"mean{t}"], running_var=arr[f"var{t}"], eq_scale=arr[f"eq_scale{t}"],
+            eq_bias=arr[f"eq_bias{t}"])
+    spec_i = KERNELS[f"{kind}_inf"]
+    yi = np.zeros_like(arr["y"])
+    inf_arr = {n: arr[n] for n in spec_i.arrays if n in arr and n not in ("x", "y")}
+    run(f"{kind}_inf", {**q}, x=x, y=yi, **inf_arr)
+    with torch.no_grad():
+        ye = _torch_block(to_t(x), main, proj, lay.shortcut, lay.post_relu, pool, False, eps, mom)
+    check(yi, from_t(ye), dtype, f"{kind} inference")
+
+
+def test_fused_equals_unfused_cbr_fp32():
+    """cbr_fwd/bwd and conv+bn+relu kernels agree to rounding in fp32."""
+    rng = np.random.default_rng(15)
+    x = rnd(rng, (2, 6, 6, 4))
+    w = rnd(rng, (8, 3, 3, 4), scale=0.3)
+    g, b = rnd(rng, 8) + 1, rnd(rng, 8)
+    c8 = lambda: np.zeros(8, F32)  # noqa: E731
+    # unfused
+    conv_o, bn_o, relu_o = (np.zeros((2, 6, 6, 8), F32) for _ in range(3))
+    mask = np.zeros((2, 6, 6, 8), np.int8)
+    rm, rv, sm, si = c8(), np.ones(8, F32), c8(), c8()
+    run("conv_fwd", dict(k=3, s=1, p=1, groups=1), x=x, w=w, y=conv_o)
+    run("bn2d_fwd", {}, x=conv_o, gamma=g, beta=b, running_mean=rm, running_var=rv, y=bn_o, save_mean=sm,
+        save_istd=si)
+    run("relu_fwd", x=bn_o, y=relu_o, mask=mask)
+    # fused
+    f = {n: np.zeros(s, d) for n, (s, d) in BLOCKS["cbr"].tensors(x.shape, F32, out_ch=8, k=3, s=1, p=1).items()}
+    f.update(x=x, w1=w, gamma1=g, beta1=b, var1=np.ones(8, F32))
+    q = dict(out_ch=8, k=3, s=1, p=1)
+    run("cbr_fwd", q, **{n: f[n] for n in KERNELS["cbr_fwd"].arrays if n in f})
+    np.testing.assert_allclose(f["y"], relu_o, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(f["var1"], rv, rtol=1e-6)
+
+
+# --------------------------------------------------------------------------------------
+# gap_fc
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gap_fc(dtype):
+    rng = np.random.default_rng(16)
+    x = rnd(rng, (3, 4, 4, 6), dtype)
+    w, b = rnd(rng, (5, 6), dtype, 0.3), rnd(rng, 5)
+    g, y = np.zeros((3, 1, 1, 6), dtype), np.zeros((3, 1, 1, 5), dtype)
+    run("gap_fc_fwd", x=x, w=w, b=b, g=g, y=y)
+    xt = to_t(x, True)
+    wt, bt = torch.tensor(r32(w), requires_grad=True), torch.tensor(b, requires_grad=True)
+    yt = F.linear(F.adaptive_avg_pool2d(xt, 1).flatten(1), wt, bt)
+    check(y.reshape(3, 5), yt.detach().numpy(), dtype, "gap_fc y")
+    dy = rnd(rng, y.shape, dtype)
+    yt.backward(torch.tensor(r32(dy).reshape(3, 5)))
+    dw, db, dx = np.zeros((5, 6), F32), np.zeros(5, F32), np.zeros(x.shape, dtype)
+    run("gap_fc_bwd", dy=dy, w=w, g=g, dw=dw, db=db, dx=dx)
+    check(dx, from_t(xt.grad), dtype, "gap_fc dx")
+    check(dw, wt.grad.numpy(), dtype, "gap_fc dw")
+    check(db, bt.grad.numpy(), dtype, "gap_fc db")
+
+
+# --------------------------------------------------------------------------------------
+# optimizers
+# --------------------------------------------------------------------------------------
+
+PARAM_SHAPES = [(4, 3), (5,), (2, 2, 3)]
+ALIGN = 8  # elements: spans keep zero padding between tensors, as 256-byte slots do
+
+
+def _layout(shapes):
+    offs, o = [], 0
+    for s in shapes:
+        n = int(np.prod(s))
+        offs.append((o, n))
+        o += -(-n // ALIGN) * ALIGN
+    return offs, o
+
+
+def _pack(tensors, offs, total):
+    f = np.zeros(total, F32)
+    for t, (o, n) in zip(tensors, offs):
+        f[o:o + n] = t.reshape(-1)
+    return f
+
+
+OPTS = {
+    # name: (torch factory, kernel, scalars); wd = weight decay of the weight range
+    "sgd": (lambda ps, wd: torch.optim.SGD(ps, lr=0.1, weight_decay=wd), "sgd", {}),
+    "momentum": (lambda ps, wd: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=wd), "momentum",
+                 {"momentum": 0.9}),
+    "nesterov": (lambda ps, wd: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=wd),
+                 "nesterov", {"momentum": 0.9}),
+    "adam": (lambda ps, wd: torch.optim.Adam(ps, lr=0.01, betas=(0.8, 0.9), eps=1e-6, weight_decay=wd), "adam",
+             {"beta1": 0.8, "beta2": 0.9, "eps": 1e-6}),
+    "adamw": (lambda ps, wd: torch.optim.AdamW(ps, lr=0.01, betas=(0.8, 0.9), eps=1e-6, weight_decay=wd),
+              "adamw", {"beta1": 0.8, "beta2": 0.9, "eps": 1e-6}),
+}
+
+
+@pytest.mark.parametrize("scale", [1.0, 1024.0])
+@pytest.mark.parametrize("name", list(OPTS))
+def test_optimizer_matches_torch(name, scale):
+    factory, stem, hyper = OPTS[name]
+    rng = np.random.default_rng(17)
+    wd = 0.05
+    init = [rnd(rng, s) for s in PARAM_SHAPES]
+    bias_init = [rnd(rng, (3,)), rnd(rng, (6,))]
+    tw = [torch.tensor(a.copy(), requires_grad=True) for a in init]
+    tb = [torch.tensor(a.copy(), requires_grad=True) for a in bias_init]
+    opt = factory([{"params": tw, "weight_decay": wd}, {"params": tb, "weight_decay": 0.0}], wd)
+    offs, total = _layout(PARAM_SHAPES)
+    boffs, btotal = _layout([(3,), (6,)])
+    W, B = _pack(init, offs, total), _pack(bias_init, boffs, btotal)
+    mW, vW, mB, vB = (np.zeros(n, F32) for n in (total, total, btotal, btotal))
+    step = np.zeros(1, np.int32)
+    lr = np.array([opt.param_groups[0]["lr"]], F32)
+    sc = np.array([scale], F32)
+    nan = np.zeros(1, np.int32)
+    adam = stem.startswith("adam")
+    bias_stem = "adam" if adam else stem
+    for _ in range(3):
+        gs = [rnd(rng, s) for s in PARAM_SHAPES]
+        gb = [rnd(rng, (3,)), rnd(rng, (6,))]
+        for t, g in zip(tw + tb, gs + gb):
+            t.grad = torch.tensor(g)
+        opt.step()
+        G, GB = _pack(gs, offs, total) * scale, _pack(gb, boffs, btotal) * scale
+        if adam:
+            run("scalar_increment", step=step, has_nan=nan)
+        common = dict(lr=lr, loss_scale=sc, has_nan=nan, **{k: np.array([v], F32) for k, v in hyper.items()})
+        extra_w = dict(m=mW) if stem != "sgd" else {}
+        extra_b = dict(m=mB) if stem != "sgd" else {}
+        if adam:
+            extra_w.update(v=vW, step=step)
+            extra_b.update(v=vB, step=step)
+        run(f"range_update_weight_{stem}", w=W, g=G, weight_decay=np.array([wd], F32), **extra_w, **common)
+        run(f"range_update_bias_{bias_stem}", w=B, g=GB, **extra_b, **common)
+    for t, (o, n) in zip(tw, offs):
+        check(W[o:o + n], t.detach().numpy().reshape(-1), F32, f"{name} weight")
+    for t, (o, n) in zip(tb, boffs):
+        check(B[o:o + n], t.detach().numpy().reshape(-1), F32, f"{name} bias (no decay)")
+    pad = np.ones(total, bool)
+    for o, n in offs:
+        pad[o:o + n] = False
+    assert not W[pad].any(), "slot padding stays zero"
+
+
+@pytest.mark.parametrize("name", ["range_update_weight_momentum", "range_update_weight_adam"])
+def test_optimizer_skips_on_nan(name):
+    w, g, m, v = np.ones(8, F32), np.ones(8, F32), np.zeros(8, F32), np.zeros(8, F32)
+    arrays = dict(w=w, g=g, m=m, lr=0.1, momentum=0.9, weight_decay=0.0, loss_scale=np.array([2.0], F32),
+                  has_nan=np.array([1], np.int32))
+    if "adam" in name:
+        del arrays["momentum"]
+        arrays.update(v=v, beta1=0.9, beta2=0.99, eps=1e-8, step=np.array([1], np.int32))
+    run(name, **arrays)
+    assert (w == 1).all() and not m.any()
+    step = np.array([3], np.int32)
+    run("scalar_increment", step=step, has_nan=np.array([1], np.int32))
+    assert step[0] == 3
+
+
+def _lars_reference(ws, gs, ms, lr, mu, wd, tc, eps, scale, nesterov):
+    """NumPy transcription of facts sheet 12.4 (per tensor)."""
+    out = []
+    for w, g, m in zip(ws, gs, ms):
+        w, g, m = w.astype(np.float64), g.astype(np.float64), m.astype(np.float64)
+        wn = np.sqrt((w * w).sum())
+        gn = np.sqrt((g * g).sum()) / scale
+        eta = min(tc * wn / (gn + wd * wn + eps), 100.0) if wn >= 1e-12 and gn >= 1e-12 else 1.0
+        gp = g / scale + wd * w
+        m_new = mu * m + lr * eta * gp
+        w = w - (lr * eta * gp + mu * m_new) if nesterov else w - m_new
+        out.append((w, m_new))
+    return out
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_lars_matches_facts_transcription(nesterov):
+    rng = np.random.default_rng(18)
+    shapes = PARAM_SHAPES + [(4,)]
+    ws = [rnd(rng, s) for s in shapes]
+    ws[-1][:] = 0  # a zero tensor: trust ratio 1
+    ms = [rnd(rng, s) * 0.1 for s in shapes]
+    offs, total = _layout(shapes)
+    W, M = _pack(ws, offs, total), _pack(ms, offs, total)
+    W2, M2 = W.copy(), M.copy()
+    hyper = dict(lr=0.1, momentum=0.9, weight_decay=1e-4, trust_coefficient=0.001, eps=1e-9)
+    scale = 4.0
+    for _ in range(3):
+        gs = [rnd(rng, s) for s in shapes]
+        G = _pack(gs, offs, total) * scale
+        ref = _lars_reference(ws, [g * scale for g in gs], ms, hyper["lr"], hyper["momentum"],
+                              hyper["weight_decay"], hyper["trust_coefficient"], hyper["eps"], scale, nesterov)
+        ws, ms = [r[0] for r in ref], [r[1] for r in ref]
+        kname = "range_update_weight_lars_nesterov" if nesterov else "range_update_weight_lars"
+        run(kname, dict(segments=tuple(offs)), w=W, g=G, m=M, loss_scale=np.array([scale], F32),
+            has_nan=np.zeros(1, np.int32), **{k: np.array([v], F32) for k, v in hyper.items()})
+        # the seed's per-tensor kernels give the same
+        for o, n in offs:
+            tr = np.zeros(1, F32)
+            run("lars_compute_trust_ratio", w=W2[o:o + n], g=G[o:o + n], trust_ratio=tr,
+                trust_coefficient=hyper["trust_coefficient"], weight_decay=hyper["weight_decay"], eps=hyper["eps"],
+                loss_scale=scale)
+            run("lars_nesterov_update" if nesterov else "lars_update", w=W2[o:o + n], g=G[o:o + n], m=M2[o:o + n],
+                trust_ratio=tr, lr=hyper["lr"], momentum=hyper["momentum"], weight_decay=hyper["weight_decay"],
+                loss_scale=scale)
+    for w, m, (o, n) in zip(ws, ms, offs):
+        check(W[o:o + n], w.reshape(-1), F32, "lars w")
+        check(M[o:o + n], m.reshape(-1), F32, "lars m")
+    np.testing.assert_allclose(W2, W, rtol=1e-6, atol=1e-7)
+
+
+# --------------------------------------------------------------------------------------
+# range and scalar kernels
+# --------------------------------------------------------------------------------------
+
+
+def test_range_kernels():
+    g = np.arange(10, dtype=F32)
+    flag = np.ones(1, np.int32)
+    run("range_check_nan", grads=g, has_nan=flag)
+    assert flag[0] == 0
+    g[3] = np.inf
+    run("range_check_nan", grads=g, has_nan=flag)
+    assert flag[0] == 1
+    g[3] = np.nan
+    run("range_check_nan", grads=[np.zeros(2, F32), g], has_nan=flag)
+    assert flag[0] == 1
+    g2 = np.array([np.inf, -5.0, 1.0], F32)
+    run("range_check_nan", dict(clip=2.0), grads=g2, has_nan=flag)
+    assert flag[0] == 0 and list(g2) == [2.0, -2.0, 1.0]
+    scale = np.array([8192.0], F32)
+    run("range_grad_scaling", has_nan=np.array([1], np.int32), loss_scale=scale)
+    assert scale[0] == 4096.0
+    run("range_grad_scaling", has_nan=np.array([0], np.int32), loss_scale=scale)
+    assert scale[0] == 4096.0
+    one = np.array([1.5], F32)
+    run("range_grad_scaling", has_nan=np.array([1], np.int32), loss_scale=one)
+    assert one[0] == 1.0
+    w, a = np.linspace(-1, 1, 7).astype(F32), np.zeros(9, F16)
+    run("range_cast_fp32_to_fp16", src=w, dst=a)
+    np.testing.assert_array_equal(a[:7], w.astype(F16))
+    back = np.zeros(7, F32)
+    run("range_cast_fp16_to_fp32", src=a, dst=back)
+    np.testing.assert_array_equal(back, w.astype(F16).astype(F32))
+    run("range_clear", out=[w, a])
+    assert not w.any() and not a.any()
+    src, dst = [np.ones(3, F32), np.full(2, 2.0, F32)], [np.zeros(3, F32), np.zeros(4, F32)]
+    run("range_d2d_copy", src=src, dst=dst)
+    assert list(dst[0]) == [1, 1, 1] and list(dst[1]) == [2, 2, 0, 0]
+    acc = [np.zeros(1, F32) for _ in range(3)]
+    for _ in range(2):
+        run("range_accum_metrics", batch_size=np.array([4], np.int32), loss=np.array([0.5], F32),
+            top1=np.array([0.25], F32), top5=np.array([1.0], F32), acc_loss=acc[0], acc_top1=acc[1], acc_top5=acc[2])
+    assert [a_[0] for a_ in acc] == [4.0, 2.0, 8.0]
+    step, bc1, bc2 = np.array([2], np.int32), np.zeros(1, F32), np.zeros(1, F32)
+    run("adam_bias_correction", step=step, beta1=0.9, beta2=0.99, bc1=bc1, bc2=bc2)
+    assert bc1[0] == pytest.approx(1 / (1 - 0.81)) and bc2[0] == pytest.approx(1 / (1 - 0.99**2))
+    run("range_mean_allreduce", data=g)
+    with pytest.raises(NotImplementedError, match="world_size=2"):
+        run("range_sum_allreduce", dict(world_size=2), data=g)
+    e = np.zeros(4, F32)
+    run("range_ema_param_update", w=np.ones(4, F32), ema=e, decay=0.75)
+    np.testing.assert_allclose(e, 0.25)
+
+
+# --------------------------------------------------------------------------------------
+# registry conventions and the no-allocation contract
+# --------------------------------------------------------------------------------------
+
+
+def test_registry_conventions():
+    for name, spec in KERNELS.items():
+        assert name == name.lower() and " " not in name, name
+        assert spec.doc, f"kernel '{name}' has no docstring"
+        assert spec.writes <= set(spec.arrays), name
+        assert set(spec.workspaces) <= set(spec.arrays), name
+        assert spec.kind in ("compute", "range")
+        assert (spec.kind == "range") == name.startswith("range_"), name
+    # every layer kind has its forward, backward and inference kernels
+    for stem in ("conv", "bn2d", "bn1d", "relu", "maxpool", "avgpool", "cbr", "cbrp", "gap_fc",
+                 *BLOCKS, *ACTS):
+        for phase in ("fwd", "bwd", "inf"):
+            assert f"{stem}_{phase}" in KERNELS, f"{stem}_{phase}"
+
+
+def test_bind_reports_missing_arrays_and_params():
+    with pytest.raises(KeyError, match=r"kernel 'conv_fwd' expected arrays \['y'\]"):
+        KERNELS["conv_fwd"].bind(dict(x=np.zeros(1), w=np.zeros(1)), dict(k=1))
+    with pytest.raises(KeyError, match=r"expected params \['k'\]"):
+        KERNELS["conv_fwd"].bind(dict(x=np.zeros(1), w=np.zeros(1), y=np.zeros(1)), {})
+    with pytest.raises(ValueError, match="expected a workspace of >= "):
+        run_bad = KERNELS["conv_fwd"].bind(
+            dict(x=np.zeros((1, 4, 4, 2), F32), w=np.zeros((2, 3, 3, 2), F32), y=np.zeros((1, 4, 4, 2), F32),
+                 col=np.zeros(3, F32)), dict(k=3, p=1))
+        run_bad()
+
+
+def _peak_during(fn: Callable[[], None]) -> int:
+    fn()  # warm-up (caches, lazily created module state)
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    fn()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak
+
+
+def test_kernels_allocate_nothing_of_activation_size():
+    """Bound kernels on a 1 MiB activation allocate at most chunk temporaries (< half of it)."""
+    rng = np.random.default_rng(19)
+    shape = (4, 32, 32, 64)
+    x = rnd(rng, shape)
+    limit = x.nbytes // 2
+    c = shape[-1]
+    y, dy, mask = np.zeros(shape, F32), rnd(rng, shape), np.zeros(shape, np.int8)
+    vec = lambda: np.zeros(c, F32)  # noqa: E731
+    w = rnd(rng, (64, 3, 3, 64), scale=0.05)
+    cases = {
+        "conv_fwd": (dict(x=x, w=w, y=y), dict(k=3, s=1, p=1, groups=1)),
+        "conv_bwd": (dict(dy=dy, x=x.copy(), w=w, dw=np.zeros_like(w), dx=np.zeros_like(x)),
+                     dict(k=3, s=1, p=1, groups=1)),
+        "conv_fwd#dw": (dict(x=x, w=rnd(rng, (64, 3, 3, 1)), y=y), dict(k=3, s=1, p=1, groups=64)),
+        "bn2d_fwd": (dict(x=x, gamma=vec() + 1, beta=vec(), running_mean=vec(), running_var=vec() + 1, y=y,
+                          save_mean=vec(), save_istd=vec()), {}),
+        "bn2d_bwd": (dict(dy=dy, x=x.copy(), gamma=vec() + 1, save_mean=vec(), save_istd=vec() + 1,
+                          dgamma=vec(), dbeta=vec(), dx=np.zeros_like(x)), {}),
+        "silu_bwd": (dict(dy=dy, x=x.copy(), dx=np.zeros_like(x)), {}),
+        "relu_fwd": (dict(x=x, y=y, mask=mask), {}),
+        "maxpool_fwd": (dict(x=x, y=np.zeros((4, 16, 16, 64), F32), mask=np.zeros((4, 16, 16, 64), np.int8)),
+                        dict(k=3, s=2, p=1)),
+        "softmax_ce_fwd": (dict(logits=x.reshape(-1, 1, 1, 1024), labels=np.zeros(256, np.int32),
+                                probs=np.zeros((256, 1024), F32), loss=np.zeros(1, F32), top1=np.zeros(1, F32),
+                                top5=np.zeros(1, F32)), {}),
+        "range_update_weight_adam": (dict(w=x.reshape(-1).copy(), g=dy.reshape(-1), m=np.zeros(x.size, F32),
+                                          v=np.zeros(x.size, F32), lr=0.1, beta1=0.9, beta2=0.99, eps=1e-8,
+                                          weight_decay=0.01, step=np.array([1], np.int32)), {}),
+    }
+    for key, (arrays, params) in cases.items():
+        spec = KERNELS[key.split("#")[0]]
+        ws = spec.allocate_workspaces(arrays, **params)
+        call = spec.bind({**arrays, **ws}, params)
+        peak = _peak_during(call)
+        assert peak < limit, f"{key}: peak allocation {peak} bytes >= {limit}"
+
+
+def test_workspace_shapes_are_flat_and_sufficient_for_amp_blocks():
+    blk = BLOCKS["bottleneck_projection"]
+    q = dict(bottleneck_ch=4, out_ch=16, stride=2)
+    infos = blk.tensors((2, 6, 6, 8), F16, **q)
+    spec = KERNELS["bottleneck_projection_bwd"]
+    given_ = {n: infos[n] for n in spec.arrays if n in infos}
+    given_.update(dy=infos["y"], x=((2, 6, 6, 8), F16), dx=((2, 6, 6, 8), F16))
+    shapes = spec.workspace_shapes(given_, **q)
+    assert {"col", "ybuf", "xbuf"} <= set(shapes)
+    assert all(len(s) == 1 and d == np.float32 for s, d in shapes.values())
