@@ -29,6 +29,7 @@ PASSES: dict[str, str] = {
     "memplan-derive-shapes": "MemplanDeriveShapesPass",
     "memplan-max-slots": "MemplanMaxSlotsPass",
     "memplan-create-plans": "MemplanCreatePlansPass",
+    "memplan-build-graph": "MemplanBuildGraphPass",
 }
 """Pass name -> class name inside ``tr_mlir.passes.<name with _>``."""
 

@@ -35,7 +35,7 @@ entry to :data:`DESCRIPTORS`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from xdsl.ir import Operation
@@ -48,6 +48,10 @@ Shape = tuple[int, int, int, int]
 
 PLACEHOLDER: Shape = (1, 1, 1, 1)
 """Shape of a tensor kept only so that tensor lists have one length in every configuration."""
+
+BN_EPS = 1e-5
+BN_MOMENTUM = 0.1
+"""PyTorch's batch-norm defaults (the arch ops' defaults too)."""
 
 
 class DescriptorError(Exception):
@@ -106,11 +110,21 @@ class TensorDesc:
 
 @dataclass(frozen=True)
 class NodePattern:
-    """A COMPUTE node of a layer: op name, input operands, output operands (see the module doc)."""
+    """A COMPUTE node of a layer: op name, input operands, output operands (see the module doc).
+
+    ``params``: the kernel's static parameters as ``(name, value)`` pairs (a conv inside a fused
+    block gets its own ``k``, ``s``, ``p``, ``groups``); ``None`` means "the layer op's
+    properties" (the seed's rule: every node gets ``convert(layer.params)``), ``()`` means none.
+    """
 
     op: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    params: tuple[tuple[str, Any], ...] | None = None
+
+    def with_dy(self, source: str) -> NodePattern:
+        """The same node reading its incoming gradient (input 0) from ``source``."""
+        return replace(self, inputs=(source, *self.inputs[1:]))
 
 
 @dataclass
@@ -206,12 +220,13 @@ def _conv(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str | N
     wt = amp_w if ctx.amp else weight
     wg = amp_g if ctx.amp else dw
     ws = (cols,) if cols else ()
-    fwd = NodePattern(f"CONV_{ctx.prec}_FWD", (x, wt), (y, ssum, sq, *ws))
+    kp = (("out_ch", out_ch), ("k", k), ("s", s), ("p", pad), ("groups", groups))
+    fwd = NodePattern(f"CONV_{ctx.prec}_FWD", (x, wt), (y, ssum, sq, *ws), kp)
     if dx is None:
-        bwd = NodePattern(f"CONV_{ctx.prec}_BWD_FIRST_LAYER", (dy_src, wt, x), (wg, *ws))
+        bwd = NodePattern(f"CONV_{ctx.prec}_BWD_FIRST_LAYER", (dy_src, wt, x), (wg, *ws), kp)
     else:
-        bwd = NodePattern(f"CONV_{ctx.prec}_BWD", (dy_src, wt, x), (dx, wg, *ws))
-    inf = NodePattern(f"CONV_{ctx.prec}_INF", (x, wt), (y, ssum, sq, *ws))
+        bwd = NodePattern(f"CONV_{ctx.prec}_BWD", (dy_src, wt, x), (dx, wg, *ws), kp)
+    inf = NodePattern(f"CONV_{ctx.prec}_INF", (x, wt), (y, ssum, sq, *ws), kp)
     return y, out, fwd, bwd, inf
 
 
@@ -236,10 +251,12 @@ def _bn(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, shap
     eqs = lp.add(f"{p}bn_eq_scale", MemRegion.W_EQ_SCALE, "f32", ps)
     sm = lp.add(f"{p}bn_saved_mean", MemRegion.T_TEMP_FP32, "f32", ps)
     siv = lp.add(f"{p}bn_saved_inv_var", MemRegion.T_TEMP_FP32, "f32", ps)
+    kp = (("eps", float(ctx.params.get("eps", BN_EPS))),
+          ("momentum", float(ctx.params.get("momentum", BN_MOMENTUM))))
     fwd = NodePattern(f"{kind}_{ctx.prec}_FWD", (x, gamma, beta, nm, nv, "@bn_epsilon", "@bn_momentum"),
-                      (y, sm, siv, nm, nv))
-    bwd = NodePattern(f"{kind}_{ctx.prec}_BWD", (dy_src, gamma, sm, siv, x), (dx, dg, db))
-    inf = NodePattern(f"{kind}_{ctx.prec}_INF", (x, eqs, eqb), (y,))
+                      (y, sm, siv, nm, nv), kp)
+    bwd = NodePattern(f"{kind}_{ctx.prec}_BWD", (dy_src, gamma, sm, siv, x), (dx, dg, db), kp)
+    inf = NodePattern(f"{kind}_{ctx.prec}_INF", (x, eqs, eqb), (y,), kp)
     return y, fwd, bwd, inf
 
 
@@ -247,9 +264,9 @@ def _relu(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, sh
           ) -> tuple[str, NodePattern, NodePattern, NodePattern]:
     y = lp.add(f"{p}relu_output", ctx.feat, ctx.featdt, shape)
     mask = lp.add(f"{p}relu_mask", MemRegion.S_MASK, "i8", shape)
-    return (y, NodePattern(f"RELU_{ctx.prec}_FWD", (x,), (y, mask)),
-            NodePattern(f"RELU_{ctx.prec}_BWD", (dy_src, mask), (dx,)),
-            NodePattern(f"RELU_{ctx.prec}_INF", (x,), (y, mask)))
+    return (y, NodePattern(f"RELU_{ctx.prec}_FWD", (x,), (y, mask), ()),
+            NodePattern(f"RELU_{ctx.prec}_BWD", (dy_src, mask), (dx,), ()),
+            NodePattern(f"RELU_{ctx.prec}_INF", (x,), (y, mask), ()))
 
 
 def _fc(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str | None, in_shape: Shape,
@@ -266,17 +283,18 @@ def _fc(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str | Non
     amp_w = lp.add(f"{p}fc_amp_w_fp16", MemRegion.A_FC_WEIGHT, "f16", wsh if ctx.amp else PLACEHOLDER)
     lp.add(f"{p}fc_amp_g_fp16", MemRegion.G_FC_WEIGHT_FP16, "f16", wsh if ctx.amp else PLACEHOLDER)
     wt = amp_w if ctx.amp else weight
-    fwd = NodePattern(f"FC_{ctx.prec}_FWD", (x, wt, b), (y,))
+    kp = (("out_features", out_features), ("bias", bias))
+    fwd = NodePattern(f"FC_{ctx.prec}_FWD", (x, wt, b), (y,), kp)
     outs = (dw, db) if dx is None else (dx, dw, db)
-    bwd = NodePattern(f"FC_{ctx.prec}_BWD", (dy_src, wt, x), outs)
+    bwd = NodePattern(f"FC_{ctx.prec}_BWD", (dy_src, wt, x), outs, kp)
     return y, fwd, bwd
 
 
 def _gap(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, in_shape: Shape,
          ) -> tuple[str, NodePattern, NodePattern]:
     y = lp.add(f"{p}gap_output", ctx.feat, ctx.featdt, (in_shape[0], 1, 1, in_shape[3]))
-    return (y, NodePattern(f"GAP_{ctx.prec}_FWD", (x,), (y,)),
-            NodePattern(f"GAP_{ctx.prec}_BWD", (dy_src,), (dx,)))
+    return (y, NodePattern(f"GAP_{ctx.prec}_FWD", (x,), (y,), ()),
+            NodePattern(f"GAP_{ctx.prec}_BWD", (dy_src,), (dx,), ()))
 
 
 def _maxpool(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, in_shape: Shape,
@@ -285,9 +303,10 @@ def _maxpool(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str,
     out = (n, window(h, k, s, pad), window(w, k, s, pad), c)
     y = lp.add(f"{p}pool_output", ctx.feat, ctx.featdt, out)
     mask = lp.add(f"{p}pool_mask", MemRegion.S_MASK, "i8", out)
-    return (y, NodePattern(f"MAXPOOL_{ctx.prec}_FWD", (x,), (y, mask)),
-            NodePattern(f"MAXPOOL_{ctx.prec}_BWD", (dy_src, mask), (dx,)),
-            NodePattern(f"MAXPOOL_{ctx.prec}_INF", (x,), (y, mask)))
+    kp = (("k", k), ("s", s), ("p", pad))
+    return (y, NodePattern(f"MAXPOOL_{ctx.prec}_FWD", (x,), (y, mask), kp),
+            NodePattern(f"MAXPOOL_{ctx.prec}_BWD", (dy_src, mask), (dx,), kp),
+            NodePattern(f"MAXPOOL_{ctx.prec}_INF", (x,), (y, mask), kp))
 
 
 def _dx(ctx: LayerCtx, name: str = "$dx") -> str | None:
@@ -447,12 +466,12 @@ def _build_cbr(ctx: LayerCtx) -> LayerPlan:
     bn_y, bf, bb, bi = _bn(lp, ctx, "", conv_y, "cbr_relu_output", conv_y, shape, "BN2D")
     y = lp.add("cbr_relu_output", ctx.feat, ctx.featdt, shape)
     mask = lp.add("cbr_relu_mask", MemRegion.S_MASK, "i8", shape)
-    rf = NodePattern(f"RELU_{ctx.prec}_FWD", (bn_y,), (y, mask))
-    ri = NodePattern(f"RELU_{ctx.prec}_INF", (bn_y,), (y, mask))
+    rf = NodePattern(f"RELU_{ctx.prec}_FWD", (bn_y,), (y, mask), ())
+    ri = NodePattern(f"RELU_{ctx.prec}_INF", (bn_y,), (y, mask), ())
     # Backward: dY (in the relu output) -> d(bn_out) over bn_out -> d(conv_out) over conv_out -> dX.
-    rb = NodePattern(f"RELU_{ctx.prec}_BWD", ("$dy", mask), (bn_y,))
-    bb = NodePattern(bb.op, (bn_y, *bb.inputs[1:]), bb.outputs)
-    cb = NodePattern(cb.op, (conv_y, *cb.inputs[1:]), cb.outputs)
+    rb = NodePattern(f"RELU_{ctx.prec}_BWD", ("$dy", mask), (bn_y,), ())
+    bb = bb.with_dy(bn_y)
+    cb = cb.with_dy(conv_y)
     lp.forward, lp.backward, lp.inference = [cf, bf, rf], [rb, bb, cb], [ci, bi, ri]
     return lp
 
@@ -466,7 +485,7 @@ def _build_cbrp(ctx: LayerCtx) -> LayerPlan:
     relu_y, rf, rb, ri = _relu(lp, ctx, "", bn_y, "relu_output", bn_y, shape)
     _, pf, pb, pi = _maxpool(lp, ctx, "", relu_y, "$dy", relu_y, shape, v["pool_k"], v["pool_s"], v["pool_p"])
     lp.forward = [cf, bf, rf, pf]
-    lp.backward = [pb, rb, bb, NodePattern(cb.op, (conv_y, *cb.inputs[1:]), cb.outputs)]
+    lp.backward = [pb, rb, bb, cb.with_dy(conv_y)]
     lp.inference = [ci, bi, ri, pi]
     return lp
 
@@ -520,7 +539,7 @@ def _residual(ctx: LayerCtx, main: list[_Stage], shortcut: _Stage | None, identi
         sc_out = by
         fwd += [cf, bf]
         inf += [ci, bi]
-        sc_bwd = [bb, NodePattern(cb.op, (cy, *cb.inputs[1:]), cb.outputs)]
+        sc_bwd = [bb, cb.with_dy(cy)]
     cur, shape = "$x", x_shape
     stage_nodes: list[tuple[NodePattern, NodePattern, NodePattern | None, str, str]] = []
     for i, st in enumerate(main):
@@ -541,7 +560,7 @@ def _residual(ctx: LayerCtx, main: list[_Stage], shortcut: _Stage | None, identi
         cur, shape = out, cshape
     if has_add:
         y = lp.add(add_name, ctx.feat, ctx.featdt, shape)
-        add_f = NodePattern(f"ADD_{ctx.prec}_FWD", (sc_out, cur), (y,))
+        add_f = NodePattern(f"ADD_{ctx.prec}_FWD", (sc_out, cur), (y,), ())
         fwd.append(add_f)
         inf.append(add_f)
         grad_at_join = add_name
@@ -557,21 +576,21 @@ def _residual(ctx: LayerCtx, main: list[_Stage], shortcut: _Stage | None, identi
     if shortcut is not None:
         lp.add("branch_grad", ctx.gslot, ctx.featdt, x_shape)
         bb, cb = sc_bwd
-        bwd.append(NodePattern(bb.op, (grad_at_join, *bb.inputs[1:]), bb.outputs))
+        bwd.append(bb.with_dy(grad_at_join))
         bwd.append(cb)
     # Main branch backward: the gradient of a stage's output lives in that output's buffer.
     dy = grad_at_join
     for cb, bb, rb, cy, by in reversed(stage_nodes):
         if rb is not None:
-            bwd.append(NodePattern(rb.op, (dy, *rb.inputs[1:]), rb.outputs))
+            bwd.append(rb.with_dy(dy))
             dy = by
-        bwd.append(NodePattern(bb.op, (dy, *bb.inputs[1:]), bb.outputs))
-        bwd.append(NodePattern(cb.op, (cy, *cb.inputs[1:]), cb.outputs))
+        bwd.append(bb.with_dy(dy))
+        bwd.append(cb.with_dy(cy))
         dy = cb.outputs[0]
     if identity:
-        bwd.append(NodePattern(f"GRAD_ACCUM_{ctx.prec}", (grad_at_join, "$dx"), ("$dx",)))
+        bwd.append(NodePattern(f"GRAD_ACCUM_{ctx.prec}", (grad_at_join, "$dx"), ("$dx",), ()))
     elif shortcut is not None:
-        bwd.append(NodePattern(f"GRAD_ACCUM_{ctx.prec}", ("branch_grad", "$dx"), ("$dx",)))
+        bwd.append(NodePattern(f"GRAD_ACCUM_{ctx.prec}", ("branch_grad", "$dx"), ("$dx",), ()))
     lp.forward, lp.backward, lp.inference = fwd, bwd, inf
     return lp
 
