@@ -12,7 +12,8 @@ Three methods, chosen from the geometry:
 Precision: fp32 arrays compute directly. When any of x, w, y is fp16 (AMP), the fp16 operands
 are cast into fp32 workspaces (``col`` for x, ``wbuf`` for w, ``ybuf`` for y or dy, ``xbuf`` for
 the dX accumulator), the GEMM and every accumulation run in fp32, and the result is rounded to
-fp16 once. :func:`conv_workspace_sizes` gives the sizes.
+fp16 once. The weight gradient may be formed transposed in ``wbuf`` (the fast GEMM
+orientation), then copied into dw. :func:`conv_workspace_sizes` gives the sizes.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def conv_workspace_sizes(g: ConvGeom, *, x16: bool, w16: bool, y16: bool, dw16: 
     mc, mk, xs, ws = g.m * g.c, g.m * g.k_out, int(np.prod(g.x_shape)), int(np.prod(g.w_shape))
     meth = g.method
     for ph in phases:
-        if w16 or (ph == "wgrad" and dw16):
+        if w16 or (ph == "wgrad" and (dw16 or meth != "depthwise")):
             need("wbuf", ws)
         if y16:
             need("ybuf", mk)
@@ -192,15 +193,28 @@ def conv_forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g: ConvGeom, ws: d
         _finish(y, y2)
 
 
+def _gemm_tn(a: np.ndarray, b: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray]) -> None:
+    """dw[g] = b[g].T @ a[g] for a (G, M, kkc), b (G, M, Kg): the weight-gradient GEMM.
+
+    Both operands are transposed along the long M axis. OpenBLAS runs such a GEMM several
+    times faster when the output has more rows than columns, so the larger of Kg and kkc is
+    made the row count: dw directly, or dw.T in ``wbuf`` followed by a transposed copy.
+    """
+    if g.kg >= g.kkc and dw.dtype == F32:
+        np.matmul(b.transpose(0, 2, 1), a, out=dw.reshape(g.groups, g.kg, g.kkc))
+        return
+    wt = take(ws.get("wbuf"), (g.groups, g.kkc, g.kg))
+    np.matmul(a.transpose(0, 2, 1), b, out=wt)
+    np.copyto(dw.reshape(g.groups, g.kg, g.kkc), wt.transpose(0, 2, 1), casting="same_kind")
+
+
 def conv_wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray]) -> None:
     """dw = dL/dw from the output gradient ``dy`` and the input ``x`` (overwrites dw)."""
     meth = g.method
     dy2 = _as32(dy, ws, "ybuf", (g.m, g.k_out))
     if meth == "pointwise":
         x2 = _as32(x, ws, "col", (g.m, g.c))
-        dw2 = _out32(dw, ws, "wbuf", (g.k_out, g.c))
-        np.matmul(dy2.T, x2, out=dw2)
-        _finish(dw, dw2)
+        _gemm_tn(x2.reshape(1, g.m, g.c), dy2.reshape(1, g.m, g.k_out), dw, g, ws)
     elif meth == "depthwise":
         win = g.win
         dy4 = dy2.reshape(g.y_shape)
@@ -217,10 +231,7 @@ def conv_wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: d
     else:
         col = _col(g, ws)
         im2col(x, col, g)
-        dw3 = _out32(dw, ws, "wbuf", (g.groups, g.kg, g.kkc))
-        np.matmul(dy2.reshape(g.m, g.groups, g.kg).transpose(1, 2, 0), col.reshape(g.groups, g.m, g.kkc),
-                  out=dw3)
-        _finish(dw, dw3)
+        _gemm_tn(col.reshape(g.groups, g.m, g.kkc), dy2.reshape(g.m, g.groups, g.kg).transpose(1, 0, 2), dw, g, ws)
 
 
 def conv_dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray],
