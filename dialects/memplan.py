@@ -1284,6 +1284,28 @@ class ProgramOp(IRDLOperation):
                     raise _fail(self, f"expected atlas key plans to name a 'memplan.plan', got @{p}")
 
 
+def _parse_with_entry_block(op_cls: type[IRDLOperation]) -> None:
+    """Give an op whose single-block body is written ``{}`` its empty block when parsed.
+
+    MLIR does this for no-terminator single-block regions; xDSL 0.74's format parser returns a
+    region without blocks, which the ``single_block`` constraint then rejects, so an empty graph
+    (or program) would print but not parse back.
+    """
+    parse = op_cls.parse.__func__  # type: ignore[attr-defined]
+
+    def parse_with_block(cls, parser):  # type: ignore[no-untyped-def]
+        op = parse(cls, parser)
+        if not op.body.blocks:
+            op.body.add_block(Block())
+        return op
+
+    op_cls.parse = classmethod(parse_with_block)  # type: ignore[method-assign, assignment]
+
+
+_parse_with_entry_block(GraphOp)
+_parse_with_entry_block(ProgramOp)
+
+
 Memplan = Dialect(
     "memplan",
     [ProgramOp, SpecOp, VariantOp, DescsOp, PlanOp, GraphOp, NodesOp, AtlasOp],

@@ -30,6 +30,8 @@ PASSES: dict[str, str] = {
     "memplan-max-slots": "MemplanMaxSlotsPass",
     "memplan-create-plans": "MemplanCreatePlansPass",
     "memplan-build-graph": "MemplanBuildGraphPass",
+    "memplan-share-variants": "MemplanShareVariantsPass",
+    "memplan-build-atlas": "MemplanBuildAtlasPass",
 }
 """Pass name -> class name inside ``tr_mlir.passes.<name with _>``."""
 
