@@ -1004,6 +1004,15 @@ def test_kernels_allocate_nothing_of_activation_size():
                                           v=np.zeros(x.size, F32), lr=0.1, beta1=0.9, beta2=0.99, eps=1e-8,
                                           weight_decay=0.01, step=np.array([1], np.int32)), {}),
     }
+    blk = BLOCKS["basic_block_identity"]
+    fa = {n: np.zeros(sh, d) for n, (sh, d) in blk.tensors(shape, F32, out_ch=64).items()}
+    fa.update(x=x, w1=w, w2=w, gamma1=vec() + 1, gamma2=vec() + 1, save_istd1=vec() + 1, save_istd2=vec() + 1)
+    for phase in ("fwd", "bwd"):
+        spec = KERNELS[f"basic_block_identity_{phase}"]
+        arrays = {n: fa[n] for n in spec.arrays if n in fa}
+        if phase == "bwd":
+            arrays.update(dy=dy.copy(), dx=np.zeros_like(x))
+        cases[f"basic_block_identity_{phase}"] = (arrays, dict(out_ch=64))
     for key, (arrays, params) in cases.items():
         spec = KERNELS[key.split("#")[0]]
         ws = spec.allocate_workspaces(arrays, **params)
@@ -1022,3 +1031,40 @@ def test_workspace_shapes_are_flat_and_sufficient_for_amp_blocks():
     shapes = spec.workspace_shapes(given_, **q)
     assert {"col", "ybuf", "xbuf"} <= set(shapes)
     assert all(len(s) == 1 and d == np.float32 for s, d in shapes.values())
+
+
+def test_first_layer_variants_skip_dx():
+    rng = np.random.default_rng(20)
+    kind, x_shape, q = BLOCK_RECORDS[0]
+    infos = BLOCKS[kind].tensors(x_shape, F32, **q)
+    arr = {n: np.zeros(s_, d) for n, (s_, d) in infos.items()}
+    arr.update(x=rnd(rng, x_shape), w1=rnd(rng, infos["w1"][0], scale=0.3), gamma1=np.ones(8, F32),
+               var1=np.ones(8, F32))
+    run("cbr_fwd", q, **{n: arr[n] for n in KERNELS["cbr_fwd"].arrays if n in arr})
+    dy = rnd(rng, arr["y"].shape)
+    saved = {n: arr[n].copy() for n in ("c1",)}
+    bwd = {n: arr[n] for n in KERNELS["cbr_bwd"].arrays if n in arr and n not in ("dy", "dx")}
+    run("cbr_bwd", q, dy=dy.copy(), dx=np.zeros(x_shape, F32), **bwd)
+    dw_full = arr["dw1"].copy()
+    arr["c1"][...] = saved["c1"]
+    arr["dw1"][...] = 0
+    run("cbr_bwd_first_layer", q, dy=dy.copy(), **bwd)
+    np.testing.assert_allclose(arr["dw1"], dw_full, rtol=1e-6)
+    x, w = rnd(rng, (3, 2, 2, 4)), rnd(rng, (5, 16))
+    dw, db = np.zeros((5, 16), F32), np.zeros(5, F32)
+    run("fc_bwd_first_layer", dy=rnd(rng, (3, 1, 1, 5)), w=w, x=x, dw=dw, db=db)
+    assert dw.any() and db.any()
+
+
+def test_kernel_errors_name_the_problem():
+    z = np.zeros
+    with pytest.raises(ValueError, match=r"expected labels in \[0, 4\)"):
+        run("softmax_ce_fwd", logits=z((2, 4), F32), labels=np.array([0, 4], np.int32), probs=z((2, 4), F32),
+            loss=z(1, F32), top1=z(1, F32), top5=z(1, F32))
+    with pytest.raises(ValueError, match="expected a window of size 5"):
+        run("maxpool_fwd", dict(k=5, s=1, p=0), x=z((1, 3, 3, 1), F32), y=z((1, 1, 1, 1), F32),
+            mask=z((1, 1, 1, 1), np.int8))
+    with pytest.raises(ValueError, match=r"expected fc weight of 3 x 8"):
+        run("fc_fwd", x=z((2, 2, 2, 2), F32), w=z((3, 7), F32), y=z((2, 3), F32))
+    with pytest.raises(ValueError, match=r"expected dropout probability in \[0, 1\]"):
+        run("dropout_fwd", dict(p=1.5), x=z(4, F32), y=z(4, F32), mask=z(4, np.int8), rng=dropout_rng_state(0))
