@@ -32,6 +32,8 @@ PASSES: dict[str, str] = {
     "memplan-build-graph": "MemplanBuildGraphPass",
     "memplan-share-variants": "MemplanShareVariantsPass",
     "memplan-build-atlas": "MemplanBuildAtlasPass",
+    "memplan-compile": "MemplanCompilePass",
+    "tr-compile": "TrCompilePass",
 }
 """Pass name -> class name inside ``tr_mlir.passes.<name with _>``."""
 

@@ -1,0 +1,61 @@
+"""``memplan-compile``: the five Compiler phases and the atlas as one pipeline.
+
+Runs ``memplan-derive-shapes`` (phase 1, with the compile-spec options), ``memplan-max-slots``
+(2), ``memplan-create-plans`` (3), ``memplan-build-graph`` (4), ``memplan-share-variants`` (5) and
+``memplan-build-atlas``, verifying the module after each, on the flat ``arch.model`` that
+``arch-plan`` produces (DESIGN section 1). The result is the self-contained memplan program: spec,
+six variants, descriptors, six plans, the ``@train`` / ``@infer`` graphs and the atlas.
+
+Options (MLIR syntax, e.g. ``memplan-compile{batch_size=256 train_size=1281167 val_size=50000}``):
+the compile spec of ``memplan-derive-shapes``: ``batch_size`` (per process), ``train_size``,
+``val_size`` (required unless the module already has a ``memplan.spec``), ``train_res``,
+``train_res_end``, ``val_res`` (default: the model's input resolution), ``world_size`` (default
+1), ``optimizer`` (sgd, momentum, nesterov, adam, adamw, lars, lars-nesterov; default momentum),
+``target`` (cpu or cuda; default cpu). Each, when given, rewrites the spec field it names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from tr_mlir.passes.memplan_build_atlas import MemplanBuildAtlasPass
+from tr_mlir.passes.memplan_build_graph import MemplanBuildGraphPass
+from tr_mlir.passes.memplan_create_plans import MemplanCreatePlansPass
+from tr_mlir.passes.memplan_derive_shapes import MemplanDeriveShapesPass
+from tr_mlir.passes.memplan_max_slots import MemplanMaxSlotsPass
+from tr_mlir.passes.memplan_share_variants import MemplanShareVariantsPass
+
+SPEC_OPTIONS: tuple[str, ...] = tuple(f.name for f in fields(MemplanDeriveShapesPass))
+"""The compile-spec options (those of ``memplan-derive-shapes``)."""
+
+
+@dataclass(frozen=True)
+class MemplanCompilePass(ModulePass):
+    """Phases 1..5 and the atlas; see the module docstring for the options."""
+
+    name = "memplan-compile"
+
+    batch_size: int | None = None
+    train_size: int | None = None
+    val_size: int | None = None
+    train_res: int | None = None
+    train_res_end: int | None = None
+    val_res: int | None = None
+    world_size: int | None = None
+    optimizer: str | None = None
+    target: str | None = None
+
+    def phases(self) -> list[ModulePass]:
+        """The passes this pipeline runs, in order, with the spec options on phase 1."""
+        spec = {k: getattr(self, k) for k in SPEC_OPTIONS}
+        return [MemplanDeriveShapesPass(**spec), MemplanMaxSlotsPass(), MemplanCreatePlansPass(),
+                MemplanBuildGraphPass(), MemplanShareVariantsPass(), MemplanBuildAtlasPass()]
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for phase in self.phases():
+            phase.apply(ctx, op)
+            op.verify()

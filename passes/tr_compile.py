@@ -1,0 +1,51 @@
+"""``tr-compile``: the whole compiler, ``arch-plan`` then ``memplan-compile``.
+
+From a BluePrint module in tree form (``examples/*.mlir``) to the self-contained memplan program
+(DESIGN section 1): ArchPlan normalization and fusion, then the five Compiler phases and the
+atlas. Example (the done-when command of issue 4)::
+
+    tr-opt --pass-pipeline='builtin.module(tr-compile{fuse=true amp=true num_classes=1000
+        batch_size=256 train_size=1281167 val_size=50000})' examples/resnet50.mlir
+
+Options: those of ``arch-plan`` (``fuse``, ``amp``, ``num_classes`` rewrite the model attributes
+they name; ``cbrp`` adds the conv+bn+relu+maxpool merge) and those of ``memplan-compile`` (the
+compile spec: ``batch_size``, ``train_size``, ``val_size``, ``train_res``, ``train_res_end``,
+``val_res``, ``world_size``, ``optimizer``, ``target``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from tr_mlir.passes.arch_plan import ArchPlanPass
+from tr_mlir.passes.memplan_compile import SPEC_OPTIONS, MemplanCompilePass
+
+
+@dataclass(frozen=True)
+class TrCompilePass(ModulePass):
+    """``arch-plan`` + ``memplan-compile``; see the module docstring for the options."""
+
+    name = "tr-compile"
+
+    fuse: bool | None = None
+    amp: bool | None = None
+    num_classes: int | None = None
+    cbrp: bool = False
+    batch_size: int | None = None
+    train_size: int | None = None
+    val_size: int | None = None
+    train_res: int | None = None
+    train_res_end: int | None = None
+    val_res: int | None = None
+    world_size: int | None = None
+    optimizer: str | None = None
+    target: str | None = None
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        ArchPlanPass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, cbrp=self.cbrp).apply(ctx, op)
+        op.verify()
+        MemplanCompilePass(**{k: getattr(self, k) for k in SPEC_OPTIONS}).apply(ctx, op)
