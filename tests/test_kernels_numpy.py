@@ -166,7 +166,7 @@ def test_batch_norm(kind, shape, dtype):
     y = np.zeros(shape, dtype)
     sm, si = np.zeros(c, F32), np.zeros(c, F32)
     rm_o, rv_o = rm.copy(), rv.copy()
-    run(f"{kind}_fwd", dict(eps=eps, momentum=mom), x=x, gamma=gamma, beta=beta, running_mean=rm_o,
+    run(f"{kind}_fwd", x=x, eps=np.array([eps], F32), momentum=np.array([mom], F32), gamma=gamma, beta=beta, running_mean=rm_o,
         running_var=rv_o, y=y, save_mean=sm, save_istd=si)
     bn = torch.nn.BatchNorm2d(c, eps=eps, momentum=mom) if kind == "bn2d" else torch.nn.BatchNorm1d(c, eps=eps,
                                                                                                   momentum=mom)
@@ -191,7 +191,7 @@ def test_batch_norm(kind, shape, dtype):
     check(db, bn.bias.grad.numpy(), dtype, "bn dbeta")
     # inference through the folded parameters
     es, eb = np.zeros(c, F32), np.zeros(c, F32)
-    run("bn_update_eq_params", dict(eps=eps), gamma=gamma, beta=beta, running_mean=rm_o, running_var=rv_o,
+    run("bn_update_eq_params", eps=eps, gamma=gamma, beta=beta, running_mean=rm_o, running_var=rv_o,
         eq_scale=es, eq_bias=eb)
     bn.eval()
     yi = np.zeros(shape, dtype)
@@ -207,7 +207,7 @@ def test_bn_running_stats_over_steps_match_batchnorm2d():
     rm, rv = np.zeros(c, F32), np.ones(c, F32)
     for _ in range(3):
         x = rnd(rng, (2, 3, 3, c)) * 3 + 1
-        run("bn2d_fwd", dict(eps=1e-5, momentum=0.3), x=x, gamma=np.ones(c, F32), beta=np.zeros(c, F32),
+        run("bn2d_fwd", eps=1e-5, momentum=np.array([0.3], F32), x=x, gamma=np.ones(c, F32), beta=np.zeros(c, F32),
             running_mean=rm, running_var=rv, y=np.zeros_like(x), save_mean=np.zeros(c, F32),
             save_istd=np.zeros(c, F32))
         bn(to_t(x))
@@ -453,7 +453,7 @@ def test_softmax_ce(k, ls, dtype):
     probs = np.zeros((n, k), F32)
     loss, top1, top5 = (np.zeros(1, F32) for _ in range(3))
     pred = np.zeros(n, np.int32)
-    run("softmax_ce_fwd", dict(label_smoothing=ls), logits=logits, labels=labels, probs=probs, loss=loss,
+    run("softmax_ce_fwd", label_smoothing=np.array([ls], F32), logits=logits, labels=labels, probs=probs, loss=loss,
         top1=top1, top5=top5, pred=pred, batch_size=np.array([n], np.int32))
     zt = torch.tensor(r32(logits).reshape(n, k), requires_grad=True)
     lt = torch.nn.CrossEntropyLoss(label_smoothing=ls)(zt, torch.tensor(labels, dtype=torch.long))
@@ -467,7 +467,7 @@ def test_softmax_ce(k, ls, dtype):
     scale = 8.0
     lt.backward()
     dl = logits.copy()  # the gradient goes over the logits
-    run("softmax_ce_bwd", dict(label_smoothing=ls), probs=probs, labels=labels, dlogits=dl,
+    run("softmax_ce_bwd", label_smoothing=ls, probs=probs, labels=labels, dlogits=dl,
         loss_scale=np.array([scale], F32), batch_size=np.array([n], np.int32))
     check(r32(dl).reshape(n, k) / scale, zt.grad.numpy(), dtype, "dlogits")
 
@@ -489,6 +489,12 @@ def test_softmax_ce_short_batch_masks_padding_rows():
     run("softmax_ce_bwd", probs=probs, labels=labels, dlogits=dl, batch_size=bs)
     check(dl[:b], zt.grad.numpy(), F32, "dlogits")
     assert not dl[b:].any()
+    inv, dl2 = np.zeros(1, F32), np.ones_like(logits)  # B through the seed's inv_scaling_factor
+    run("softmax_ce_fwd", logits=logits, labels=labels, probs=probs, loss=loss, top1=top1, top5=top5,
+        batch_size=bs, inv_batch=inv)
+    assert inv[0] == pytest.approx(1 / b)
+    run("softmax_ce_bwd", probs=probs, labels=labels, dlogits=dl2, inv_batch=inv)
+    np.testing.assert_array_equal(dl2, dl)
 
 
 def test_softmax_ce_facts_formula_vs_torch():
@@ -502,7 +508,7 @@ def test_softmax_ce_facts_formula_vs_torch():
     p = e / (e.sum(1, keepdims=True) + 1e-8)
     facts = np.mean(-(1 - ls) * np.log(p[np.arange(n), y] + 1e-8) - (ls / k) * np.log(p + 1e-8).sum(1))
     loss = np.zeros(1, F32)
-    run("softmax_ce_fwd", dict(label_smoothing=ls), logits=z.astype(F32), labels=y.astype(np.int32),
+    run("softmax_ce_fwd", label_smoothing=ls, logits=z.astype(F32), labels=y.astype(np.int32),
         probs=np.zeros((n, k), F32), loss=loss, top1=np.zeros(1, F32), top5=np.zeros(1, F32))
     assert abs(facts - loss[0]) < 1e-5
 
@@ -665,7 +671,7 @@ def test_fused_block(rec, dtype):
 
     # inference through folded BN, against torch eval mode with the updated running statistics
     for t in tstages:
-        run("bn_update_eq_params", dict(eps=eps), gamma=arr[f"gamma{t}"], beta=arr[f"beta{t}"],
+        run("bn_update_eq_params", eps=eps, gamma=arr[f"gamma{t}"], beta=arr[f"beta{t}"],
             running_mean=arr[f"mean{t}"], running_var=arr[f"var{t}"], eq_scale=arr[f"eq_scale{t}"],
             eq_bias=arr[f"eq_bias{t}"])
     spec_i = KERNELS[f"{kind}_inf"]
@@ -1068,3 +1074,16 @@ def test_kernel_errors_name_the_problem():
         run("fc_fwd", x=z((2, 2, 2, 2), F32), w=z((3, 7), F32), y=z((2, 3), F32))
     with pytest.raises(ValueError, match=r"expected dropout probability in \[0, 1\]"):
         run("dropout_fwd", dict(p=1.5), x=z(4, F32), y=z(4, F32), mask=z(4, np.int8), rng=dropout_rng_state(0))
+
+
+def test_seed_op_names_resolve():
+    from tr_mlir.lowering.kernels import kernel_name, lookup
+
+    assert kernel_name("CONV_AMP_BWD_FIRST_LAYER") == "conv_bwd_first_layer"
+    for op in ("CONV_FP32_FWD", "BN2D_AMP_BWD", "RELU_FP32_INF", "SOFTMAX_CE_AMP_FWD", "GRAD_ACCUM_FP32",
+               "ADD_FP32_BWD", "DROPOUT_AMP_FWD", "BN_UPDATE_EQ_PARAMS", "RANGE_UPDATE_BIAS_NESTEROV",
+               "LARS_COMPUTE_TRUST_RATIO_DEEP", "DTENSOR_COPY", "FLATTEN_AMP_BWD_FIRST_LAYER", "IDENTITY_FP32_BWD",
+               "SCALAR_INCREMENT", "ADAM_BIAS_CORRECTION", "RANGE_CAST_FP16_TO_FP32", "AVGPOOL_FP32_INF"):
+        assert lookup(op).name == kernel_name(op)
+    with pytest.raises(KeyError, match="no kernel for op 'MUL_FWD'"):
+        lookup("MUL_FWD")

@@ -27,6 +27,6 @@ from tr_mlir.lowering.kernels import (  # noqa: F401  (each module registers its
     pool,
     ranges,
 )
-from tr_mlir.lowering.kernels.registry import KERNELS, ArrayInfo, KernelSpec, kernel, register
+from tr_mlir.lowering.kernels.registry import KERNELS, ArrayInfo, KernelSpec, kernel, kernel_name, lookup, register
 
-__all__ = ["KERNELS", "ArrayInfo", "KernelSpec", "kernel", "register"]
+__all__ = ["KERNELS", "ArrayInfo", "KernelSpec", "kernel", "kernel_name", "lookup", "register"]

@@ -136,7 +136,7 @@ def add_bwd_acc(dy, da=None, db=None) -> None:
             np.add(d, dy, out=d, casting="same_kind")
 
 
-@kernel("grad_acc", writes=("dx",))
+@kernel("grad_acc", writes=("dx",), also=("grad_accum",))
 def grad_acc(dy, dx) -> None:
     """``dx += dy``: add one use's gradient into a value's gradient slot."""
     np.add(dx, dy, out=dx, casting="same_kind")

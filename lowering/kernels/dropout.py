@@ -1,10 +1,11 @@
 """Inverted dropout with a deterministic counter-based RNG whose state lives in the arena.
 
-The state is a uint64 array of 6 elements: the Philox-4x64 key (2 words) and counter (4 words)
-(:func:`dropout_rng_state` makes one from a seed). Each call draws one uniform per element from
-NumPy's ``Philox`` started at that key and counter, keeps elements whose draw is >= p, and
-stores the advanced counter back, so a replay of the same seed gives the same masks and two
-calls never reuse numbers. Kept elements are scaled by ``1 / (1 - p)`` (p = 1 zeroes everything,
+The state is an integer array of 2 elements, ``(seed, calls)`` (:func:`dropout_rng_state`; the
+planner's ``dropout_seed`` scalar, int32 or wider). Call number ``calls`` draws one uniform per
+element from NumPy's ``Philox`` (4x64) with key ``seed`` and counter ``(0, calls, 0, 0)`` -- a
+stream of its own, 2^64 blocks long -- keeps elements whose draw is >= p, and increments
+``calls`` in place. A replay from the same seed gives the same masks; two calls never share
+numbers. Kept elements are scaled by ``1 / (1 - p)`` (p = 1 zeroes everything,
 as PyTorch). Inference is the identity (``dropout_inf`` in :mod:`.dense`).
 """
 
@@ -17,10 +18,8 @@ from .registry import kernel
 
 
 def dropout_rng_state(seed: int) -> np.ndarray:
-    """A fresh 6-word uint64 state: key from ``seed`` (SplitMix-style spread), counter 0."""
-    ss = np.random.SeedSequence(seed)
-    key = ss.generate_state(2, np.uint64)
-    return np.concatenate([key, np.zeros(4, np.uint64)])
+    """A fresh state ``(seed, 0)`` as int32 (the layout of the planner's ``dropout_seed``)."""
+    return np.array([seed, 0], np.int32)
 
 
 def _scale(p: float) -> float:
@@ -29,11 +28,13 @@ def _scale(p: float) -> float:
 
 @kernel("dropout_fwd", writes=("y", "mask", "rng"))
 def dropout_fwd(x, y, mask, rng, *, p: float) -> None:
-    """``mask = (u >= p)`` (INT8) with u ~ U[0, 1) from the arena RNG ``rng`` (advanced in place);
-    ``y = x * mask / (1 - p)``. y may be x's buffer."""
+    """``mask = (u >= p)`` (INT8) with u ~ U[0, 1) from the arena RNG state ``rng`` = (seed,
+    calls), whose call count is incremented; ``y = x * mask / (1 - p)``. y may be x's buffer."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"expected dropout probability in [0, 1], got {p}")
-    bg = np.random.Philox(key=rng[:2], counter=rng[2:6])
+    st = rng.reshape(-1)
+    seed, calls = int(st[0]) & 0xFFFFFFFF, int(st[1]) & 0xFFFFFFFF
+    bg = np.random.Philox(key=seed, counter=calls << 64)
     gen = np.random.Generator(bg)
     xf, yf, mf = flat(x), flat(y), flat(mask)
     scale = _scale(p)
@@ -44,7 +45,7 @@ def dropout_fwd(x, y, mask, rng, *, p: float) -> None:
         t *= keep
         t *= scale
         yf[sl] = t
-    rng[2:6] = bg.state["state"]["counter"]
+    st[1] = (calls + 1) & 0x7FFFFFFF
 
 
 @kernel("dropout_bwd", writes=("dx",))

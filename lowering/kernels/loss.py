@@ -53,18 +53,19 @@ def _check_range(lab: np.ndarray, k: int) -> None:
         raise ValueError(f"expected labels in [0, {k}), got values in [{lab.min()}, {lab.max()}]")
 
 
-@kernel("softmax_ce_fwd", writes=("probs", "loss", "top1", "top5", "pred"), also=("softmax_ce_inf",))
-def softmax_ce_fwd(logits, labels, probs, loss, top1, top5, pred=None, batch_size=None, *,
-                   label_smoothing: float = 0.0) -> None:
+@kernel("softmax_ce_fwd", writes=("probs", "loss", "top1", "top5", "pred", "inv_batch"), also=("softmax_ce_inf",))
+def softmax_ce_fwd(logits, labels, probs, loss, top1, top5, pred=None, batch_size=None, label_smoothing=None,
+                   inv_batch=None) -> None:
     """Softmax + cross-entropy forward: writes ``probs`` (N, K) fp32, the 1-element ``loss``
-    (batch mean), ``top1``, ``top5`` (fractions of the batch) and optionally ``pred`` (N,) arg-max
-    labels. ``label_smoothing`` may be a float or a 1-element array."""
+    (batch mean), ``top1``, ``top5`` (fractions of the batch), optionally ``pred`` (N,) arg-max
+    labels and ``inv_batch`` = 1/B (the seed's ``inv_scaling_factor``). ``label_smoothing``: a
+    scalar operand (None: 0)."""
     k = logits.shape[-1]
     n = logits.size // k
     z2, p2 = logits.reshape(n, k), probs.reshape(n, k)
     lab = _labels(labels, n, k)
     b = _rows(n, batch_size)
-    ls = scalar(label_smoothing)
+    ls = 0.0 if label_smoothing is None else scalar(label_smoothing)
     pr = None if pred is None else pred.reshape(-1)
     loss_sum = correct1 = correct5 = 0.0
     for rc in row_chunks(n, k):
@@ -93,22 +94,29 @@ def softmax_ce_fwd(logits, labels, probs, loss, top1, top5, pred=None, batch_siz
         correct1 += float(hit1.sum())
         correct5 += float(((zv > zy[:, None]).sum(axis=1) < 5).sum()) if k >= 5 else float(hit1.sum())
     inv = 1.0 / b if b else 0.0
+    if inv_batch is not None:
+        inv_batch.reshape(-1)[0] = inv
     loss.reshape(-1)[0] = loss_sum * inv
     top1.reshape(-1)[0] = correct1 * inv
     top5.reshape(-1)[0] = correct5 * inv
 
 
 @kernel("softmax_ce_bwd", writes=("dlogits",))
-def softmax_ce_bwd(probs, labels, dlogits, loss_scale=None, batch_size=None, *, label_smoothing: float = 0.0) -> None:
+def softmax_ce_bwd(probs, labels, dlogits, loss_scale=None, batch_size=None, label_smoothing=None,
+                   inv_batch=None) -> None:
     """``dlogits = (p - ls/K - (1-ls) onehot(y)) * loss_scale / B`` for the first B rows, 0 for
     the rest. ``dlogits`` (logits' shape, fp32 or fp16) may be the logits' buffer. ``loss_scale``
-    None means 1."""
+    None means 1. B comes from ``batch_size``; else from ``inv_batch`` (1/B written by the
+    forward); else it is N."""
     k = probs.shape[-1]
     n = probs.size // k
     p2, d2 = probs.reshape(n, k), dlogits.reshape(n, k)
     lab = _labels(labels, n, k)
+    if batch_size is None and inv_batch is not None:
+        ib = scalar(inv_batch)
+        batch_size = round(1.0 / ib) if ib > 0 else 0
     b = _rows(n, batch_size)
-    ls = scalar(label_smoothing)
+    ls = 0.0 if label_smoothing is None else scalar(label_smoothing)
     c = (1.0 if loss_scale is None else scalar(loss_scale)) / b if b else 0.0
     for rc in row_chunks(n, k):
         hi = min(rc.stop, b)

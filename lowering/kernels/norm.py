@@ -103,12 +103,14 @@ def bn_affine(x, scale, bias, y) -> None:
 
 
 @kernel("bn2d_fwd", writes=("y", "running_mean", "running_var", "save_mean", "save_istd"), also=("bn1d_fwd",))
-def bn_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, *, eps: float = 1e-5,
-           momentum: float = 0.1) -> None:
+def bn_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps=None, momentum=None) -> None:
     """Batch norm, training mode. x, y (N, H, W, C) (bn1d: (N, 1, 1, C)); gamma, beta, running and
     saved statistics C-element fp32. Running statistics are updated in place (PyTorch momentum,
-    unbiased variance); saves the batch mean and inv_std = 1/sqrt(var + eps)."""
-    bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps, momentum)
+    unbiased variance); saves the batch mean and inv_std = 1/sqrt(var + eps). ``eps`` and
+    ``momentum`` are scalar operands (the ``bn_epsilon`` / ``bn_momentum`` scalars, or numbers;
+    None: PyTorch's 1e-5 and 0.1)."""
+    bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd,
+                     1e-5 if eps is None else eps, 0.1 if momentum is None else momentum)
 
 
 @kernel("bn2d_bwd", writes=("dx", "dgamma", "dbeta"), also=("bn1d_bwd",))
@@ -124,10 +126,11 @@ def bn_inf(x, eq_scale, eq_bias, y) -> None:
 
 
 @kernel("bn_update_eq_params", writes=("eq_scale", "eq_bias"))
-def bn_update_eq_params(gamma, beta, running_mean, running_var, eq_scale, eq_bias, *, eps: float = 1e-5) -> None:
-    """Fold BN for inference: ``eq_scale = gamma / sqrt(rv + eps)``, ``eq_bias = beta - rm * eq_scale``."""
+def bn_update_eq_params(gamma, beta, running_mean, running_var, eq_scale, eq_bias, eps=None) -> None:
+    """Fold BN for inference: ``eq_scale = gamma / sqrt(rv + eps)``, ``eq_bias = beta - rm * eq_scale``
+    (``eps`` a scalar operand; None: 1e-5)."""
     sc, bi = _vec(eq_scale), _vec(eq_bias)
-    np.add(_vec(running_var), scalar(eps), out=sc)
+    np.add(_vec(running_var), 1e-5 if eps is None else scalar(eps), out=sc)
     np.sqrt(sc, out=sc)
     np.divide(_vec(gamma), sc, out=sc)
     np.multiply(_vec(running_mean), sc, out=bi)

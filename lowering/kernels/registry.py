@@ -171,3 +171,25 @@ def kernel(
         return fn
 
     return deco
+
+
+PRECISION_TOKENS = ("fp32", "amp")
+
+
+def kernel_name(op: str) -> str:
+    """The registry key of a compute/range op name as the seed (and the descriptors) spell it:
+    lower case without its precision token, e.g. ``CONV_AMP_BWD_FIRST_LAYER`` ->
+    ``conv_bwd_first_layer``, ``GRAD_ACCUM_FP32`` -> ``grad_accum``, ``RANGE_CLEAR`` -> ``range_clear``.
+    The precision is carried by the dtypes of the bound arrays instead."""
+    low = op.lower()
+    if "_to_" in low:  # casts name their dtypes: RANGE_CAST_FP16_TO_FP32
+        return low
+    return "_".join(t for t in low.split("_") if t not in PRECISION_TOKENS)
+
+
+def lookup(op: str) -> KernelSpec:
+    """The kernel of op ``op`` (either spelling); ``KeyError`` naming the op when none exists."""
+    name = kernel_name(op)
+    if name not in KERNELS:
+        raise KeyError(f"no kernel for op '{op}' (looked up '{name}'); see python -m tr_mlir.lowering.kernels")
+    return KERNELS[name]
