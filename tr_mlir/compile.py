@@ -1,8 +1,9 @@
-"""The compile API: BluePrint -> flat ArchPlan module (and, later, -> memplan).
+"""The compile API: BluePrint -> flat ArchPlan module, and BluePrint -> memplan program.
 
 Each function emits the BluePrint into the ``arch`` dialect (:func:`tr_mlir.blueprint.emit`)
 and runs the named pass pipeline on it, so the Python API and ``tr-opt`` share one
-implementation: ``arch_plan(...)`` is ``tr-opt -p 'arch-plan{...}'`` on the emitted module.
+implementation: ``arch_plan(...)`` is ``tr-opt -p 'arch-plan{...}'`` and ``compile(...)`` is
+``tr-opt -p 'tr-compile{...}'`` on the emitted module.
 """
 
 from __future__ import annotations
@@ -56,5 +57,68 @@ def arch_plan(
 
     module = emit(model, input_shape, amp=amp, fuse=fuse, num_classes=num_classes, name=name)
     ArchPlanPass(cbrp=cbrp).apply(make_context(), module)
+    module.verify()
+    return module
+
+
+def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only inside this module
+    model,
+    input_shape: tuple[int, int, int],
+    *,
+    num_classes: int,
+    batch_size: int,
+    train_size: int,
+    val_size: int,
+    amp: bool = False,
+    fuse: bool = False,
+    optimizer: str = "momentum",
+    target: str = "cpu",
+    train_res: int | None = None,
+    train_res_end: int | None = None,
+    val_res: int | None = None,
+    world_size: int = 1,
+    cbrp: bool = False,
+    name: str = "model",
+) -> ModuleOp:
+    """Compile a BluePrint to its memplan program (``tr-compile``: ArchPlan, phases 1..5, atlas).
+
+    Args:
+        model: a BluePrint layer (``tr_mlir.blueprint``).
+        input_shape: (H, W, C) of one sample, NHWC.
+        num_classes: logits of the classifier head.
+        batch_size: samples per step and process.
+        train_size, val_size: dataset sizes (they decide the last-batch variants).
+        amp: fp16 features and working weights with fp32 master weights.
+        fuse: fuse residual blocks, conv+bn+relu and gap+fc.
+        optimizer: ``sgd``, ``momentum``, ``nesterov``, ``adam``, ``adamw``, ``lars`` or
+            ``lars-nesterov`` (decides the M/V/N buffers and the optimizer graphs).
+        target: ``cpu`` or ``cuda`` (channel padding of fp16 features and masks).
+        train_res, train_res_end, val_res: resolutions of the train_* / train_lowres_* / val_*
+            variants (default: the input resolution; ``train_res_end`` defaults to ``train_res``).
+        world_size: number of data-parallel processes (each gets ``ceil(size / world_size)``
+            samples per epoch).
+        cbrp: also fuse conv+bn+relu+maxpool.
+        name: symbol name of the ``arch.model``.
+
+    Returns:
+        A verified ``builtin.module`` with the flat ``arch.model`` and its ``memplan.program``
+        (spec, six variants, descriptors, six plans, the ``@train`` / ``@infer`` graphs, the
+        atlas): everything the runtime needs.
+
+    Raises:
+        tr_mlir.blueprint.BluePrintError: invalid BluePrint or arguments.
+        xdsl.utils.exceptions.DiagnosticException: a pass rejected the network or the spec (bad
+            geometry, a first layer that cannot read the input buffers, bad spec values, an
+            unknown optimizer or target, ...); the message names the op.
+    """
+    from tr_mlir.blueprint import emit
+    from tr_mlir.passes.tr_compile import TrCompilePass
+
+    module = emit(model, input_shape, amp=amp, fuse=fuse, num_classes=num_classes, name=name)
+    TrCompilePass(
+        cbrp=cbrp, batch_size=batch_size, train_size=train_size, val_size=val_size, train_res=train_res,
+        train_res_end=train_res_end, val_res=val_res, world_size=world_size, optimizer=optimizer,
+        target=target,
+    ).apply(make_context(), module)
     module.verify()
     return module

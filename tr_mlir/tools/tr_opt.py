@@ -7,7 +7,8 @@
   xDSL plus every pass of :func:`tr_mlir.passes.get_all_passes` (loaded lazily: a pass whose
   module cannot be imported is an error only when a pipeline names it);
 * the targets of xDSL (``mlir`` ...) plus ``archplan-yaml`` (the seed's ArchPlan YAML, written by
-  ``tr_mlir.archplan_yaml.print_archplan_yaml``);
+  ``tr_mlir.archplan_yaml.print_archplan_yaml``) and ``memplan-summary`` (per-variant tables of a
+  compiled program, ``tr_mlir.memplan_summary.print_memplan_summary``);
 * ``--pass-pipeline='builtin.module(p1,p2{k=v})'`` in MLIR syntax, next to xDSL's ``-p p1,p2{k=v}``
   (:func:`mlir_pipeline_to_xdsl` translates the former into the latter);
 * diagnostics instead of Python tracebacks (DESIGN section 6): bad input prints
@@ -466,6 +467,18 @@ class ArchplanYamlTarget(Target):
         emitter.print_archplan_yaml(module, output)
 
 
+@dataclass(frozen=True)
+class MemplanSummaryTarget(Target):
+    """``-t memplan-summary``: per variant of each compiled program, its regions, bytes, DTensor
+    count and per-GraphId node counts (``tr_mlir.memplan_summary.print_memplan_summary``)."""
+
+    name = "memplan-summary"
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        emitter = _import_optional("tr_mlir.memplan_summary", "target 'memplan-summary'")
+        emitter.print_memplan_summary(module, output)
+
+
 def _import_optional(name: str, what: str) -> Any:
     """Import module ``name``; if it (not something it imports) is missing, raise TrOptError."""
     try:
@@ -540,6 +553,7 @@ class TrOptMain(xDSLOptMain):
     def register_all_targets(self) -> None:
         super().register_all_targets()
         self.available_targets[ArchplanYamlTarget.name] = lambda: ArchplanYamlTarget
+        self.available_targets[MemplanSummaryTarget.name] = lambda: MemplanSummaryTarget
 
     def register_all_frontends(self) -> None:
         super().register_all_frontends()

@@ -1,0 +1,46 @@
+// `tr-opt -t memplan-summary`: one table per variant (regions with reserved and used bytes and
+// DTensor counts, then the GraphIds the variant runs with node counts and capture keys).
+// RUN: tr-opt %s -p 'memplan-compile{batch_size=4 train_size=10 val_size=8 train_res_end=2}' -t memplan-summary | filecheck %s
+// RUN: tr-opt %s -p 'memplan-derive-shapes{batch_size=4 train_size=10 val_size=8},memplan-max-slots,memplan-create-plans,memplan-build-graph' -t memplan-summary | filecheck %s --check-prefix=NOATLAS
+// RUN: not tr-opt %s -t memplan-summary 2>&1 | filecheck %s --check-prefix=NOPROGRAM
+// RUN: not tr-opt %s -p 'memplan-derive-shapes{batch_size=4 train_size=10 val_size=8}' -t memplan-summary 2>&1 | filecheck %s --check-prefix=NOPLANS
+
+// CHECK:      memplan.program for @net: target cpu, optimizer momentum, fp32, arena 27,648 bytes, 40 DTensors, 2 graphs, 34 capture keys
+// CHECK-EMPTY:
+// CHECK-NEXT: variant train_base: batch 4, resolution 4, plan @plan_train_base train @train infer @infer
+// CHECK-NEXT:   region                   reserved bytes       used bytes  DTensors
+// CHECK-NEXT:   W_FIRST_CONV                        512              512         1
+// CHECK-NEXT:   A_FIRST_CONV                          0                0         1
+// CHECK:        F_FEATURE_FP32                    3,584            3,584         3
+// CHECK:        total                            27,648           27,648        40
+// CHECK-NEXT:   GraphId                        graph     nodes   key
+// CHECK-NEXT:   transfer_a                     @train        1     0
+// CHECK:        deep_fwd_bwd                   @train        4     4
+// CHECK:        total                                       22
+// The lowres variant uses less of the shared slots, and has its own shape-dependent keys.
+// CHECK:      variant train_lowres: batch 4, resolution 2, plan @plan_train_lowres train @train infer @infer
+// CHECK:        F_FEATURE_FP32                    3,584            2,048         3
+// CHECK:        total                            27,648           24,576        40
+// CHECK:        deep_fwd_bwd                   @train        4    24
+// CHECK:      variant val_last: batch 4, resolution 4, plan @plan_val_last infer @infer
+// CHECK-NOT:    deep_fwd_bwd
+// CHECK:        inf_main_a                     @infer        4    32
+// CHECK:        total                                       19
+
+// Without an atlas (before phase 5) the buckets of the graphs are listed, without keys.
+// NOATLAS:      memplan.program for @net: target cpu, optimizer momentum, fp32, arena 27,648 bytes, 40 DTensors, 2 graphs
+// NOATLAS:      variant train_base: batch 4, resolution 4
+// NOATLAS:        deep_fwd_bwd                   @train        4     -
+// NOATLAS:      variant val_base: batch 4, resolution 4
+// NOATLAS-NOT:    deep_fwd_bwd
+// NOATLAS:        inf_main_a                     @infer        4     -
+
+// NOPROGRAM: tr-opt: error: {{.*}}memplan-summary: the module has no 'memplan.program'; compile it first (tr-compile or memplan-compile)
+// NOPLANS: tr-opt: error: {{.*}}'memplan.program' op for @net has no plans; memplan-summary needs a compiled program (run memplan-compile)
+arch.model @net input(4, 4, 8) num_classes = 8 first_layer = 0 {
+^bb0(%x: tensor<?x4x4x8xf32>):
+  %0 = arch.conv %x out_ch = 8 k = 1 : tensor<?x4x4x8xf32> -> tensor<?x4x4x8xf32>
+  %1 = arch.gap %0 : tensor<?x4x4x8xf32> -> tensor<?x1x1x8xf32>
+  %2 = arch.softmax_ce %1 num_classes = 8 : tensor<?x1x1x8xf32> -> tensor<?x1x1x8xf32>
+  arch.output %2 : tensor<?x1x1x8xf32>
+}

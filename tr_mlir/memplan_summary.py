@@ -1,0 +1,138 @@
+"""``tr-opt -t memplan-summary``: a readable table of a compiled memplan program.
+
+For every ``memplan.program`` of the module: one header line (model, target, optimizer, amp,
+arena bytes, DTensor and capture-key counts), then one table per variant:
+
+* its batch, resolution, plan and graphs;
+* per non-empty region: the bytes reserved in the arena (identical in all six plans), the bytes
+  this variant's shapes actually use (the same slot formula on the variant's shapes: ``last`` and
+  ``lowres`` variants use less of the shared slots), and the DTensor count;
+* per GraphId with a slot (from the atlas; without one, the buckets of the variant's graphs): the
+  graph, the node count, the capture key (shared keys show where a graph is captured once).
+
+Raises :class:`MemplanSummaryError` (a diagnostic) when the module holds no ``memplan.program``
+with plans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import IO
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.utils.exceptions import DiagnosticException
+
+from tr_mlir.dialects.memplan import (
+    AtlasOp,
+    GraphId,
+    GraphOp,
+    MemRegion,
+    PlanOp,
+    ProgramOp,
+    VariantOp,
+    is_train_variant,
+    slot_bytes,
+)
+
+
+class MemplanSummaryError(ValueError, DiagnosticException):
+    """The module has nothing to summarize (no ``memplan.program`` with plans)."""
+
+
+def _n(x: int) -> str:
+    return f"{x:,}"
+
+
+def _graph_slots(program: ProgramOp, v_index: int, variant: VariantOp) -> Iterator[tuple[GraphId, str, int, str]]:
+    """(GraphId, graph, node count, key) for every GraphId the variant runs."""
+    graphs = {g.graph_name: g for g in program.graphs()}
+    atlases = program.ops_of(AtlasOp)
+    if atlases:
+        atlas = atlases[0]
+        keys = atlas.keys()
+        for gid in GraphId:
+            k = atlas.slot(v_index, gid)
+            if k < 0:
+                continue
+            graph = graphs[keys[k][0]]
+            yield gid, f"@{graph.graph_name}", len(graph.nodes(gid)), str(k)
+        return
+    linked: list[GraphOp] = []
+    for ref in (variant.train, variant.infer):
+        if ref is not None and ref.root_reference.data in graphs:
+            linked.append(graphs[ref.root_reference.data])
+    if not linked:  # before phase 5: train variants run both graphs, val variants only @infer
+        linked = [g for n, g in graphs.items() if is_train_variant(variant.variant_name) or n == "infer"]
+    for gid in GraphId:
+        for graph in linked:
+            if gid in graph.buckets():
+                yield gid, f"@{graph.graph_name}", len(graph.nodes(gid)), "-"
+                break
+
+
+def summarize(program: ProgramOp) -> str:
+    """The summary text of one program (see the module doc)."""
+    plans = {p.plan_name: p for p in program.plans()}
+    if not plans:
+        raise MemplanSummaryError(f"'memplan.program' op for @{program.model_name} has no plans; "
+                                  f"memplan-summary needs a compiled program (run memplan-compile)")
+    spec = program.spec
+    variants = program.variants()
+    base = next(iter(plans.values()))
+    atlases = program.ops_of(AtlasOp)
+    head = [f"memplan.program for @{program.model_name}"]
+    if spec is not None:
+        head.append(f"target {spec.target_kind.value}, optimizer {spec.optimizer_kind.value}")
+    if variants:
+        head.append("amp" if variants[0].is_amp else "fp32")
+    head.append(f"arena {_n(base.size)} bytes, {len(base)} DTensors, {len(program.graphs())} graphs")
+    if atlases:
+        head.append(f"{len(atlases[0].keys())} capture keys")
+    lines = [": ".join([head[0], ", ".join(head[1:])])]
+    for v_index, variant in enumerate(variants):
+        name = variant.variant_name
+        plan: PlanOp | None = None
+        if variant.plan is not None:
+            plan = plans.get(variant.plan.root_reference.data)
+        plan = plan or plans.get(f"plan_{name}")
+        links = " ".join(f"{k} @{getattr(variant, k).root_reference.data}"
+                         for k in ("plan", "train", "infer") if getattr(variant, k) is not None)
+        lines += ["", f"variant {name}: batch {variant.batch_size}, resolution {variant.resolution}"
+                      + (f", {links}" if links else "")]
+        if plan is not None:
+            lines += _region_table(plan)
+        slots = list(_graph_slots(program, v_index, variant))
+        if slots:
+            lines.append(f"  {'GraphId':<30} {'graph':<8} {'nodes':>6} {'key':>5}")
+            lines += [f"  {gid.value:<30} {g:<8} {count:>6} {key:>5}" for gid, g, count, key in slots]
+            lines.append(f"  {'total':<30} {'':<8} {sum(s[2] for s in slots):>6}")
+    return "\n".join(lines) + "\n"
+
+
+def _region_table(plan: PlanOp) -> list[str]:
+    reserved: dict[MemRegion, int] = {}
+    used: dict[MemRegion, int] = {}
+    count: dict[MemRegion, int] = {}
+    for t in plan.tensors():
+        count[t.region] = count.get(t.region, 0) + 1
+        if t.slot:
+            used[t.region] = used.get(t.region, 0) + slot_bytes(t.shape, t.dtype, t.region, plan.target_kind)
+    for r in MemRegion:
+        if plan.region_size(r):
+            reserved[r] = plan.region_size(r)
+    rows = [f"  {'region':<22} {'reserved bytes':>16} {'used bytes':>16} {'DTensors':>9}"]
+    for r in MemRegion:
+        if r in reserved or r in count:
+            rows.append(f"  {r.name:<22} {_n(reserved.get(r, 0)):>16} {_n(used.get(r, 0)):>16} {count.get(r, 0):>9}")
+    rows.append(f"  {'total':<22} {_n(plan.size):>16} {_n(sum(used.values())):>16} {len(plan):>9}")
+    return rows
+
+
+def print_memplan_summary(module: ModuleOp, stream: IO[str]) -> None:
+    """Write :func:`summarize` of every program of ``module`` to ``stream`` (``tr-opt -t
+    memplan-summary``); raises :class:`MemplanSummaryError` when there is none."""
+    programs = [op for op in module.walk() if isinstance(op, ProgramOp)]
+    if not programs:
+        raise MemplanSummaryError("memplan-summary: the module has no 'memplan.program'; compile it first "
+                                  "(tr-compile or memplan-compile)")
+    stream.write("\n".join(summarize(p) for p in programs))
