@@ -243,3 +243,53 @@ def test_optimizer_graph(optimizer, weight, bias):
         lars = g.nodes(GraphId.LARS_FC_OPT)
         assert len(lars) == 2 * 3  # three FC weights, trust ratio + update each
         assert lars[1][0] == "LARS_UPDATE_FC" and lars[1][2] == (lars[1][1][0], lars[1][1][2])
+
+
+def _layer_tensors(program: ProgramOp, layer: int) -> list[tuple[str, str, str, tuple[int, ...], int]]:
+    prefix = f"l{layer}."
+    return [(t.name[len(prefix):], t.region.name, t.dtype, tuple(t.shape), t.slot)
+            for t in program.plans()[0].tensors() if t.name.startswith(prefix)]
+
+
+def test_mlp_and_vgg16_bn_plan_tensors_follow_facts_3_and_7():
+    mlp = _program("mlp", batch=4)
+    names = [t.name for t in mlp.plans()[0].tensors()]
+    # facts section 7: the baseline DTensors first, ids fixed (momentum: beta, wd)
+    assert names[:23] == ["label_a", "data_a", "label_b", "data_b", "label_smce", "has_nan", "lr", "scaling",
+                          "label_smoothing", "loss", "top1", "top5", "local_batch_size",
+                          "last_train_batch_size", "last_val_batch_size", "accum_loss", "accum_top1",
+                          "accum_top5", "beta", "wd", "dropout_seed", "bn_epsilon", "bn_momentum"]
+    # facts section 3, FC (7 tensors; fp32: the fp16 copies are zero-byte placeholders), then the
+    # momentum buffers of its parameters
+    assert [(n, r, d, s, slot > 0) for n, r, d, s, slot in _layer_tensors(mlp, 1)] == [
+        ("fc_weight", "W_FC_WEIGHT", "f32", (1024, 1, 1, 784), True),
+        ("fc_bias", "W_FC_BIAS", "f32", (1, 1, 1, 1024), True),
+        ("fc_output", "F_FEATURE_FP32", "f32", (4, 1, 1, 1024), True),
+        ("fc_weight_grad", "G_FC_WEIGHT", "f32", (1024, 1, 1, 784), True),
+        ("fc_bias_grad", "G_FC_BIAS", "f32", (1, 1, 1, 1024), True),
+        ("fc_amp_w_fp16", "A_FC_WEIGHT", "f16", (1, 1, 1, 1), False),
+        ("fc_amp_g_fp16", "G_FC_WEIGHT_FP16", "f16", (1, 1, 1, 1), False),
+        ("fc_weight.m", "M_FC_WEIGHT", "f32", (1024, 1, 1, 784), True),
+        ("fc_bias.m", "M_FC_BIAS", "f32", (1, 1, 1, 1024), True)]
+    assert [t[:2] for t in _layer_tensors(mlp, 2)] == [("relu_output", "F_FEATURE_FP32"), ("relu_mask", "S_MASK")]
+    assert [t[:2] for t in _layer_tensors(mlp, 8)] == [
+        ("ce_output", "F_FEATURE_FP32"), ("softmax_probs", "T_TEMP_FP32"), ("pred_labels", "R_PREDICTED_LABEL"),
+        ("inv_scaling_factor", "S_SCALAR_FP32"), ("loss_partial", "T_TEMP_FP32"), ("top1_partial", "T_TEMP_INT32"),
+        ("top5_partial", "T_TEMP_INT32")]
+    vgg = _program("vgg16_bn", batch=2)
+    conv0 = _layer_tensors(vgg, 0)
+    # Conv (the first layer: W_FIRST_CONV family; the unused conv_grad_slot is not planned, the
+    # im2col workspace is one shared DTensor)
+    assert [t[:2] for t in conv0] == [
+        ("conv_weight", "W_FIRST_CONV"), ("conv_output", "F_FEATURE_FP32"), ("conv_weight_grad", "G_FIRST_CONV"),
+        ("conv_amp_w_fp16", "A_FIRST_CONV"), ("conv_amp_g_fp16", "G_FIRST_CONV_FP16"), ("conv_sum", "T_TEMP_FP32"),
+        ("conv_sq_sum", "T_TEMP_FP32"), ("conv_weight.m", "M_FIRST_CONV")]
+    assert conv0[0][3] == (64, 3, 3, 3) and conv0[1][3] == (2, 224, 224, 64)  # KRSC weights, NHWC output
+    assert _layer_tensors(vgg, 3)[0][:2] == ("conv_weight", "W_DEEP_CONV")
+    # BN: 13 tensors in the seed's order, then the momentum buffers of gamma and beta
+    assert [t[:2] for t in _layer_tensors(vgg, 1)] == [
+        ("bn_weight", "W_BN_WEIGHT"), ("bn_bias", "W_BN_BIAS"), ("bn_output", "F_FEATURE_FP32"),
+        ("bn_prev_mean", "B_PREV_MEAN"), ("bn_prev_var", "B_PREV_VAR"), ("bn_next_mean", "B_NEXT_MEAN"),
+        ("bn_next_var", "B_NEXT_VAR"), ("bn_weight_grad", "G_BN_WEIGHT"), ("bn_bias_grad", "G_BN_BIAS"),
+        ("bn_eq_bias", "W_EQ_BIAS"), ("bn_eq_scale", "W_EQ_SCALE"), ("bn_saved_mean", "T_TEMP_FP32"),
+        ("bn_saved_inv_var", "T_TEMP_FP32"), ("bn_weight.m", "M_BN_WEIGHT"), ("bn_bias.m", "M_BN_BIAS")]
