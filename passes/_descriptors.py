@@ -25,8 +25,10 @@ gap_fc, the six residual blocks) are real: their tensors are the concatenation o
 order, with the reads of the block input scheduled before the write of its gradient and the
 shortcut gradient accumulated (``GRAD_ACCUM``); ``add`` has a real backward to both operands;
 conv supports ``groups`` (depthwise included; weights KRSC ``{K, k, k, C/groups}``); the unused
-``conv_grad_slot`` is not allocated; conv declares an im2col workspace (shared by all layers, in
-``T_TEMP_FP32`` / ``T_TEMP_FP16``; a placeholder for 1x1 stride-1 unpadded convs); BN forward
+``conv_grad_slot`` is not allocated; every kernel's scratch memory (conv im2col and fp32 casts,
+pooling masks and accumulators, AMP GEMM buffers) is planned from the kernel library's own
+workspace rule as shared ``ws_<arg>`` tensors (:func:`plan_workspaces`); the first-layer FC
+backward is ``FC_*_BWD_FIRST_LAYER`` (no dX, as the conv's); BN forward
 lists the running statistics it updates among its outputs; activations other than ReLU read their
 output (or input) in backward, so their output gets a gradient slot. Adding an op = adding one
 entry to :data:`DESCRIPTORS`.
@@ -38,6 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 from xdsl.ir import Operation
 
 from tr_mlir.dialects import arch
@@ -213,20 +216,15 @@ def _conv(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str | N
     amp_g = lp.add(f"{p}conv_amp_g_fp16", MemRegion[f"G_{fam}_FP16"], "f16", wsh if ctx.amp else PLACEHOLDER)
     ssum = lp.add(f"{p}conv_sum", MemRegion.T_TEMP_FP32, "f32", _param_shape(out_ch))
     sq = lp.add(f"{p}conv_sq_sum", MemRegion.T_TEMP_FP32, "f32", _param_shape(out_ch))
-    needs_cols = not (k == 1 and s == 1 and pad == 0)
-    cols_shape = (n, out[1], out[2], k * k * (c // groups)) if needs_cols else PLACEHOLDER
-    cols = lp.add("conv_im2col", MemRegion.T_TEMP_FP16 if ctx.amp else MemRegion.T_TEMP_FP32, ctx.featdt,
-                  cols_shape, shared=True) if needs_cols else None
     wt = amp_w if ctx.amp else weight
     wg = amp_g if ctx.amp else dw
-    ws = (cols,) if cols else ()
     kp = (("out_ch", out_ch), ("k", k), ("s", s), ("p", pad), ("groups", groups))
-    fwd = NodePattern(f"CONV_{ctx.prec}_FWD", (x, wt), (y, ssum, sq, *ws), kp)
+    fwd = NodePattern(f"CONV_{ctx.prec}_FWD", (x, wt), (y, ssum, sq), kp)
     if dx is None:
-        bwd = NodePattern(f"CONV_{ctx.prec}_BWD_FIRST_LAYER", (dy_src, wt, x), (wg, *ws), kp)
+        bwd = NodePattern(f"CONV_{ctx.prec}_BWD_FIRST_LAYER", (dy_src, wt, x), (wg,), kp)
     else:
-        bwd = NodePattern(f"CONV_{ctx.prec}_BWD", (dy_src, wt, x), (dx, wg, *ws), kp)
-    inf = NodePattern(f"CONV_{ctx.prec}_INF", (x, wt), (y, ssum, sq, *ws), kp)
+        bwd = NodePattern(f"CONV_{ctx.prec}_BWD", (dy_src, wt, x), (dx, wg), kp)
+    inf = NodePattern(f"CONV_{ctx.prec}_INF", (x, wt), (y, ssum, sq), kp)
     return y, out, fwd, bwd, inf
 
 
@@ -285,8 +283,10 @@ def _fc(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str | Non
     wt = amp_w if ctx.amp else weight
     kp = (("out_features", out_features), ("bias", bias))
     fwd = NodePattern(f"FC_{ctx.prec}_FWD", (x, wt, b), (y,), kp)
-    outs = (dw, db) if dx is None else (dx, dw, db)
-    bwd = NodePattern(f"FC_{ctx.prec}_BWD", (dy_src, wt, x), outs, kp)
+    if dx is None:
+        bwd = NodePattern(f"FC_{ctx.prec}_BWD_FIRST_LAYER", (dy_src, wt, x), (dw, db), kp)
+    else:
+        bwd = NodePattern(f"FC_{ctx.prec}_BWD", (dy_src, wt, x), (dx, dw, db), kp)
     return y, fwd, bwd
 
 
@@ -636,6 +636,77 @@ def _build_inv_no_shortcut(ctx: LayerCtx) -> LayerPlan:
 
 
 # --------------------------------------------------------------------------------------
+# Kernel workspaces
+# --------------------------------------------------------------------------------------
+
+_NP_DTYPE = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "i8": np.int8}
+_WORKSPACE_HOME = {np.dtype(np.float32): (MemRegion.T_TEMP_FP32, "f32"),
+                   np.dtype(np.float16): (MemRegion.T_TEMP_FP16, "f16"),
+                   np.dtype(bool): (MemRegion.T_TEMP_INT8, "i8")}
+"""Workspace dtype (as a kernel asks for it) -> the temporary region and DTensor dtype holding it
+(a bool workspace lives in an int8 slot, viewed as bool by the backend)."""
+
+
+def _operand_info(lp: LayerPlan, ctx: LayerCtx, operand: str) -> tuple[Shape, np.dtype]:
+    """(shape, dtype) of one node operand in this variant (see the module doc for the symbols)."""
+    if operand.startswith("@"):
+        return PLACEHOLDER, np.dtype(np.float32)
+    if operand.startswith(("$x", "$dx")):
+        k = operand.lstrip("$dx")
+        return ctx.inputs[int(k or 0)], np.dtype(_NP_DTYPE[ctx.featdt])
+    if operand == "$dy":
+        return ctx.output, np.dtype(_NP_DTYPE[ctx.featdt])
+    for t in lp.tensors:
+        if t.name == operand:
+            return t.shape, np.dtype(_NP_DTYPE[t.dtype])
+    raise DescriptorError(f"node operand '{operand}' is not a tensor of the layer")
+
+
+def plan_workspaces(lp: LayerPlan, ctx: LayerCtx) -> LayerPlan:
+    """Plan the scratch memory of every node's kernel and append it to the node's outputs.
+
+    For each node the kernel (:data:`tr_mlir.lowering.kernels.KERNELS`) is asked for its
+    workspaces (:meth:`KernelSpec.workspace_shapes`) given the node's operand shapes and dtypes in
+    this variant, its operands named through :data:`tr_mlir.lowering.operands.OPERANDS`. Each
+    workspace ``<arg>`` becomes the shared DTensor ``ws_<arg>`` (one for the whole model, of the
+    largest size any node needs, in ``T_TEMP_FP32`` / ``T_TEMP_FP16`` / ``T_TEMP_INT8`` by dtype), a
+    flat ``{1, 1, 1, elements}`` tensor appended to the node's outputs; the backend binds it to the
+    kernel's workspace argument by that name. Workspaces are call-scoped, so all kernels share them.
+    """
+    from tr_mlir.lowering.kernels import lookup
+    from tr_mlir.lowering.operands import operands_for, workspace_tensor_name
+
+    def with_ws(pattern: NodePattern) -> NodePattern:
+        spec = lookup(pattern.op)
+        if spec.workspace_fn is None:
+            return pattern
+        params = dict(ctx.params) if pattern.params is None else dict(pattern.params)
+        named, _ = operands_for(pattern.op).named(pattern.inputs, pattern.outputs, params, pattern.op)
+        infos = {arg: _operand_info(lp, ctx, o) for arg, o in named.items()}
+        needs = spec.workspace_shapes(infos, **params)
+        outs = list(pattern.outputs)
+        for arg in spec.workspaces:
+            if arg not in needs:
+                continue
+            (elems,), dtype = needs[arg]
+            region, dt = _WORKSPACE_HOME[np.dtype(dtype)]
+            outs.append(lp.add(workspace_tensor_name(arg), region, dt, (1, 1, 1, max(int(elems), 1)), shared=True))
+        return replace(pattern, outputs=tuple(outs))
+
+    lp.forward = [with_ws(p) for p in lp.forward]
+    lp.backward = [with_ws(p) for p in lp.backward]
+    lp.inference = [with_ws(p) for p in lp.inference]
+    return lp
+
+
+def _with_workspaces(build: Callable[[LayerCtx], LayerPlan]) -> Callable[[LayerCtx], LayerPlan]:
+    def planned(ctx: LayerCtx) -> LayerPlan:
+        return plan_workspaces(build(ctx), ctx)
+    planned.__doc__ = build.__doc__
+    return planned
+
+
+# --------------------------------------------------------------------------------------
 # The table
 # --------------------------------------------------------------------------------------
 
@@ -675,7 +746,9 @@ DESCRIPTORS: Mapping[type[Operation], Descriptor] = {
     arch.InvResidualIdentityOp: Descriptor(_build_inv_identity, "add_output"),
     arch.InvResidualNoShortcutOp: Descriptor(_build_inv_no_shortcut, "c3_bn_output"),
 }
-"""Arch op class -> its descriptor (every layer op of a flat ArchPlan)."""
+DESCRIPTORS = {cls: replace(d, build=_with_workspaces(d.build)) for cls, d in DESCRIPTORS.items()}
+"""Arch op class -> its descriptor (every layer op of a flat ArchPlan); every ``build`` plans its
+kernels' workspaces (:func:`plan_workspaces`)."""
 
 
 def descriptor_for(op: Operation) -> Descriptor:

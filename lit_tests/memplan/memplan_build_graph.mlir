@@ -48,15 +48,16 @@ arch.model @mlp input(2, 2, 2) num_classes = 3 first_layer = 0 {
 
 // A value with two uses (%1, read by the conv and by the identity shortcut): its gradient
 // contributions run in backward order, layers from last to first, so the identity (layer 3)
-// writes the gradient slot l1.relu_output_grad (34), the conv (layer 2) writes the partial slot
-// (35) and GRAD_ACCUM adds it to the slot, which the relu then reads. The relu output itself (32)
+// writes the gradient slot l1.relu_output_grad (35), the conv (layer 2) writes the partial slot
+// (36) and GRAD_ACCUM adds it to the slot, which the relu then reads. The relu output itself (33)
 // is never overwritten, so the conv's backward still reads its input. tanh reads its output in
-// backward, so GAP writes tanh's gradient slot (47), not the tanh output (46); the add's backward
-// writes both operands' gradients in place (44 identity output, 37 conv output).
+// backward, so GAP writes tanh's gradient slot (48), not the tanh output (47); the add's backward
+// writes both operands' gradients in place (45 identity output, 38 conv output). The convs' kernel
+// workspaces are the shared ws_col (30) and ws_wbuf (31).
 // CHECK-LABEL: memplan.graph @train
-// CHECK:         memplan.nodes deep_fwd_bwd ops = ["RELU_FP32_FWD", "CONV_FP32_FWD", "IDENTITY_FP32_FWD", "ADD_FP32_FWD", "TANH_FP32_FWD", "GAP_FP32_FWD", "SOFTMAX_CE_FP32_FWD", "SOFTMAX_CE_FP32_BWD", "GAP_FP32_BWD", "TANH_FP32_BWD", "ADD_FP32_BWD", "IDENTITY_FP32_BWD", "CONV_FP32_BWD", "GRAD_ACCUM_FP32", "RELU_FP32_BWD"] ins = [24, 32, 36, 32, 44, 37, 45, 46, 48, 7, 12, 4, 8, 51, 53, 7, 4, 8, 50, 47, 46, 45, 45, 44, 37, 36, 32, 35, 34, 34, 33] in_counts = [1, 2, 1, 2, 1, 1, 5, 5, 1, 3, 1, 1, 3, 2, 2] outs = [32, 33, 37, 41, 42, 44, 45, 46, 48, 9, 53, 52, 51, 10, 11, 54, 55, 56, 50, 47, 45, 44, 37, 34, 35, 38, 34, 24] out_counts = [2, 3, 1, 1, 1, 1, 9, 1, 1, 1, 2, 1, 2, 1, 1]
-// CHECK:         memplan.nodes first_layer_bwd_a ops = ["CONV_FP32_BWD_FIRST_LAYER"] ins = [24, 23, 1] in_counts = [3] outs = [25, 30] out_counts = [2]
-// CHECK-NEXT:    memplan.nodes first_layer_bwd_b ops = ["CONV_FP32_BWD_FIRST_LAYER"] ins = [24, 23, 3] in_counts = [3] outs = [25, 30] out_counts = [2]
+// CHECK:         memplan.nodes deep_fwd_bwd ops = ["RELU_FP32_FWD", "CONV_FP32_FWD", "IDENTITY_FP32_FWD", "ADD_FP32_FWD", "TANH_FP32_FWD", "GAP_FP32_FWD", "SOFTMAX_CE_FP32_FWD", "SOFTMAX_CE_FP32_BWD", "GAP_FP32_BWD", "TANH_FP32_BWD", "ADD_FP32_BWD", "IDENTITY_FP32_BWD", "CONV_FP32_BWD", "GRAD_ACCUM_FP32", "RELU_FP32_BWD"] ins = [24, 33, 37, 33, 45, 38, 46, 47, 49, 7, 12, 4, 8, 52, 54, 7, 4, 8, 51, 48, 47, 46, 46, 45, 38, 37, 33, 36, 35, 35, 34] in_counts = [1, 2, 1, 2, 1, 1, 5, 5, 1, 3, 1, 1, 3, 2, 2] outs = [33, 34, 38, 42, 43, 45, 46, 47, 49, 9, 54, 53, 52, 10, 11, 55, 56, 57, 51, 48, 46, 45, 38, 35, 36, 39, 31, 35, 24] out_counts = [2, 3, 1, 1, 1, 1, 9, 1, 1, 1, 2, 1, 3, 1, 1]
+// CHECK:         memplan.nodes first_layer_bwd_a ops = ["CONV_FP32_BWD_FIRST_LAYER"] ins = [24, 23, 1] in_counts = [3] outs = [25, 30, 31] out_counts = [3]
+// CHECK-NEXT:    memplan.nodes first_layer_bwd_b ops = ["CONV_FP32_BWD_FIRST_LAYER"] ins = [24, 23, 3] in_counts = [3] outs = [25, 30, 31] out_counts = [3]
 arch.model @two_uses input(4, 4, 8) num_classes = 8 first_layer = 0 {
 ^bb0(%x: tensor<?x4x4x8xf32>):
   %0 = arch.conv %x out_ch = 8 k = 3 p = 1 : tensor<?x4x4x8xf32> -> tensor<?x4x4x8xf32>
@@ -76,22 +77,23 @@ arch.model @two_uses input(4, 4, 8) num_classes = 8 first_layer = 0 {
 // gradients (27) and no dX; BN forward reads and updates the running statistics in B_NEXT;
 // gap_fc is GAP + FC kernels; casts of the first conv's fp16 gradient (G 32 -> 28) and of the
 // weights (W 9..11 -> A 21..23); loss scaling after the NaN check; BN statistics comm and copy;
-// BN inference parameters (gamma 32, beta 33, next mean 37, next var 38, bn_epsilon 21 ->
-// eq_scale 42, eq_bias 41).
+// BN inference parameters (gamma 34, beta 35, next mean 39, next var 40, bn_epsilon 21 ->
+// eq_scale 44, eq_bias 43). The fp16 conv computes in fp32 workspaces ws_col, ws_wbuf, ws_ybuf
+// (30..32).
 // CHECK-LABEL: memplan.graph @train params = [{groups = 1 : i64, k = 3 : i64, out_ch = 8 : i64, p = 1 : i64, s = 1 : i64}, {eps = 1.000000e-05 : f64, momentum = 1.000000e-01 : f64}, {bias = true, out_features = 8 : i64}, {num_classes = 8 : i64}, {eps = 1.000000e-05 : f64}] {
-// CHECK:         memplan.nodes first_layer_fwd_a ops = ["DTENSOR_COPY", "CONV_AMP_FWD"] ins = [0, 1, 26] in_counts = [1, 2] outs = [4, 24, 28, 29, 30] out_counts = [1, 4]
+// CHECK:         memplan.nodes first_layer_fwd_a ops = ["DTENSOR_COPY", "CONV_AMP_FWD"] ins = [0, 1, 26] in_counts = [1, 2] outs = [4, 24, 28, 29, 30, 31, 32] out_counts = [1, 6]
 // CHECK-NEXT:    memplan.nodes first_layer_fwd_b ops = ["DTENSOR_COPY", "CONV_AMP_FWD"] ins = [2, 3, 26]
-// CHECK-NEXT:    memplan.nodes deep_fwd_bwd ops = ["BN2D_AMP_FWD", "RELU_AMP_FWD", "GAP_AMP_FWD", "FC_AMP_FWD", "SOFTMAX_CE_AMP_FWD", "SOFTMAX_CE_AMP_BWD", "FC_AMP_BWD", "GAP_AMP_BWD", "RELU_AMP_BWD", "BN2D_AMP_BWD"] ins = [24, 32, 33, 37, 38, 21, 22, 34, 47, 49, 55, 51, 52, 7, 12, 4, 8, 60, 62, 7, 4, 8, 59, 55, 49, 49, 47, 48, 34, 32, 43, 44, 24] in_counts = [7, 1, 1, 3, 5, 5, 3, 1, 2, 5] outs = [34, 43, 44, 37, 38, 47, 48, 49, 52, 9, 62, 61, 60, 10, 11, 63, 64, 65, 59, 49, 53, 54, 47, 34, 24, 39, 40] out_counts = [5, 2, 1, 1, 9, 1, 3, 1, 1, 3] {{.*}} params = [1, -1, -1, 2, 3, 3, 2, -1, -1, 1]
-// CHECK:         memplan.nodes first_layer_bwd_a ops = ["CONV_AMP_BWD_FIRST_LAYER"] ins = [24, 26, 1] in_counts = [3] outs = [27, 30] out_counts = [2]
+// CHECK-NEXT:    memplan.nodes deep_fwd_bwd ops = ["BN2D_AMP_FWD", "RELU_AMP_FWD", "GAP_AMP_FWD", "FC_AMP_FWD", "SOFTMAX_CE_AMP_FWD", "SOFTMAX_CE_AMP_BWD", "FC_AMP_BWD", "GAP_AMP_BWD", "RELU_AMP_BWD", "BN2D_AMP_BWD"] ins = [24, 34, 35, 39, 40, 21, 22, 36, 49, 51, 57, 53, 54, 7, 12, 4, 8, 63, 65, 7, 4, 8, 62, 57, 51, 51, 49, 50, 36, 34, 45, 46, 24] in_counts = [7, 1, 1, 3, 5, 5, 3, 1, 2, 5] outs = [36, 45, 46, 39, 40, 49, 50, 51, 54, 59, 31, 32, 9, 65, 64, 63, 10, 11, 66, 67, 68, 62, 51, 55, 56, 59, 31, 32, 49, 36, 24, 41, 42] out_counts = [5, 2, 1, 4, 9, 1, 6, 1, 1, 3] {{.*}} params = [1, -1, -1, 2, 3, 3, 2, -1, -1, 1]
+// CHECK:         memplan.nodes first_layer_bwd_a ops = ["CONV_AMP_BWD_FIRST_LAYER"] ins = [24, 26, 1] in_counts = [3] outs = [27, 30, 31, 32] out_counts = [4]
 // CHECK:         memplan.nodes cast_first_grad_fp16_to_fp32 ops = ["RANGE_CAST_FP16_TO_FP32"] {{.*}} in_ranges = [32, 32] in_range_counts = [1] out_ranges = [28, 28] out_range_counts = [1]
 // CHECK-NEXT:    memplan.nodes nan_check_and_grad_scaling ops = ["RANGE_CHECK_NAN", "RANGE_GRAD_SCALING"] ins = [5, 7] in_counts = [0, 2] outs = [5, 7] out_counts = [1, 1] in_ranges = [24, 29] in_range_counts = [1, 0]
 // CHECK-NEXT:    memplan.nodes stats_comm ops = ["RANGE_BN_STATS_ALLREDUCE"] {{.*}} in_ranges = [2, 3] in_range_counts = [1] out_ranges = [2, 3] out_range_counts = [1]
 // CHECK-NEXT:    memplan.nodes update_stats ops = ["RANGE_D2D_COPY"] {{.*}} in_ranges = [2, 2, 3, 3] in_range_counts = [2] out_ranges = [0, 0, 1, 1] out_range_counts = [2]
 // CHECK-NEXT:    memplan.nodes optimizer ops = ["RANGE_UPDATE_WEIGHT_MOMENTUM", "RANGE_UPDATE_BIAS_MOMENTUM"]
 // CHECK-NEXT:    memplan.nodes cast_main_fp32_to_fp16 ops = ["RANGE_CAST_FP32_TO_FP16"] {{.*}} in_ranges = [9, 11] in_range_counts = [1] out_ranges = [21, 23] out_range_counts = [1]
-// CHECK:         memplan.nodes update_bn_inf_params ops = ["BN_UPDATE_EQ_PARAMS"] ins = [32, 33, 37, 38, 21] in_counts = [5] outs = [42, 41] out_counts = [2] {{.*}} params = [4]
+// CHECK:         memplan.nodes update_bn_inf_params ops = ["BN_UPDATE_EQ_PARAMS"] ins = [34, 35, 39, 40, 21] in_counts = [5] outs = [44, 43] out_counts = [2] {{.*}} params = [4]
 // CHECK:       memplan.graph @infer
-// CHECK-NEXT:    memplan.nodes inf_main_a ops = ["DTENSOR_COPY", "CONV_AMP_INF", "BN2D_AMP_INF", "RELU_AMP_INF", "GAP_AMP_FWD", "FC_AMP_FWD", "SOFTMAX_CE_AMP_INF"] ins = [0, 1, 26, 24, 42, 41, 34,
+// CHECK-NEXT:    memplan.nodes inf_main_a ops = ["DTENSOR_COPY", "CONV_AMP_INF", "BN2D_AMP_INF", "RELU_AMP_INF", "GAP_AMP_FWD", "FC_AMP_FWD", "SOFTMAX_CE_AMP_INF"] ins = [0, 1, 26, 24, 44, 43, 36,
 arch.model @amp input(4, 4, 4) num_classes = 8 amp first_layer = 0 {
 ^bb0(%x: tensor<?x4x4x4xf32>):
   %0 = arch.conv %x out_ch = 8 k = 3 p = 1 : tensor<?x4x4x4xf32> -> tensor<?x4x4x8xf32>
@@ -127,13 +129,13 @@ memplan.program for @drop {
 // -----
 
 // LARS-Nesterov: no weight range update; one trust-ratio and one update node per weight tensor
-// in the graph of its family, with the family's partial-sum buffer (61 fc, 62 first conv, 63
+// in the graph of its family, with the family's partial-sum buffer (62 fc, 63 first conv, 64
 // deep conv), W/G/M/N paired by name; bias-like parameters use the Nesterov range update.
 // CHECK-LABEL: memplan.graph @train
 // CHECK:         memplan.nodes optimizer ops = ["RANGE_UPDATE_BIAS_NESTEROV"] ins = [6, 18, 7, 5] in_counts = [4] {{.*}} in_ranges = [6, 8, 24, 26, 34, 36] in_range_counts = [3] out_ranges = [6, 8, 34, 36] out_range_counts = [2]
-// CHECK:         memplan.nodes lars_fc_opt ops = ["LARS_COMPUTE_TRUST_RATIO_FC", "LARS_NESTEROV_UPDATE_FC"] ins = [44, 47, 20, 19, 21, 7, 5, 61, 44, 47, 51, 53, 6, 18, 19, 7, 5] in_counts = [8, 9] outs = [53, 44, 51] out_counts = [1, 2]
-// CHECK-NEXT:    memplan.nodes lars_first_conv_opt ops = ["LARS_COMPUTE_TRUST_RATIO_FIRST", "LARS_NESTEROV_UPDATE_FIRST"] ins = [25, 27, 20, 19, 21, 7, 5, 62, 25, 27, 32, 33, 6, 18, 19, 7, 5] in_counts = [8, 9] outs = [33, 25, 32] out_counts = [1, 2]
-// CHECK-NEXT:    memplan.nodes lars_deep_conv_opt ops = ["LARS_COMPUTE_TRUST_RATIO_DEEP", "LARS_NESTEROV_UPDATE_DEEP"] ins = [34, 36, 20, 19, 21, 7, 5, 63, 34, 36, 41, 42, 6, 18, 19, 7, 5] in_counts = [8, 9] outs = [42, 34, 41] out_counts = [1, 2]
+// CHECK:         memplan.nodes lars_fc_opt ops = ["LARS_COMPUTE_TRUST_RATIO_FC", "LARS_NESTEROV_UPDATE_FC"] ins = [45, 48, 20, 19, 21, 7, 5, 62, 45, 48, 52, 54, 6, 18, 19, 7, 5] in_counts = [8, 9] outs = [54, 45, 52] out_counts = [1, 2]
+// CHECK-NEXT:    memplan.nodes lars_first_conv_opt ops = ["LARS_COMPUTE_TRUST_RATIO_FIRST", "LARS_NESTEROV_UPDATE_FIRST"] ins = [25, 27, 20, 19, 21, 7, 5, 63, 25, 27, 33, 34, 6, 18, 19, 7, 5] in_counts = [8, 9] outs = [34, 25, 33] out_counts = [1, 2]
+// CHECK-NEXT:    memplan.nodes lars_deep_conv_opt ops = ["LARS_COMPUTE_TRUST_RATIO_DEEP", "LARS_NESTEROV_UPDATE_DEEP"] ins = [35, 37, 20, 19, 21, 7, 5, 64, 35, 37, 42, 43, 6, 18, 19, 7, 5] in_counts = [8, 9] outs = [43, 35, 42] out_counts = [1, 2]
 arch.model @lars input(4, 4, 8) num_classes = 4 first_layer = 0 {
 ^bb0(%x: tensor<?x4x4x8xf32>):
   %0 = arch.conv %x out_ch = 8 k = 1 : tensor<?x4x4x8xf32> -> tensor<?x4x4x8xf32>

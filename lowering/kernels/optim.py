@@ -64,12 +64,22 @@ def sgd_update(w, g, m, lr: float, mu: float, wd: float, nesterov: bool, inv_sca
 
 
 def adam_update(w, g, m, v, lr: float, b1: float, b2: float, eps: float, wd: float, decoupled: bool,
-                step: float, inv_scale: float) -> None:
-    """Adam (``decoupled``: AdamW) on flat arrays, torch's formula and bias corrections."""
+                step: float | None, inv_scale: float, bc1: float | None = None, bc2: float | None = None) -> None:
+    """Adam (``decoupled``: AdamW) on flat arrays, torch's formula and bias corrections.
+
+    The corrections come from ``step`` (``1/(1 - b^t)`` in float64), or, when ``step`` is None,
+    from the scalars ``bc1 = 1/(1 - b1^t)`` and ``bc2 = 1/(1 - b2^t)`` of ``adam_bias_correction``
+    (the operands the seed's graph passes)."""
     wf, gf, mf, vf = flat(w), flat(g), flat(m), flat(v)
-    t = max(step, 1.0)
-    step_size = lr / (1.0 - b1**t)
-    bc2_sqrt = math.sqrt(1.0 - b2**t)
+    if step is None:
+        if bc1 is None or bc2 is None:
+            raise ValueError("expected the Adam step or both bias corrections bc1, bc2")
+        step_size = lr * bc1
+        bc2_sqrt = math.sqrt(1.0 / bc2)
+    else:
+        t = max(step, 1.0)
+        step_size = lr / (1.0 - b1**t)
+        bc2_sqrt = math.sqrt(1.0 - b2**t)
     for sl in chunks(wf.size):
         ws, ms, vs = wf[sl], mf[sl], vf[sl]
         d = gf[sl] * inv_scale
@@ -148,31 +158,37 @@ _register_sgd("momentum", True, False)
 _register_sgd("nesterov", True, True)
 
 
+def _opt(a) -> float | None:
+    return None if a is None else scalar(a)
+
+
 @kernel("range_update_weight_adam", writes=("w", "m", "v"), kind="range")
-def range_update_weight_adam(w, g, m, v, lr, beta1, beta2, eps, weight_decay, step, loss_scale=None,
-                             has_nan=None) -> None:
+def range_update_weight_adam(w, g, m, v, lr, beta1, beta2, eps, weight_decay, step=None, loss_scale=None,
+                             has_nan=None, bc1=None, bc2=None) -> None:
     """Adam over a weight span (torch.optim.Adam: L2 weight decay added to the gradient).
-    ``step`` is the already-incremented step count (``scalar_increment`` runs first)."""
+    ``step`` is the already-incremented step count (``scalar_increment`` runs first); without it
+    the bias corrections ``bc1``, ``bc2`` (``adam_bias_correction``'s outputs) are used."""
     if not _skip(has_nan):
         adam_update(w, g, m, v, scalar(lr), scalar(beta1), scalar(beta2), scalar(eps), scalar(weight_decay),
-                    False, scalar(step), _inv_scale(loss_scale))
+                    False, _opt(step), _inv_scale(loss_scale), _opt(bc1), _opt(bc2))
 
 
 @kernel("range_update_bias_adam", writes=("w", "m", "v"), kind="range")
-def range_update_bias_adam(w, g, m, v, lr, beta1, beta2, eps, step, loss_scale=None, has_nan=None) -> None:
+def range_update_bias_adam(w, g, m, v, lr, beta1, beta2, eps, step=None, loss_scale=None, has_nan=None,
+                           bc1=None, bc2=None) -> None:
     """Adam (or AdamW: identical without decay) over a bias-like span: no weight decay."""
     if not _skip(has_nan):
-        adam_update(w, g, m, v, scalar(lr), scalar(beta1), scalar(beta2), scalar(eps), 0.0, False, scalar(step),
-                    _inv_scale(loss_scale))
+        adam_update(w, g, m, v, scalar(lr), scalar(beta1), scalar(beta2), scalar(eps), 0.0, False, _opt(step),
+                    _inv_scale(loss_scale), _opt(bc1), _opt(bc2))
 
 
 @kernel("range_update_weight_adamw", writes=("w", "m", "v"), kind="range")
-def range_update_weight_adamw(w, g, m, v, lr, beta1, beta2, eps, weight_decay, step, loss_scale=None,
-                              has_nan=None) -> None:
+def range_update_weight_adamw(w, g, m, v, lr, beta1, beta2, eps, weight_decay, step=None, loss_scale=None,
+                              has_nan=None, bc1=None, bc2=None) -> None:
     """AdamW over a weight span (torch.optim.AdamW: decoupled decay ``w *= 1 - lr*wd`` first)."""
     if not _skip(has_nan):
         adam_update(w, g, m, v, scalar(lr), scalar(beta1), scalar(beta2), scalar(eps), scalar(weight_decay),
-                    True, scalar(step), _inv_scale(loss_scale))
+                    True, _opt(step), _inv_scale(loss_scale), _opt(bc1), _opt(bc2))
 
 
 def _lars_range(nesterov: bool):
