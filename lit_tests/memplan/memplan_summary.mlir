@@ -5,14 +5,14 @@
 // RUN: not tr-opt %s -t memplan-summary 2>&1 | filecheck %s --check-prefix=NOPROGRAM
 // RUN: not tr-opt %s -p 'memplan-derive-shapes{batch_size=4 train_size=10 val_size=8}' -t memplan-summary 2>&1 | filecheck %s --check-prefix=NOPLANS
 
-// CHECK:      memplan.program for @net: target cpu, optimizer momentum, fp32, arena 27,648 bytes, 40 DTensors, 2 graphs, 34 capture keys
+// CHECK:      memplan.program for @net: target cpu, optimizer momentum, fp32, arena 28,160 bytes, 41 DTensors, 2 graphs, 34 capture keys
 // CHECK-EMPTY:
 // CHECK-NEXT: variant train_base: batch 4, resolution 4, plan @plan_train_base train @train infer @infer
 // CHECK-NEXT:   region                   reserved bytes       used bytes  DTensors
 // CHECK-NEXT:   W_FIRST_CONV                        512              512         1
 // CHECK-NEXT:   A_FIRST_CONV                          0                0         1
 // CHECK:        F_FEATURE_FP32                    3,584            3,584         3
-// CHECK:        total                            27,648           27,648        40
+// CHECK:        total                            28,160           28,160        41
 // CHECK-NEXT:   GraphId                        graph     nodes   key
 // CHECK-NEXT:   transfer_a                     @train        1     0
 // CHECK:        deep_fwd_bwd                   @train        4     4
@@ -20,7 +20,7 @@
 // The lowres variant uses less of the shared slots, and has its own shape-dependent keys.
 // CHECK:      variant train_lowres: batch 4, resolution 2, plan @plan_train_lowres train @train infer @infer
 // CHECK:        F_FEATURE_FP32                    3,584            2,048         3
-// CHECK:        total                            27,648           24,576        40
+// CHECK:        total                            28,160           25,088        41
 // CHECK:        deep_fwd_bwd                   @train        4    24
 // CHECK:      variant val_last: batch 4, resolution 4, plan @plan_val_last infer @infer
 // CHECK-NOT:    deep_fwd_bwd
@@ -28,7 +28,7 @@
 // CHECK:        total                                       19
 
 // Without an atlas (before phase 5) the buckets of the graphs are listed, without keys.
-// NOATLAS:      memplan.program for @net: target cpu, optimizer momentum, fp32, arena 27,648 bytes, 40 DTensors, 2 graphs
+// NOATLAS:      memplan.program for @net: target cpu, optimizer momentum, fp32, arena 28,160 bytes, 41 DTensors, 2 graphs
 // NOATLAS:      variant train_base: batch 4, resolution 4
 // NOATLAS:        deep_fwd_bwd                   @train        4     -
 // NOATLAS:      variant val_base: batch 4, resolution 4
