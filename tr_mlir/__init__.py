@@ -21,3 +21,19 @@ if _os.path.isfile(_os.path.join(_repo_root, "pyproject.toml")) and _os.path.isf
         __path__.append(_repo_root)
 
 __version__ = "0.1.0"
+
+_LAZY = {"Task": ("tr_mlir.task", "Task"), "TaskError": ("tr_mlir.task", "TaskError"),
+         "CrossEntropyLoss": ("tr_mlir.loss", "CrossEntropyLoss"),
+         "optim": ("tr_mlir.optim", None), "sched": ("tr_mlir.sched", None)}
+
+
+def __getattr__(name: str):
+    """Lazy exports: ``tr_mlir.Task``, ``tr_mlir.TaskError``, ``tr_mlir.CrossEntropyLoss``,
+    ``tr_mlir.optim``, ``tr_mlir.sched`` (imported on first use, so ``import tr_mlir`` stays light)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tr_mlir' has no attribute {name!r}")
+    import importlib
+
+    module, attr = _LAZY[name]
+    mod = importlib.import_module(module)
+    return mod if attr is None else getattr(mod, attr)

@@ -1,0 +1,160 @@
+"""Backends: where an :class:`~tr_mlir.lowering.executable.Executable` keeps its arena and how it
+captures graphs (DESIGN section 5).
+
+:class:`Backend` is the interface the NumPy backend (:class:`NumpyBackend`, here) and the CuPy
+backend (later) implement: one arena allocation, typed views into it at fixed offsets, host
+staging memory for input batches, the kernel table (the same kernel names and signatures,
+:data:`tr_mlir.lowering.kernels.KERNELS`), and capture of a list of bound kernel calls into a
+replayable graph (a closure list here, a CUDA graph there).
+
+The memory check (:func:`check_arena`) runs before the arena exists: a plan larger than the
+memory available is a :class:`ArenaTooLargeError` naming the bytes needed and a batch size that
+would fit, not an out-of-memory kill.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from tr_mlir.dialects.memplan import Target
+from tr_mlir.lowering.kernels import KERNELS, KernelSpec
+
+Launch = Callable[[], None]
+"""One bound kernel call: a zero-argument closure over fixed views."""
+
+
+class ArenaTooLargeError(MemoryError):
+    """The plan's arena does not fit in the memory available; the message names the bytes needed,
+    the bytes available and a batch size that would fit."""
+
+
+@runtime_checkable
+class CapturedGraph(Protocol):
+    """A captured graph: ``replay()`` runs every captured kernel call in order."""
+
+    def replay(self) -> None: ...
+
+    def __len__(self) -> int: ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What an executable needs from a device (NumPy here, CuPy later; same kernels).
+
+    ``target``: the plans it runs (channel padding of fp16 features differs, facts section 5);
+    ``kernels``: kernel name -> :class:`KernelSpec`.
+    """
+
+    name: str
+    target: Target
+    kernels: Mapping[str, KernelSpec]
+
+    def available_memory(self) -> int | None:
+        """Bytes an arena may take now (``None``: unknown, no check)."""
+        ...
+
+    def allocate(self, nbytes: int) -> Any:
+        """A zeroed ``uint8`` arena of ``nbytes``."""
+        ...
+
+    def view(self, arena: Any, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> Any:
+        """A typed view of ``prod(shape)`` elements of ``arena`` starting at byte ``offset``."""
+        ...
+
+    def host_buffer(self, nbytes: int) -> np.ndarray:
+        """Zeroed host ``uint8`` memory the host writes input batches into (pinned on a GPU)."""
+        ...
+
+    def capture(self, launches: Sequence[Launch]) -> CapturedGraph:
+        """Capture bound kernel calls, in order, into a replayable graph."""
+        ...
+
+
+def meminfo_available() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes, else free pages from ``os.sysconf``
+    (``None`` when neither is known)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+@dataclass(frozen=True)
+class ClosureGraph:
+    """The CPU captured graph (facts section 12.2): an ordered tuple of bound kernel calls.
+
+    ``replay()`` calls one Python function per node; every array is bound at capture time, so a
+    replay allocates nothing (beyond what a kernel itself documents: chunk-sized temporaries).
+    """
+
+    launches: tuple[Launch, ...]
+
+    def replay(self) -> None:
+        for launch in self.launches:
+            launch()
+
+    def __len__(self) -> int:
+        return len(self.launches)
+
+
+class NumpyBackend:
+    """The CPU backend: a NumPy ``uint8`` arena, views at fixed offsets, closure-list capture.
+
+    ``memory_limit`` (bytes) replaces the system's available memory in the arena check (tests,
+    or to keep headroom for other processes).
+    """
+
+    name = "numpy"
+    target = Target.CPU
+
+    def __init__(self, memory_limit: int | None = None):
+        self.kernels: Mapping[str, KernelSpec] = KERNELS
+        self.memory_limit = memory_limit
+
+    def available_memory(self) -> int | None:
+        return self.memory_limit if self.memory_limit is not None else meminfo_available()
+
+    def allocate(self, nbytes: int) -> np.ndarray:
+        return np.zeros(nbytes, np.uint8)
+
+    def view(self, arena: np.ndarray, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64))
+        end = offset + n * dtype.itemsize
+        if offset < 0 or end > arena.size:
+            raise ValueError(f"view [{offset}, {end}) outside the arena of {arena.size} bytes")
+        return arena[offset:end].view(dtype).reshape(shape)
+
+    def host_buffer(self, nbytes: int) -> np.ndarray:
+        return np.zeros(nbytes, np.uint8)
+
+    def capture(self, launches: Sequence[Launch]) -> ClosureGraph:
+        return ClosureGraph(tuple(launches))
+
+
+def check_arena(need: int, available: int | None, *, batch: int, per_sample: int, fixed: int) -> None:
+    """Raise :class:`ArenaTooLargeError` when ``need`` bytes exceed ``available``.
+
+    ``per_sample`` / ``fixed``: the batch-proportional and constant parts of the arena, used to
+    name the largest batch size that fits (an estimate: ``(available - fixed) // per_sample``).
+    """
+    if available is None or need <= available:
+        return
+    fits = (available - fixed) // per_sample if per_sample > 0 and available > fixed else 0
+    hint = (f"batch size {fits} would fit (about {fixed + fits * per_sample:,} bytes)" if fits >= 1 else
+            f"even batch size 1 would not fit: the parameters and optimizer state alone take {fixed:,} bytes")
+    raise ArenaTooLargeError(
+        f"the memory plan needs an arena of {need:,} bytes ({need / 2**30:.2f} GiB) at batch size {batch}, "
+        f"but only {available:,} bytes ({available / 2**30:.2f} GiB) are available; {hint}")

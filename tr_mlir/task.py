@@ -1,0 +1,556 @@
+"""The Task API: compile a BluePrint model and train it, mirroring the seed's ``DeepLearningTask``.
+
+::
+
+    import tr_mlir
+    from tr_mlir import zoo
+    task = tr_mlir.Task(zoo.resnet_tiny(10), (8, 8, 1), 10, batch_size=32,
+                        optimizer=tr_mlir.optim.SGD(lr=0.05, momentum=0.9, weight_decay=5e-4))
+    history = task.fit((train_x, train_y), (val_x, val_y), epochs=3)
+    task.evaluate(val_x, val_y)      # {'loss': ..., 'top1': ..., 'top5': ...}
+    probs = task.predict(val_x)      # (N, 10) softmax probabilities
+
+A Task compiles the model with ``tr-compile`` (ArchPlan, the five Compiler phases, the atlas) for
+its batch size and dataset sizes (the sizes decide the last-batch variants), builds an
+:class:`~tr_mlir.lowering.executable.Executable` (one arena, captured graphs) and drives it with
+a :class:`~tr_mlir.lowering.runner.Runner` in the seed's step order (facts sheet section 13).
+
+Data: inputs are NHWC ``float32`` arrays ``(N, H, W, C)`` of the task's ``input_shape``, labels
+integer arrays ``(N,)`` in ``[0, num_classes)``. Where AMP widened the first conv's input channels
+(to a multiple of 4) the Task zero-pads the channels itself. Anything else is a
+:class:`TaskError` that names the argument, the expected and the given shape/dtype.
+
+Parameters (:meth:`Task.parameters`): the trainable tensors in the canonical order of DESIGN
+section 3 (the seed's linearization: shortcut branch before main branch; a fused op lists its
+parameters in its unfused order), named ``conv<i>.weight``, ``bn<j>.weight`` / ``bn<j>.bias``
+(gamma, beta), ``fc<k>.weight`` / ``fc<k>.bias`` by order of appearance, identical for fused,
+unfused and AMP compiles of one network. Layouts: conv weights KRSC ``(K, kh, kw, C/groups)``
+(torch's OIHW transposed by ``(0, 2, 3, 1)``), the first conv with the user's input channels;
+FC weights ``(out, in)`` over the NHWC-flattened input (an FC after a spatial map reads it in
+H, W, C order, not torch's C, H, W); BN and bias vectors ``(C,)``. :meth:`Task.buffers`: the BN
+running statistics ``bn<j>.running_mean`` / ``bn<j>.running_var`` (PyTorch conventions:
+momentum weighs the new batch, unbiased running variance).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from tr_mlir import optim as _optim
+from tr_mlir import sched as _sched
+from tr_mlir.dialects.arch import ModelOp
+from tr_mlir.dialects.memplan import MemRegion
+from tr_mlir.loss import CrossEntropyLoss
+
+__all__ = ["Task", "TaskError"]
+
+R = MemRegion
+CONFIG_FILE = "config.json"
+STATE_FILE = "state.npz"
+FORMAT = "tr-mlir-task-1"
+
+
+class TaskError(ValueError):
+    """A bad argument to the Task API (shape, dtype, size, option); the message says which and why."""
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One named tensor of the Task view: its DTensor, stored shape and the user-visible slice."""
+
+    name: str
+    tid: int
+    store: tuple[int, ...]
+    index: tuple[slice, ...]
+    state: tuple[tuple[str, int], ...] = ()  # (suffix, DTensor id) of optimizer state
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(range(*s.indices(d))) for s, d in zip(self.index, self.store))
+
+
+def _layer_of(name: str) -> int | None:
+    if name.startswith("l") and "." in name:
+        head = name.split(".", 1)[0][1:]
+        if head.isdigit():
+            return int(head)
+    return None
+
+
+def _check_int(owner: str, name: str, v: Any, low: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+        raise TaskError(f"{owner}: {name} must be an int >= {low}, got {v!r}")
+    return int(v)
+
+
+class Task:
+    """A model, its training configuration and its compiled executable (module doc).
+
+    Args:
+        model: a BluePrint layer (:mod:`tr_mlir.blueprint`), a zoo model name
+            (:data:`tr_mlir.zoo.MODELS`), or a module holding one tree-form ``arch.model``.
+        input_shape: ``(H, W, C)`` of one sample (NHWC).
+        num_classes: classes of the softmax cross-entropy head.
+        batch_size: samples per training step (and per inference batch).
+        optimizer: :mod:`tr_mlir.optim` optimizer (default ``SGD(lr=0.1, momentum=0.9)``).
+        scheduler: ``None`` (constant learning rate) or :class:`tr_mlir.sched.CosineAnnealingLR`
+            (in epochs, evaluated per batch).
+        loss: :class:`tr_mlir.CrossEntropyLoss`.
+        amp: fp16 activations and working weights, fp32 master weights, loss scaling.
+        fuse: compile with fused blocks (same numerics as unfused in one precision).
+        device: ``'cpu'`` or ``'auto'`` (= cpu; the GPU backend is not built yet).
+        seed: parameter initialization, data order, dropout.
+
+    Raises:
+        TaskError: a bad argument. NotImplementedError: ``device='gpu'``.
+    """
+
+    def __init__(self, model: Any, input_shape: Sequence[int], num_classes: int, batch_size: int, *,
+                 optimizer: _optim.Optimizer = _optim.SGD(lr=0.1, momentum=0.9),
+                 scheduler: _sched.CosineAnnealingLR | None = None,
+                 loss: CrossEntropyLoss = CrossEntropyLoss(label_smoothing=0.0),
+                 amp: bool = False, fuse: bool = False, device: str = "cpu", seed: int = 0):
+        if isinstance(input_shape, (str, bytes)) or not isinstance(input_shape, Sequence) or len(input_shape) != 3:
+            raise TaskError(f"Task: input_shape must be (H, W, C), got {input_shape!r}")
+        self.input_shape = tuple(_check_int("Task", f"input_shape[{i}]", d) for i, d in enumerate(input_shape))
+        self.num_classes = _check_int("Task", "num_classes", num_classes)
+        self.batch_size = _check_int("Task", "batch_size", batch_size)
+        if not isinstance(optimizer, _optim.Optimizer):
+            raise TaskError(f"Task: optimizer must be a tr_mlir.optim optimizer (SGD, Adam, AdamW, LARS), "
+                            f"got {optimizer!r}")
+        if scheduler is not None and not isinstance(scheduler, _sched.CosineAnnealingLR):
+            raise TaskError(f"Task: scheduler must be None or tr_mlir.sched.CosineAnnealingLR, got {scheduler!r}")
+        if not isinstance(loss, CrossEntropyLoss):
+            raise TaskError(f"Task: loss must be tr_mlir.CrossEntropyLoss, got {loss!r}")
+        for name, flag in (("amp", amp), ("fuse", fuse)):
+            if not isinstance(flag, bool):
+                raise TaskError(f"Task: {name} must be a bool, got {flag!r}")
+        if device in ("gpu", "cuda"):
+            raise NotImplementedError(f"Task: device={device!r} needs the CuPy (CUDA) backend, which is not "
+                                      f"built yet; use device='cpu'")
+        if device not in ("cpu", "auto"):
+            raise TaskError(f"Task: device must be 'cpu', 'auto' or 'gpu', got {device!r}")
+        self.seed = _check_int("Task", "seed", seed, low=0)
+        self.optimizer, self.scheduler, self.loss = optimizer, scheduler, loss
+        self.amp, self.fuse, self.device = amp, fuse, "cpu"
+        self._tree = self._emit(model)
+        self.train_size: int | None = None
+        self.val_size: int | None = None
+        self.exe = None
+        self.runner = None
+        self.steps = 0  # optimizer steps taken
+        self.epochs = 0  # fit epochs completed
+        self._bn_dirty = True
+        self.compile_seconds = 0.0
+
+    # -- model and compile -------------------------------------------------------------
+
+    def _emit(self, model: Any) -> ModuleOp:
+        from tr_mlir.blueprint import Layer, emit
+        from tr_mlir.zoo import MODELS
+
+        if isinstance(model, ModuleOp):
+            tree = model.clone()
+            models = [op for op in tree.walk() if isinstance(op, ModelOp)]
+            if len(models) != 1:
+                raise TaskError(f"Task: the module must hold one 'arch.model', got {len(models)}")
+            m = models[0]
+            if tuple(m.input_hwc) != self.input_shape:
+                raise TaskError(f"Task: the module's model reads {tuple(m.input_hwc)}, input_shape is {self.input_shape}")
+            return tree
+        if isinstance(model, str):
+            if model not in MODELS:
+                raise TaskError(f"Task: unknown zoo model {model!r}; available: {', '.join(MODELS)}")
+            model = MODELS[model].blueprint(self.num_classes)
+        if not isinstance(model, Layer):
+            raise TaskError(f"Task: model must be a BluePrint layer, a zoo model name or an arch module, got {model!r}")
+        return emit(model, self.input_shape, num_classes=self.num_classes, amp=self.amp, fuse=self.fuse)
+
+    def compile(self, train_size: int | None = None, val_size: int | None = None) -> Task:
+        """Compile for these dataset sizes (default: the previous ones, else one batch) and build
+        the executable. A recompile (other sizes) keeps parameters, buffers, optimizer state and
+        loss scale. Returns ``self``. Raises :class:`TaskError` for bad sizes or a model the
+        compiler rejects (the message names the op)."""
+        from xdsl.utils.exceptions import DiagnosticException, PassFailedException, VerifyException
+
+        from tr_mlir.compile import make_context
+        from tr_mlir.lowering.executable import Executable
+        from tr_mlir.lowering.runner import Runner
+        from tr_mlir.passes.tr_compile import TrCompilePass
+
+        train_size = _check_int("Task.compile", "train_size", train_size if train_size is not None
+                                else (self.train_size or self.batch_size))
+        val_size = _check_int("Task.compile", "val_size", val_size if val_size is not None
+                              else (self.val_size or self.batch_size))
+        if self.exe is not None and (train_size, val_size) == (self.train_size, self.val_size):
+            return self
+        kept = self._snapshot() if self.exe is not None else None
+        t0 = time.perf_counter()
+        module = self._tree.clone()
+        try:
+            TrCompilePass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, batch_size=self.batch_size,
+                          train_size=train_size, val_size=val_size, optimizer=self.optimizer.kind.value,
+                          target="cpu").apply(make_context(), module)
+            module.verify()
+        except (DiagnosticException, PassFailedException, VerifyException) as e:
+            raise TaskError(f"Task.compile: the compiler rejected the model: {e}") from e
+        self.module = module
+        exe = Executable(module, seed=self.seed, decay_all=self.optimizer.decay_all)
+        self.exe, self.train_size, self.val_size = exe, train_size, val_size
+        for name, value in self.optimizer.scalars().items():
+            if exe.has(name):
+                exe.set_scalar(name, value)
+        exe.set_scalar("label_smoothing", self.loss.label_smoothing)
+        exe.scalar("dropout_seed")[:] = (self.seed & 0x7FFFFFFF, 0)
+        exe.set_scalar("lr", self._lr_at(self.steps))
+        self._entries()
+        if kept is not None:
+            self._restore(kept)
+        self.runner = Runner(exe)
+        self.runner.prepare_weights()
+        self._bn_dirty = True
+        self.compile_seconds = time.perf_counter() - t0
+        return self
+
+    def _ready(self) -> None:
+        if self.exe is None:
+            self.compile()
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps of one epoch over the compiled ``train_size`` (the last batch counts)."""
+        return -(-(self.train_size or self.batch_size) // self.batch_size)
+
+    def _lr_at(self, step: int) -> float:
+        base = self.optimizer.lr
+        if self.scheduler is None:
+            return base
+        return self.scheduler.lr(base, step / self.steps_per_epoch)
+
+    @property
+    def lr(self) -> float:
+        """The learning rate of the next optimizer step."""
+        return self._lr_at(self.steps)
+
+    @property
+    def loss_scale(self) -> float:
+        """The AMP loss scale in the arena (1.0 in fp32): 8192 at the start, halved (floor 1) on
+        every step whose gradients overflow, which is skipped."""
+        self._ready()
+        return self.exe.get_scalar("scaling")
+
+    # -- the Task view of the arena ------------------------------------------------------
+
+    def _entries(self) -> None:
+        """Canonical parameter / buffer names over the plan's DTensors (module doc)."""
+        from tr_mlir.passes._descriptors_program import layers
+
+        exe = self.exe
+        ops = layers(exe.model)
+        params: list[_Entry] = []
+        buffers: list[_Entry] = []
+        counters = {"conv": -1, "bn": -1, "fc": -1}
+        bn_stats = -1
+        user_c = self.input_shape[2]
+        for t in exe.tensors:
+            if not t.slot:
+                continue
+            state = tuple((s, exe.ids[t.name + s]) for s in (".m", ".v") if exe.has(t.name + s))
+            full = tuple(slice(0, d) for d in t.shape)
+            if t.region in (R.W_FIRST_CONV, R.W_DEEP_CONV):
+                counters["conv"] += 1
+                index = full
+                if t.region is R.W_FIRST_CONV and t.shape[3] > user_c:
+                    index = (*full[:3], slice(0, user_c))
+                params.append(_Entry(f"conv{counters['conv']}.weight", t.id, tuple(t.shape), index, state))
+            elif t.region is R.W_BN_WEIGHT:
+                counters["bn"] += 1
+                c = t.shape[3]
+                params.append(_Entry(f"bn{counters['bn']}.weight", t.id, (c,), (slice(0, c),), state))
+            elif t.region is R.W_BN_BIAS:
+                c = t.shape[3]
+                params.append(_Entry(f"bn{counters['bn']}.bias", t.id, (c,), (slice(0, c),), state))
+            elif t.region is R.W_FC_WEIGHT:
+                counters["fc"] += 1
+                o, f = t.shape[0], int(np.prod(t.shape[1:]))
+                params.append(_Entry(f"fc{counters['fc']}.weight", t.id, (o, f), (slice(0, o), slice(0, f)), state))
+            elif t.region is R.W_FC_BIAS:
+                layer = _layer_of(t.name)
+                if layer is not None and ops[layer].params().get("bias"):
+                    c = t.shape[3]
+                    params.append(_Entry(f"fc{counters['fc']}.bias", t.id, (c,), (slice(0, c),), state))
+            elif t.region is R.B_NEXT_MEAN:
+                bn_stats += 1
+                c = t.shape[3]
+                buffers.append(_Entry(f"bn{bn_stats}.running_mean", t.id, (c,), (slice(0, c),)))
+            elif t.region is R.B_NEXT_VAR:
+                c = t.shape[3]
+                buffers.append(_Entry(f"bn{bn_stats}.running_var", t.id, (c,), (slice(0, c),)))
+        self._params = params
+        self._buffers = buffers
+        self._prev = {e.name: exe.ids[exe.tensors[e.tid].name.replace("bn_next_", "bn_prev_")] for e in buffers}
+
+    def _get(self, e: _Entry) -> np.ndarray:
+        return np.array(self.exe.view(e.tid).reshape(e.store)[e.index], dtype=np.float32)
+
+    def _put(self, e: _Entry, value: np.ndarray, tid: int | None = None) -> None:
+        view = self.exe.view(e.tid if tid is None else tid).reshape(e.store)
+        view.fill(0)
+        view[e.index] = value
+
+    def parameters(self) -> list[tuple[str, np.ndarray]]:
+        """``[(name, float32 array copy)]`` of the trainable parameters, canonical order and
+        layouts (module doc)."""
+        self._ready()
+        return [(e.name, self._get(e)) for e in self._params]
+
+    def buffers(self) -> list[tuple[str, np.ndarray]]:
+        """``[(name, float32 array copy)]`` of the BN running statistics (module doc)."""
+        self._ready()
+        return [(e.name, self._get(e)) for e in self._buffers]
+
+    def _load(self, entries: list[_Entry], values: Any, what: str) -> dict[_Entry, np.ndarray]:
+        given = dict(values.items() if isinstance(values, Mapping) else values)
+        names = [e.name for e in entries]
+        missing = [n for n in names if n not in given]
+        unexpected = [n for n in given if n not in names]
+        if missing or unexpected:
+            raise TaskError(f"Task.load_{what}: expected exactly the names of task.{what}(); "
+                            f"missing {missing[:6]}, unexpected {unexpected[:6]}")
+        out = {}
+        for e in entries:
+            a = np.asarray(given[e.name])
+            if a.shape != e.shape or not np.issubdtype(a.dtype, np.floating):
+                raise TaskError(f"Task.load_{what}: '{e.name}' must be a float array of shape {e.shape}, "
+                                f"got {a.dtype} {a.shape}")
+            out[e] = a
+        return out
+
+    def load_parameters(self, params: Mapping[str, np.ndarray] | Iterable[tuple[str, np.ndarray]]) -> None:
+        """Set every parameter from ``[(name, array)]`` or ``{name: array}`` (names, shapes and
+        layouts of :meth:`parameters`; all of them). Optimizer state is left as it is."""
+        self._ready()
+        for e, a in self._load(self._params, params, "parameters").items():
+            self._put(e, a)
+        self.runner.prepare_weights()
+        self._bn_dirty = True
+
+    def load_buffers(self, buffers: Mapping[str, np.ndarray] | Iterable[tuple[str, np.ndarray]]) -> None:
+        """Set the BN running statistics (names and shapes of :meth:`buffers`)."""
+        self._ready()
+        for e, a in self._load(self._buffers, buffers, "buffers").items():
+            self._put(e, a)
+            self._put(e, a, self._prev[e.name])
+        self._bn_dirty = True
+
+    _STATE_SCALARS = ("scaling", "step", "has_nan")
+
+    def _snapshot(self) -> dict[str, np.ndarray]:
+        """Parameters, buffers, optimizer state and state scalars (save / recompile)."""
+        out: dict[str, np.ndarray] = {}
+        for e in self._params:
+            out[f"param/{e.name}"] = self._get(e)
+            for suffix, tid in e.state:
+                out[f"state/{e.name}{suffix}"] = np.array(self.exe.view(tid).reshape(e.store), np.float32)
+        for e in self._buffers:
+            out[f"buffer/{e.name}"] = self._get(e)
+        for name in self._STATE_SCALARS:
+            if self.exe.has(name):
+                out[f"scalar/{name}"] = np.array(self.exe.get_scalar(name), np.float64)
+        out["scalar/dropout_seed"] = np.array(self.exe.scalar("dropout_seed"), np.int64)
+        return out
+
+    def _restore(self, state: Mapping[str, np.ndarray]) -> None:
+        exe = self.exe
+        for e in self._params:
+            self._put(e, state[f"param/{e.name}"])
+            for suffix, tid in e.state:
+                key = f"state/{e.name}{suffix}"
+                if key in state:
+                    exe.view(tid).reshape(e.store)[...] = state[key]
+        for e in self._buffers:
+            self._put(e, state[f"buffer/{e.name}"])
+            self._put(e, state[f"buffer/{e.name}"], self._prev[e.name])
+        for name in self._STATE_SCALARS:
+            key = f"scalar/{name}"
+            if key in state and exe.has(name):
+                exe.set_scalar(name, float(state[key]))
+        if "scalar/dropout_seed" in state:
+            exe.scalar("dropout_seed")[:] = state["scalar/dropout_seed"]
+        exe.set_scalar("lr", self._lr_at(self.steps))
+
+    # -- data validation ---------------------------------------------------------------
+
+    def _x(self, x: Any, where: str) -> np.ndarray:
+        h, w, c = self.input_shape
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 4 or x.shape[1:] != (h, w, c):
+            got = f"{x.dtype} {x.shape}" if isinstance(x, np.ndarray) else type(x).__name__
+            raise TaskError(f"{where}: expected x of shape (N, {h}, {w}, {c}) float32 (NHWC), got {got}")
+        if x.shape[0] < 1:
+            raise TaskError(f"{where}: expected at least one sample, got 0")
+        return x
+
+    def _y(self, y: Any, n: int, where: str) -> np.ndarray:
+        if not isinstance(y, np.ndarray) or not np.issubdtype(y.dtype, np.integer) or y.shape != (n,):
+            got = f"{y.dtype} {y.shape}" if isinstance(y, np.ndarray) else type(y).__name__
+            raise TaskError(f"{where}: expected y of shape ({n},) with integer labels, got {got}")
+        if n and (int(y.min()) < 0 or int(y.max()) >= self.num_classes):
+            raise TaskError(f"{where}: expected labels in [0, {self.num_classes}), got values in "
+                            f"[{int(y.min())}, {int(y.max())}]")
+        return y
+
+    def _pair(self, data: Any, where: str) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(data, (tuple, list)) and len(data) == 2:
+            x = self._x(data[0], where)
+            return x, self._y(data[1], x.shape[0], where)
+        raise TaskError(f"{where}: expected (x, y) arrays or a tr_mlir.data.Dataset, got {type(data).__name__}")
+
+    # -- training and inference ----------------------------------------------------------
+
+    def _refresh(self) -> None:
+        if self._bn_dirty:
+            self.runner.refresh_bn()
+            self._bn_dirty = False
+
+    def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
+        """One optimizer step on exactly ``batch_size`` samples; returns the batch loss (mean,
+        before the update). Compiles first if needed."""
+        self._ready()
+        x = self._x(x, "Task.train_step")
+        if x.shape[0] != self.batch_size:
+            raise TaskError(f"Task.train_step: expected exactly batch_size = {self.batch_size} samples, "
+                            f"got {x.shape[0]} (fit() handles other sizes)")
+        y = self._y(y, x.shape[0], "Task.train_step")
+        loss = self.runner.train_step(x, y, self._lr_at(self.steps))
+        self.steps += 1
+        self._bn_dirty = True
+        return loss
+
+    def fit(self, train: Any, val: Any = None, epochs: int = 1, *, shuffle: bool = True,
+            verbose: bool = False) -> list[dict[str, float]]:
+        """Train ``epochs`` epochs; returns one dict per epoch (``epoch``, ``lr`` at its start,
+        ``train_loss``, ``train_top1``, ``train_top5``, ``val_loss``, ``val_top1``, ``val_top5``
+        when there is validation data, ``seconds``).
+
+        ``train``/``val``: ``(x, y)`` pairs, or a :class:`tr_mlir.data.Dataset` (its train split;
+        its val split too when ``val`` is None). Recompiles, keeping the weights, when the data
+        sizes differ from the compiled ones. ``shuffle``: a new sample order each epoch (from the
+        Task seed and the epoch). The last batch of an epoch is the smaller ``train_last``
+        variant; BN inference parameters are refreshed at the end of every epoch (facts 13).
+        """
+        from tr_mlir.data import Dataset, iterate_batches, num_batches
+
+        epochs = _check_int("Task.fit", "epochs", epochs, low=0)
+        if isinstance(train, Dataset):
+            if val is None:
+                val = (train.val_x, train.val_y)
+            train = (train.train_x, train.train_y)
+        if isinstance(val, Dataset):
+            val = (val.val_x, val.val_y)
+        tx, ty = self._pair(train, "Task.fit (train)")
+        vx, vy = self._pair(val, "Task.fit (val)") if val is not None else (None, None)
+        self.compile(train_size=tx.shape[0], val_size=None if vx is None else vx.shape[0])
+        nb = num_batches(tx.shape[0], self.batch_size)
+        history = []
+        for _ in range(epochs):
+            t0 = time.perf_counter()
+            start = self.steps
+            seed = self.seed * 1_000_003 + self.epochs
+            batches = ((b.x, b.y) for b in iterate_batches(tx, ty, self.batch_size, shuffle=shuffle, seed=seed))
+            met = self.runner.train_epoch(batches, nb, lambda b: self._lr_at(start + b))
+            self.steps += nb
+            self.epochs += 1
+            self._bn_dirty = False  # the epoch's last step refreshed them
+            row = {"epoch": self.epochs, "lr": self._lr_at(start), "train_loss": met.loss,
+                   "train_top1": met.top1, "train_top5": met.top5}
+            if vx is not None:
+                ev = self.runner.evaluate(vx, vy)
+                row.update(val_loss=ev.loss, val_top1=ev.top1, val_top5=ev.top5)
+            row["seconds"] = time.perf_counter() - t0
+            history.append(row)
+            if verbose:
+                print(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()),
+                      flush=True)
+        return history
+
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+        """``{'loss', 'top1', 'top5'}`` of the inference graph over any number of samples (the
+        last batch padded and masked), with BN inference parameters refreshed first."""
+        self._ready()
+        x = self._x(x, "Task.evaluate")
+        y = self._y(y, x.shape[0], "Task.evaluate")
+        self._refresh()
+        m = self.runner.evaluate(x, y)
+        return {"loss": m.loss, "top1": m.top1, "top5": m.top5}
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Softmax probabilities ``(N, num_classes)`` float32 for any number of samples."""
+        self._ready()
+        x = self._x(x, "Task.predict")
+        self._refresh()
+        return self.runner.predict(x)
+
+    # -- save / load ---------------------------------------------------------------------
+
+    def config(self) -> dict[str, Any]:
+        """The JSON-able configuration :meth:`save` writes (model as tree-form MLIR text)."""
+        return {
+            "format": FORMAT, "model": str(self._tree), "input_shape": list(self.input_shape),
+            "num_classes": self.num_classes, "batch_size": self.batch_size,
+            "optimizer": self.optimizer.config(),
+            "scheduler": None if self.scheduler is None else self.scheduler.config(),
+            "label_smoothing": self.loss.label_smoothing, "amp": self.amp, "fuse": self.fuse,
+            "device": self.device, "seed": self.seed, "train_size": self.train_size, "val_size": self.val_size,
+            "steps": self.steps, "epochs": self.epochs,
+        }
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write ``path/config.json`` (configuration, model) and ``path/state.npz`` (parameters,
+        buffers, optimizer state, loss scale, Adam step, dropout RNG); returns the folder."""
+        self._ready()
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / CONFIG_FILE).write_text(json.dumps(self.config(), indent=1))
+        np.savez(folder / STATE_FILE, **self._snapshot())
+        return folder
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Task:
+        """The Task saved in folder ``path`` (:meth:`save`), compiled, with its state restored."""
+        from xdsl.parser import Parser
+
+        from tr_mlir.compile import make_context
+
+        folder = Path(path)
+        try:
+            cfg = json.loads((folder / CONFIG_FILE).read_text())
+            state = dict(np.load(folder / STATE_FILE))
+        except (OSError, ValueError) as e:
+            raise TaskError(f"Task.load: cannot read a saved task from {folder}: {e}") from e
+        if cfg.get("format") != FORMAT:
+            raise TaskError(f"Task.load: {folder / CONFIG_FILE} is not a {FORMAT} file")
+        module = Parser(make_context(), cfg["model"]).parse_module()
+        task = cls(module, tuple(cfg["input_shape"]), cfg["num_classes"], cfg["batch_size"],
+                   optimizer=_optim.from_config(cfg["optimizer"]), scheduler=_sched.from_config(cfg["scheduler"]),
+                   loss=CrossEntropyLoss(cfg["label_smoothing"]), amp=cfg["amp"], fuse=cfg["fuse"],
+                   device=cfg["device"], seed=cfg["seed"])
+        task.steps, task.epochs = int(cfg["steps"]), int(cfg["epochs"])
+        task.compile(cfg["train_size"], cfg["val_size"])
+        task._restore(state)
+        task.runner.prepare_weights()
+        task._bn_dirty = True
+        return task
+
+    def __repr__(self) -> str:
+        h, w, c = self.input_shape
+        return (f"Task({h}x{w}x{c} -> {self.num_classes}, batch {self.batch_size}, {self.optimizer!r}, "
+                f"amp={self.amp}, fuse={self.fuse}, steps={self.steps})")
