@@ -318,7 +318,7 @@ class Task:
         self._ready()
         return [(e.name, self._get(e)) for e in self._buffers]
 
-    def _load(self, entries: list[_Entry], values: Any, what: str) -> dict[_Entry, np.ndarray]:
+    def _load(self, entries: list[_Entry], values: Any, what: str) -> list[tuple[_Entry, np.ndarray]]:
         given = dict(values.items() if isinstance(values, Mapping) else values)
         names = [e.name for e in entries]
         missing = [n for n in names if n not in given]
@@ -326,20 +326,20 @@ class Task:
         if missing or unexpected:
             raise TaskError(f"Task.load_{what}: expected exactly the names of task.{what}(); "
                             f"missing {missing[:6]}, unexpected {unexpected[:6]}")
-        out = {}
+        out = []
         for e in entries:
             a = np.asarray(given[e.name])
             if a.shape != e.shape or not np.issubdtype(a.dtype, np.floating):
                 raise TaskError(f"Task.load_{what}: '{e.name}' must be a float array of shape {e.shape}, "
                                 f"got {a.dtype} {a.shape}")
-            out[e] = a
+            out.append((e, a))
         return out
 
     def load_parameters(self, params: Mapping[str, np.ndarray] | Iterable[tuple[str, np.ndarray]]) -> None:
         """Set every parameter from ``[(name, array)]`` or ``{name: array}`` (names, shapes and
         layouts of :meth:`parameters`; all of them). Optimizer state is left as it is."""
         self._ready()
-        for e, a in self._load(self._params, params, "parameters").items():
+        for e, a in self._load(self._params, params, "parameters"):
             self._put(e, a)
         self.runner.prepare_weights()
         self._bn_dirty = True
@@ -347,7 +347,7 @@ class Task:
     def load_buffers(self, buffers: Mapping[str, np.ndarray] | Iterable[tuple[str, np.ndarray]]) -> None:
         """Set the BN running statistics (names and shapes of :meth:`buffers`)."""
         self._ready()
-        for e, a in self._load(self._buffers, buffers, "buffers").items():
+        for e, a in self._load(self._buffers, buffers, "buffers"):
             self._put(e, a)
             self._put(e, a, self._prev[e.name])
         self._bn_dirty = True
