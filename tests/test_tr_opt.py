@@ -272,6 +272,14 @@ def test_registries(capsys) -> None:
     assert {"mlir", "archplan-yaml"} <= set(main.available_targets)
 
 
+def test_binary_input(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "bin.mlir"
+    path.write_bytes(b'"test.op"() : () -> ()\n\xff\xfe\n')
+    code, _, err = run_main([str(path)], capsys)
+    assert code == 1
+    assert err == f"tr-opt: error: {path}:2: input is not valid UTF-8 text (byte 0xff at offset 23)\n"
+
+
 def test_empty_input_is_an_empty_module(tmp_path: Path, capsys) -> None:
     code, out, err = run_main([write(tmp_path, "// only a comment\n")], capsys)
     assert (code, out, err) == (0, "builtin.module {\n}\n\n", "")
@@ -465,6 +473,21 @@ def test_absurd_integer_width_does_not_hang() -> None:
     proc = run_cli([], stdin='"test.op"() {a = 1 : i99999999999} : () -> ()\n')
     assert proc.returncode == 1
     assert proc.stderr.startswith("tr-opt: error: stdin:1:22: integer bitwidth is limited")
+
+
+def test_unterminated_string_does_not_hang(tmp_path: Path, capsys) -> None:
+    """xDSL's string regex backtracks 2^(line length) times on an unclosed literal."""
+    line = '%0 = "test.op"() {a = "' + "an unterminated string literal on a long line " * 3 + "\n"
+    path = write(tmp_path, line + '"test.op"() : () -> ()\n')
+    code, _, err = run_main([path], capsys)
+    assert code == 1
+    assert err.splitlines()[0] == (
+        f"tr-opt: error: {path}:1:23: End of file reached before closing string literal."
+    )
+    escaped = '"test.op"() {a = "tab\\t quote\\" hex\\4A end"} : () -> ()\n'
+    code, out, err = run_main([write(tmp_path, escaped, "ok.mlir")], capsys)
+    assert (code, err) == (0, "")
+    assert 'a = "tab\\09 quote\\22 hexJ end"' in out  # xDSL prints escapes as hex
 
 
 def _nested_seqs(depth: int) -> str:

@@ -45,7 +45,7 @@
 // BOTH: tr-opt: error: use either -p/--passes or --pass-pipeline, not both
 
 // RUN: not tr-opt %s -t nope 2>&1 | filecheck %s --check-prefix=TARGET
-// TARGET:      tr-opt: error: argument -t/--target: invalid choice: 'nope' (choose from {{.*}}mlir{{.*}}archplan-yaml)
+// TARGET:      tr-opt: error: argument -t/--target: invalid choice: 'nope' (choose from {{.*}}mlir{{.*}}archplan-yaml{{.*}})
 // TARGET-NEXT: tr-opt: note: see 'tr-opt --help'
 // TARGET-NOT:  Traceback
 
@@ -74,6 +74,8 @@
 // RUN: not tr-opt %S/Inputs/float_overflow.mlir 2>&1 | filecheck %s --check-prefix=FLOAT
 // FLOAT:      tr-opt: error: {{.*}}float_overflow.mlir:2:18: numeric literal out of range for its type: '1.0e39 : f32'
 // FLOAT-NOT:  Traceback
+// RUN: not tr-opt %S/Inputs/unterminated_string.mlir 2>&1 | filecheck %s --check-prefix=STRING
+// STRING: tr-opt: error: {{.*}}unterminated_string.mlir:3:23: End of file reached before closing string literal.
 // RUN: not tr-opt %S/Inputs/use_before_def.mlir 2>&1 | filecheck %s --check-prefix=DOMINANCE
 // DOMINANCE:      tr-opt: error: {{.*}}use_before_def.mlir:4:8: 'arch.relu' op operand #0 does not dominate this use: %c is defined later in the same block (by 'arch.conv')
 // DOMINANCE-NEXT: "builtin.module"() ({

@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import traceback
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import import_module
@@ -43,7 +45,7 @@ from xdsl.dialects import get_all_dialects as get_xdsl_dialects
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, Region, SSAValue
 from xdsl.irdl.dominance import DominanceInfo
-from xdsl.parser import Parser
+from xdsl.parser import Parser, ParserState
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.printer import Printer
 from xdsl.transforms import get_all_passes as get_xdsl_passes
@@ -54,8 +56,8 @@ from xdsl.utils.exceptions import (
     ParseError,
     VerifyException,
 )
-from xdsl.utils.lexer import Span
-from xdsl.utils.mlir_lexer import MLIRTokenKind
+from xdsl.utils.lexer import Input, Span
+from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind
 from xdsl.utils.target import Target
 from xdsl.xdsl_opt_main import xDSLOptMain
 
@@ -191,6 +193,21 @@ def mlir_pipeline_to_xdsl(text: str) -> str:
 # --------------------------------------------------------------------------------------
 
 
+class TrLexer(MLIRLexer):
+    """xDSL's MLIR lexer without its exponential string-literal regex.
+
+    xDSL 0.74 matches string literals with ``"(?:[^"...]+|\\...)*"``: a repeated group of
+    repeated characters, so an unterminated literal (``"abc`` up to the end of the line)
+    backtracks through every way of splitting the line, 2^(line length) steps, which never
+    finishes on a normal line. The same language with one character per repetition fails in
+    linear time.
+    """
+
+    _unescaped_characters_regex = re.compile(
+        r'"(?:[^"\\\n\v\f]|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*"'
+    )
+
+
 class TrParser(Parser):
     """xDSL's MLIR parser with the guards tr-opt needs (DESIGN section 6).
 
@@ -207,7 +224,13 @@ class TrParser(Parser):
     """
 
     def __init__(self, ctx: Context, input: str | bytes, name: str = "<unknown>"):
-        super().__init__(ctx, input, name)
+        # Parser.__init__ with TrLexer instead of MLIRLexer (it lexes the first token at once)
+        text = input.decode("utf-8") if isinstance(input, bytes) else input
+        super(Parser, self).__init__(ParserState(TrLexer(Input(text, name))), ctx)
+        self.ssa_values = {}
+        self.blocks = {}
+        self.forward_block_references = defaultdict(list)
+        self.forward_ssa_references = {}
         self.op_spans: dict[Operation, Span[str]] = {}
         self._name_spans: list[Span[str]] = []
         self._first_uses: dict[str, Span[str]] = {}
@@ -644,7 +667,16 @@ class TrOptMain(xDSLOptMain):
         return super().parse_chunk(chunk, file_extension, start_offset)
 
     def _parse_mlir(self, io: IO[bytes]) -> ModuleOp:
-        self._parser = TrParser(self.ctx, io.read(), self.get_input_name())
+        data = io.read()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = data.count(b"\n", 0, e.start) + 1 + self._chunk_offset
+            raise TrOptError(
+                f"{self.get_input_name()}:{line}: input is not valid UTF-8 text "
+                f"(byte {data[e.start]:#04x} at offset {e.start})"
+            ) from None
+        self._parser = TrParser(self.ctx, text, self.get_input_name())
         return self._parser.parse_module(not self.args.no_implicit_module)
 
     def output_resulting_program(self, prog: ModuleOp) -> str:
