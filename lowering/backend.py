@@ -156,5 +156,5 @@ def check_arena(need: int, available: int | None, *, batch: int, per_sample: int
     hint = (f"batch size {fits} would fit (about {fixed + fits * per_sample:,} bytes)" if fits >= 1 else
             f"even batch size 1 would not fit: the parameters and optimizer state alone take {fixed:,} bytes")
     raise ArenaTooLargeError(
-        f"the memory plan needs an arena of {need:,} bytes ({need / 2**30:.2f} GiB) at batch size {batch}, "
+        f"the memory plan needs {need:,} bytes ({need / 2**30:.2f} GiB) at batch size {batch}, "
         f"but only {available:,} bytes ({available / 2**30:.2f} GiB) are available; {hint}")

@@ -253,10 +253,15 @@ class Executable:
                      if t.region in _BATCH_REGIONS and (t.shape[0] == batch or t.name.startswith(WORKSPACE_PREFIX)))
         return self.base.size - scaled, -(-scaled // batch)
 
+    @property
+    def bytes_needed(self) -> int:
+        """Memory the executable allocates: the arena plus the host staging of the input buffers."""
+        return self.base.size + sum(self.base.region_size(r) for r in _INPUT_REGIONS)
+
     def _check_memory(self) -> None:
         fixed, per_sample = self.arena_estimate()
-        staging = sum(self.base.region_size(r) for r in _INPUT_REGIONS)
-        check_arena(self.base.size + staging, self.backend.available_memory(), batch=self.variants[0].batch_size,
+        staging = self.bytes_needed - self.base.size
+        check_arena(self.bytes_needed, self.backend.available_memory(), batch=self.variants[0].batch_size,
                     per_sample=per_sample + -(-staging // self.variants[0].batch_size), fixed=fixed)
 
     # -- views -----------------------------------------------------------------------------

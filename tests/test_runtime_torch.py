@@ -434,3 +434,47 @@ def test_fused_and_unfused_agree(net: Net):
     assert np.allclose(a.losses, b.losses, rtol=1e-6, atol=0)
     for i in range(len(a.params)):
         assert rel(a.params[i], b.params[i]) <= 1e-6, f"parameter #{i}"
+
+
+def test_epoch_with_short_last_batch_and_inference_match_torch():
+    """``fit`` over 2.5 batches (A, B, A buffers; the last batch runs the ``train_last`` variant
+    with its own BN batch statistics), then inference (BN from the folded running statistics,
+    refreshed at the end of the epoch) on 13 samples (a padded, masked tail) against torch's
+    ``train()`` epoch and ``eval()`` forward."""
+    net = next(n for n in NETS if n.name == "vgg_bn")
+    lr, ls, n = 0.05, 0.1, 20
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((n, *net.input_shape)).astype(np.float32)
+    y = rng.integers(0, 10, n)
+    xv = rng.standard_normal((13, *net.input_shape)).astype(np.float32)
+    yv = rng.integers(0, 10, 13)
+    torch.manual_seed(0)
+    model = net.torch_model()
+    names = canonical_names(model)
+    start = [(k, to_ours(k, p)) for k, p in zip(names, model.parameters())]
+    opt = net.optimizer(lr)[1](model, names)
+    model.train()
+    for b in range(0, n, net.batch):
+        opt.zero_grad()
+        out = model(torch.tensor(x[b:b + net.batch].transpose(0, 3, 1, 2).copy()))
+        F.cross_entropy(out, torch.tensor(y[b:b + net.batch]), label_smoothing=ls).backward()
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        logits = model(torch.tensor(xv.transpose(0, 3, 1, 2).copy()))
+        probs = F.softmax(logits, 1).numpy()
+        val_loss = F.cross_entropy(logits, torch.tensor(yv), label_smoothing=ls).item()
+
+    task = tr_mlir.Task(net.blueprint(), net.input_shape, 10, net.batch, optimizer=net.optimizer(lr)[0],
+                        loss=tr_mlir.CrossEntropyLoss(ls), fuse=True)
+    task.load_parameters([(k, a) for (k, _), (_, a) in zip(task.parameters(), start)])
+    hist = task.fit((x, y), (xv, yv), epochs=1, shuffle=False)
+    assert task.train_size == n and task.exe.variants[1].batch_size == 4  # train_last
+    for (k, a), b in zip(task.parameters(), model.parameters()):
+        assert rel(a, to_ours(k, b)) <= FP32_TOL, k
+    for (k, a), b in zip(task.buffers(), [b for m in model.modules() if isinstance(m, nn.BatchNorm2d)
+                                          for b in (m.running_mean, m.running_var)]):
+        assert rel(a, b.numpy()) <= FP32_TOL, k
+    assert abs(hist[0]["val_loss"] - val_loss) <= 1e-5
+    assert rel(task.predict(xv), probs) <= 1e-5
+    assert abs(task.evaluate(xv, yv)["loss"] - val_loss) <= 1e-5
