@@ -578,7 +578,10 @@ class IdentityOp(LayerOp):
 class SoftmaxCeOp(LayerOp):
     """Softmax cross-entropy head over ``num_classes`` logits (the loss of the network).
 
-    The input must be (1, 1, num_classes) once shapes are known.
+    Once shapes are known the input's C must equal ``num_classes``. H and W are not checked
+    here: between ``arch-deduce-shapes`` and ``arch-normalize-flatten`` the head may still
+    read a spatial map (the seed checks C only, facts sheet section 4); the flatten pass
+    inserts the ``arch.flatten`` that makes it (1, 1, num_classes).
     """
 
     name = "arch.softmax_ce"
