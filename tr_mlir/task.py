@@ -10,7 +10,7 @@
     task.evaluate(val_x, val_y)      # {'loss': ..., 'top1': ..., 'top5': ...}
     probs = task.predict(val_x)      # (N, 10) softmax probabilities
 
-A Task compiles the model with ``tr-compile`` (ArchPlan, the five Compiler phases, the atlas) for
+A Task compiles the model (on first use, or explicitly with :meth:`Task.compile`) with ``tr-compile`` (ArchPlan, the five Compiler phases, the atlas) for
 its batch size and dataset sizes (the sizes decide the last-batch variants), builds an
 :class:`~tr_mlir.lowering.executable.Executable` (one arena, captured graphs) and drives it with
 a :class:`~tr_mlir.lowering.runner.Runner` in the seed's step order (facts sheet section 13).
