@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +84,13 @@ def _layer_of(name: str) -> int | None:
         if head.isdigit():
             return int(head)
     return None
+
+
+def _tapped(items: Iterable[Any], tap: Callable[[int], None]) -> Iterable[Any]:
+    """``items`` unchanged, calling ``tap(i)`` just before the ``i``-th is handed out."""
+    for i, item in enumerate(items):
+        tap(i)
+        yield item
 
 
 def _check_int(owner: str, name: str, v: Any, low: int = 1) -> int:
@@ -436,7 +443,7 @@ class Task:
         return loss
 
     def fit(self, train: Any, val: Any = None, epochs: int = 1, *, shuffle: bool = True,
-            verbose: bool = False) -> list[dict[str, float]]:
+            verbose: bool = False, on_batch: Callable[[int], None] | None = None) -> list[dict[str, float]]:
         """Train ``epochs`` epochs; returns one dict per epoch (``epoch``, ``lr`` at its start,
         ``train_loss``, ``train_top1``, ``train_top5``, ``val_loss``, ``val_top1``, ``val_top5``
         when there is validation data, ``seconds``).
@@ -446,6 +453,9 @@ class Task:
         sizes differ from the compiled ones. ``shuffle``: a new sample order each epoch (from the
         Task seed and the epoch). The last batch of an epoch is the smaller ``train_last``
         variant; BN inference parameters are refreshed at the end of every epoch (facts 13).
+        ``on_batch(b)``: called as the runner takes training batch ``b`` (0-based, counted per
+        epoch); the runner stages batch ``b`` while step ``b - 1`` runs, so steps ``0 .. b - 2``
+        have finished (progress bars: ``tr-train``).
         """
         from tr_mlir.data import Dataset, iterate_batches, num_batches
 
@@ -466,6 +476,8 @@ class Task:
             start = self.steps
             seed = self.seed * 1_000_003 + self.epochs
             batches = ((b.x, b.y) for b in iterate_batches(tx, ty, self.batch_size, shuffle=shuffle, seed=seed))
+            if on_batch is not None:
+                batches = _tapped(batches, on_batch)
             met = self.runner.train_epoch(batches, nb, lambda b: self._lr_at(start + b))
             self.steps += nb
             self.epochs += 1
