@@ -42,7 +42,6 @@ import numpy as np
 
 from tr_mlir.dialects.memplan import GraphId
 from tr_mlir.lowering.executable import Executable
-from tr_mlir.lowering.kernels import kernel_name
 from tr_mlir.lowering.operands import operands_for
 
 G = GraphId
@@ -125,7 +124,7 @@ class Runner:
                     named, _ = operands_for(node.op).named(node.inputs, node.outputs, {}, node.op)
                 except (KeyError, ValueError):
                     continue
-                if arg in named and kernel_name(node.op) != "dtensor_copy":
+                if arg in named:
                     return int(named[arg])
         return None
 
