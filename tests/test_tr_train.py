@@ -1,0 +1,381 @@
+"""tr-train: arguments and defaults, every error path (exit 1, no traceback), a short run writing
+the report, the plot, checkpoints and IR dumps, resume, and the dumps replayed by tr-opt."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tr_mlir.tools import tr_train
+from tr_mlir.tools.tr_train import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "tr-train.md"
+
+# The issue's flag list (issue 6, item 1).
+FLAGS = ["--model", "--blueprint", "--dataset", "--data-dir", "--download", "--epochs", "--batch-size",
+         "--optimizer", "--lr", "--weight-decay", "--label-smoothing", "--warmup", "--amp", "--fuse",
+         "--device", "--seed", "--dump-ir", "--report-json", "--plot", "--save-dir", "--resume"]
+
+
+def run_main(args: list[str], capsys) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_error(code: int, err: str, *needles: str) -> None:
+    assert code == 1, err
+    assert err.startswith("tr-train: error: ") or "\ntr-train: error: " in err, err
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in err, (n, err)
+
+
+def subprocess_tr_train(args: list[str], *, prelude: str = "", cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``tr-train args`` in a fresh interpreter (``prelude`` runs first, e.g. a memory limit)."""
+    code = f"{prelude}\nimport sys\nfrom tr_mlir.tools.tr_train import main\nsys.exit(main({args!r}))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+# --------------------------------------------------------------------------------------
+# Arguments
+# --------------------------------------------------------------------------------------
+
+
+def test_help_lists_every_flag_and_its_default(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = re.sub(r"\s+", " ", capsys.readouterr().out)
+    for flag in FLAGS:
+        assert flag in out, flag
+    for text in ("(default: resnet_tiny)", "(default: digits)", "(default: 30)", "(default: 32)",
+                 "(default: momentum)", "(default: 0.0005)", "(default: 0.0)", "(default: auto)",
+                 "(default: 0)", "0.05 for momentum", "0.001 for adamw", "~/.cache/tr_mlir/<dataset>",
+                 "tr-opt DIR/03-arch-normalize-softmax-ce.mlir -p arch-normalize-identity",
+                 "schema_version 1"):
+        assert text in out, text
+    # every option's help states its default
+    assert out.count("default") >= len(FLAGS)
+
+
+def test_parser_defaults():
+    a = build_parser().parse_args([])
+    assert (a.model, a.blueprint, a.dataset, a.data_dir, a.download) == ("resnet_tiny", None, "digits", None, False)
+    assert (a.epochs, a.batch_size, a.optimizer, a.lr, a.weight_decay) == (30, 32, "momentum", None, 5e-4)
+    assert (a.label_smoothing, a.warmup, a.amp, a.fuse, a.device, a.seed) == (0.0, 0.0, False, False, "auto", 0)
+    assert (a.dump_ir, a.report_json, a.plot, a.save_dir, a.resume) == (None, None, None, None, None)
+    assert set(tr_train.OPTIMIZERS) == {"sgd", "momentum", "nesterov", "adam", "adamw", "lars"}
+
+
+def test_explicit_flags_tells_given_from_defaulted():
+    assert tr_train.explicit_flags([]) == set()
+    assert tr_train.explicit_flags(["--lr", "0.05", "--amp", "--epochs", "30"]) == {"lr", "amp", "epochs"}
+
+
+def test_device_auto_is_cpu_and_gpu_is_an_error():
+    assert tr_train.resolve_device("auto") == "cpu"
+    assert tr_train.resolve_device("cpu") == "cpu"
+    with pytest.raises(tr_train.TrainError, match="no GPU backend"):
+        tr_train.resolve_device("gpu")
+
+
+# --------------------------------------------------------------------------------------
+# Geometry
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model, shape, expected", [
+    ("lenet5", (28, 28, 1), ("pad", (32, 32))),        # the issue's MNIST -> 32x32 for LeNet-5
+    ("lenet5", (8, 8, 1), ("resize", (32, 32))),
+    ("lenet5", (32, 32, 3), (None, None)),
+    ("mlp", (8, 8, 1), (None, None)),                  # flattens the raw input: any size
+    ("resnet_tiny", (28, 28, 1), (None, None)),        # global average pooling: any size
+    ("resnet50", (32, 32, 3), (None, None)),
+    ("vgg16_bn", (32, 32, 3), ("resize", (224, 224))),  # its classifier reads a 7x7 map
+])
+def test_plan_input(model, shape, expected):
+    src = tr_train.zoo_source(model)
+    plan = tr_train.plan_input(src, src.build(10), shape, 10)
+    assert (plan.mode, plan.to) == expected
+
+
+def test_docs_table_matches_the_geometry_rule():
+    """docs/tr-train.md's model x dataset table is what input_table() computes."""
+    rows = {}
+    for line in DOC.read_text().splitlines():
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0] != "model" and re.fullmatch(r"[a-z0-9_]+", cells[0]):
+            rows[cells[0]] = dict(zip(("digits", "mnist", "cifar10"), cells[1:]))
+    assert rows == tr_train.input_table()
+
+
+# --------------------------------------------------------------------------------------
+# Error paths: exit 1, one message, no traceback
+# --------------------------------------------------------------------------------------
+
+
+def test_missing_mnist_exits_1_with_what_and_how_subprocess():
+    r = subprocess_tr_train(["--dataset", "mnist", "--data-dir", "/nonexistent"])
+    assert_error(r.returncode, r.stderr, "/nonexistent", "train-images-idx3-ubyte", "--download")
+    assert r.stdout == ""
+
+
+def test_bad_flag_value_exits_1_subprocess():
+    r = subprocess_tr_train(["--batch-size", "many"])
+    assert_error(r.returncode, r.stderr, "--batch-size", "invalid int value")
+
+
+def test_model_too_large_for_memory_exits_1_subprocess():
+    # The arena check reads the available memory from the backend; pretend there are 50 kB.
+    prelude = "import tr_mlir.lowering.backend as b; b.meminfo_available = lambda: 50_000"
+    r = subprocess_tr_train(["--model", "mlp_digits", "--epochs", "1"], prelude=prelude)
+    assert_error(r.returncode, r.stderr, "does not fit in memory", "bytes", "batch size")
+
+
+def test_console_script_error_is_clean():
+    exe = Path(sys.executable).with_name("tr-train")
+    if not exe.exists():
+        pytest.skip("tr-train console script not installed next to the interpreter")
+    r = subprocess.run([str(exe), "--model", "no_such_model"], capture_output=True, text=True, timeout=120)
+    assert_error(r.returncode, r.stderr, "unknown model 'no_such_model'", "resnet_tiny")
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--model", "nope"], ["unknown model 'nope'", "zoo models:"]),
+    (["--epochs", "0"], ["--epochs must be an integer >= 1"]),
+    (["--batch-size", "0"], ["--batch-size must be an integer >= 1"]),
+    (["--lr", "-0.1"], ["--lr must be a number > 0"]),
+    (["--lr", "nan"], ["--lr must be a number > 0"]),
+    (["--weight-decay", "-1"], ["--weight-decay must be a number >= 0"]),
+    (["--label-smoothing", "1"], ["--label-smoothing must be in [0, 1)"]),
+    (["--warmup", "-1"], ["--warmup must be a number of epochs >= 0"]),
+    (["--warmup", "5", "--epochs", "5"], ["--warmup (5 epochs) must be less than --epochs (5)"]),
+    (["--seed", "-3"], ["--seed must be an integer >= 0"]),
+    (["--device", "gpu"], ["no GPU backend"]),
+    (["--device", "tpu"], ["invalid choice: 'tpu'"]),
+    (["--optimizer", "rmsprop"], ["invalid choice: 'rmsprop'"]),
+    (["--dataset", "imagenet"], ["invalid choice: 'imagenet'"]),
+    (["--model", "mlp", "--blueprint", "x.py:f"], ["not allowed with argument --model"]),
+    (["--blueprint", "x.py"], ["--blueprint expects FILE.py:FUNC"]),
+    (["--blueprint", "/nonexistent/x.py:f"], ["no such file: /nonexistent/x.py"]),
+    (["--plot", "curves.xyz"], ["unsupported image format 'xyz'"]),
+    (["--resume", "/nonexistent/ckpt"], ["no such checkpoint folder"]),
+])
+def test_error_paths_exit_1_without_traceback(args, needles, capsys):
+    try:
+        code = main(args)
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    _, err = capsys.readouterr()
+    assert_error(code, err, *needles)
+
+
+def _write_idx(path: Path, magic: int, dims: tuple[int, ...], data: bytes) -> None:
+    header = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in dims)
+    with gzip.open(path, "wb") as f:
+        f.write(header + data)
+
+
+def test_truncated_idx_exits_1(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", 20), ("t10k", 10)):
+        images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8).tobytes()
+        if prefix == "train":
+            images = images[: len(images) // 2]  # cut in the middle
+        _write_idx(tmp_path / f"{prefix}-images-idx3-ubyte.gz", 2051, (n, 28, 28), images)
+        _write_idx(tmp_path / f"{prefix}-labels-idx1-ubyte.gz", 2049, (n,),
+                   rng.integers(0, 10, n, dtype=np.uint8).tobytes())
+    code, out, err = run_main(["--dataset", "mnist", "--data-dir", tmp_path, "--model", "mlp_digits"], capsys)
+    assert_error(code, err, "train-images-idx3-ubyte.gz", "truncated", "expected 15696 bytes")
+
+
+BLUEPRINTS = '''
+from tr_mlir.blueprint import seq, conv, relu, fc, gap_fc, cbr
+
+def good(num_classes):
+    return seq(cbr(8, 3, 1, 1), gap_fc(num_classes, True))
+
+def sized():
+    return seq(cbr(8, 3, 1, 1), fc(10, True)), (16, 16, 1)
+
+def rgb():
+    return seq(cbr(8, 3, 1, 1), gap_fc(10, True)), (8, 8, 3)
+
+def huge_kernel(num_classes):
+    return seq(conv(4, 9), relu(), gap_fc(num_classes, True))
+
+def not_a_layer(num_classes):
+    return 42
+
+def raises(num_classes):
+    return 1 / 0
+
+value = 3
+'''
+
+
+@pytest.fixture
+def blueprint_file(tmp_path):
+    path = tmp_path / "nets.py"
+    path.write_text(BLUEPRINTS)
+    return path
+
+
+@pytest.mark.parametrize("func, needles", [
+    ("missing", ["defines no 'missing'", "good", "sized"]),
+    ("value", ["'value'", "is not a function"]),
+    ("not_a_layer", ["must return a BluePrint layer or (layer, (H, W, C))", "42"]),
+    ("raises", ["raises(10) failed", "nets.py:", "ZeroDivisionError"]),
+    ("rgb", ["reads 3 channel(s)", "the dataset has 1"]),
+    ("huge_kernel", ["cannot take the digits input (8x8x1)", "'arch.conv' op expected kernel size 9",
+                     "zoo models that take 8x8x1 input:", "resnet_tiny"]),
+])
+def test_bad_blueprints_exit_1(blueprint_file, func, needles, capsys):
+    code, _, err = run_main(["--blueprint", f"{blueprint_file}:{func}", "--epochs", "1"], capsys)
+    assert_error(code, err, *needles)
+
+
+def test_blueprint_file_that_does_not_import(tmp_path, capsys):
+    bad = tmp_path / "broken.py"
+    bad.write_text("def f(:\n    pass\n")
+    code, _, err = run_main(["--blueprint", f"{bad}:f"], capsys)
+    assert_error(code, err, "importing", "broken.py:1", "SyntaxError")
+
+
+# --------------------------------------------------------------------------------------
+# Runs
+# --------------------------------------------------------------------------------------
+
+
+def test_blueprint_runs_and_sized_blueprint_is_resized(blueprint_file, tmp_path, capsys):
+    code, out, err = run_main(["--blueprint", f"{blueprint_file}:sized", "--epochs", "1",
+                               "--report-json", tmp_path / "r.json"], capsys)
+    assert code == 0, err
+    assert "input 8x8 -> 16x16 (resized bilinearly)" in out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["config"]["input_shape"] == [16, 16, 1]
+    assert report["config"]["input_adaptation"] == {"mode": "resize", "to": [16, 16]}
+    assert report["config"]["blueprint"].endswith("nets.py:sized") and report["config"]["model"] is None
+
+
+def test_short_run_writes_report_plot_checkpoints_and_ir(tmp_path, capsys):
+    save, ir = tmp_path / "ckpt", tmp_path / "ir"
+    report_path, plot = tmp_path / "out" / "r.json", tmp_path / "out" / "curves.png"
+    code, out, err = run_main(["--model", "mlp_digits", "--epochs", "2", "--fuse", "--report-json", report_path,
+                               "--plot", plot, "--save-dir", save, "--dump-ir", ir], capsys)
+    assert code == 0, err
+    # stages and tables
+    for header in ("== data", "== model", "== compile", "== train", "== summary"):
+        assert header in out
+    assert "ArchPlan: 7 layers, first_layer_index=0 (fuse)" in out
+    assert re.search(r"0  Flatten\s+\[32, 8, 8, 1\]\s+\[32, 1, 1, 64\]\s+\[FIRST\]", out)
+    assert re.search(r"FC\s+\[32, 1, 1, 64\]\s+\[32, 1, 1, 64\]\s+bias=1 out_features=64", out)
+    assert "memory plan: memplan.program for @model: target cpu, optimizer momentum, fp32, arena" in out
+    assert "W_FC_WEIGHT" in out and "one arena serves all 6 variants" in out
+    assert re.search(r"epoch 1/2 .*val top-1 \d+\.\d\d%  top-5 \d+\.\d\d%  [\d,]+ img/s", out)
+    assert "best val top-1" in out
+    # the report
+    r = json.loads(report_path.read_text())
+    assert r["schema_version"] == 1 and r["tool"] == "tr-train"
+    assert {"compile_s", "train_s", "val_s", "load_s", "total_s"} <= set(r["timings"])
+    assert r["config"]["model"] == "mlp_digits" and r["config"]["lr"] == 0.05 and r["config"]["epochs"] == 2
+    assert r["config"]["device_used"] == "cpu" and r["config"]["train_size"] == 1437
+    assert [e["epoch"] for e in r["epochs"]] == [1, 2]
+    for e in r["epochs"]:
+        for key in ("train_loss", "val_loss", "val_top1", "val_top5", "train_images_per_s"):
+            assert isinstance(e[key], float) and math.isfinite(e[key]), key
+        assert 0 <= e["val_top1"] <= e["val_top5"] <= 1
+    best = max(r["epochs"], key=lambda e: e["val_top1"])
+    assert (r["best_val_top1"], r["best_epoch"]) == (best["val_top1"], best["epoch"])
+    assert r["epochs"][1]["val_top1"] > 0.5
+    # the plot
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # checkpoints
+    for which in ("last", "best"):
+        assert {p.name for p in (save / which).iterdir()} == {"config.json", "state.npz", "tr_train.json"}
+    assert json.loads((save / "last" / "tr_train.json").read_text())["epochs"] == r["epochs"]
+    # IR dumps
+    names = sorted(p.name for p in ir.iterdir())
+    assert names[0] == "00-input.mlir" and names[1] == "01-arch-expand.mlir"
+    assert "08-arch-merge-blocks.mlir" in names and names[-2] == "17-memplan-build-atlas.mlir"
+    assert names[-1] == "replay.sh"
+
+    # resume: --epochs is the total; the run continues at epoch 3 with the stretched cosine schedule
+    code, out, err = run_main(["--resume", save, "--epochs", "3", "--report-json", report_path], capsys)
+    assert code == 0, err
+    assert "epochs 3..3" in out and "epoch 3/3" in out
+    r2 = json.loads(report_path.read_text())
+    assert [e["epoch"] for e in r2["epochs"]] == [1, 2, 3]
+    assert r2["epochs"][:2] == r["epochs"]
+    assert r2["config"]["start_epoch"] == 2 and r2["config"]["resume"] == str(save / "last")
+    assert r2["epochs"][2]["lr"] == pytest.approx(0.05 * 0.5 * (1 + math.cos(math.pi * 2 / 3)))
+    # a resumed run keeps its configuration; more epochs than asked is an error
+    code, _, err = run_main(["--resume", save, "--epochs", "3", "--lr", "0.2"], capsys)
+    assert_error(code, err, "--lr 0.2 differs from the checkpoint's 0.05")
+    code, _, err = run_main(["--resume", save / "last", "--epochs", "2"], capsys)
+    assert_error(code, err, "has trained 2 epochs", "more than 2")
+
+    # every dumped pass replays with tr-opt into the next dump, byte for byte
+    from tr_mlir.tools.tr_opt import main as tr_opt
+
+    script = (ir / "replay.sh").read_text()
+    steps = re.findall(r"^tr-opt (\S+) -p (.+?) \| cmp -s - (\S+)", script, flags=re.M)
+    assert len(steps) == 17
+    for src, spec, dst in steps:
+        spec = spec.strip("'")
+        out_file = tmp_path / "replayed.mlir"
+        try:
+            tr_opt([str(ir / src), "-p", spec, "-o", str(out_file)])
+        except SystemExit as e:
+            assert e.code in (0, None), (src, spec)
+        assert out_file.read_text() == (ir / dst).read_text(), dst
+
+
+def test_replay_script_runs_with_tr_opt(tmp_path):
+    """replay.sh as a user runs it (three passes, to keep it short: tr-opt starts in ~0.6 s; the
+    in-process replay above covers every pass)."""
+    bindir = Path(sys.executable).parent
+    if not (bindir / "tr-opt").exists():
+        pytest.skip("tr-opt console script not installed next to the interpreter")
+    ir = tmp_path / "ir"
+    tr_train.dump_ir(_tree("resnet_tiny"), ir, fuse=True, amp=False, num_classes=10,
+                     spec={"batch_size": 8, "train_size": 20, "val_size": 10, "optimizer": "momentum", "target": "cpu"})
+    script = (ir / "replay.sh").read_text().splitlines()
+    keep = [ln for ln in script if not ln.startswith("tr-opt")
+            or re.search(r" -p '?(arch-expand|arch-merge-blocks|memplan-derive-shapes)", ln)]
+    assert len(keep) == len(script) - 14  # 17 passes, 3 kept
+    (ir / "replay.sh").write_text("\n".join(keep) + "\n")
+    env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    r = subprocess.run(["sh", str(ir / "replay.sh")], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "all passes replay identically" in r.stdout
+
+
+def _tree(name: str) -> str:
+    from tr_mlir.blueprint import emit
+
+    src = tr_train.zoo_source(name)
+    return str(emit(src.build(10), src.native, num_classes=10, fuse=True))
+
+
+def test_amp_fuse_synthetic_run(tmp_path, capsys):
+    """AMP (CPU emulation) on generated data of the model's own shape and class count."""
+    code, out, err = run_main(["--model", "resnet_tiny", "--dataset", "synthetic", "--epochs", "1", "--amp",
+                               "--fuse", "--batch-size", "64", "--report-json", tmp_path / "r.json"], capsys)
+    assert code == 0, err
+    assert "8x8x1, 10 classes" in out and "ArchPlan: 5 layers, first_layer_index=0 (fuse, amp)" in out
+    assert "Input: [64, 8, 8, 4]" in out  # AMP aligns the first conv's input channels to 4
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["config"]["amp"] and r["config"]["train_size"] == 1024 and r["config"]["val_size"] == 256
+    assert math.isfinite(r["epochs"][0]["train_loss"])
