@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-test
 RSTAMP := $(VENV)/.installed-run
 
-.PHONY: run test pytest lit examples clean
+.PHONY: run test pytest lit examples clean bench
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ lit: $(STAMP)
 # Regenerate examples/*.mlir from the model zoo (checked by tests/test_examples.py).
 examples: $(STAMP)
 	$(BIN)/python -m tr_mlir.zoo --write-examples examples
+
+# Benchmarks (bench/README.md): quick mode, writes bench/results/<date>.json and .md.
+bench: $(STAMP)
+	$(BIN)/python -m bench --quick
 
 clean:
 	rm -rf $(VENV) build lit_out .pytest_cache

@@ -1,0 +1,106 @@
+"""The markdown tables of a results dict (``bench/results/<date>.md``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MIB = 2 ** 20
+
+
+def _t(rows: list[list[str]], head: list[str]) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _mib(b: Any) -> str:
+    return "-" if b is None else f"{b / MIB:,.1f}"
+
+
+def _s(x: float) -> str:
+    return f"{x:.3f}" if x < 10 else f"{x:.1f}"
+
+
+def compile_tables(c: dict[str, Any]) -> str:
+    rows = []
+    for r in c["rows"]:
+        rt = r.get("round_trip")
+        top = sorted(r["passes"], key=lambda p: -p["s"])[:3]
+        rows.append([r["model"], r["variant"], str(r["arch_ops"]), _s(r["total_s"]), _s(r["verify_s"]),
+                     ", ".join(f"{p['pass']} {p['s']:.2f}" for p in top),
+                     "-" if rt is None else f"{rt['print_s']:.2f} / {rt['parse_s']:.2f} / {rt['verify_s']:.2f}",
+                     "-" if rt is None else f"{rt['chars'] / 1e6:.2f}" + ("" if rt["round_trip_ok"] else " (MISMATCH)")])
+    parts = [_t(rows, ["model", "variant", "arch ops", "total s", "verify s", "slowest passes (s)",
+                       "round trip print / parse / verify s", "text MB"])]
+    for variant in ("fused_amp", "unfused_fp32"):
+        vr = [r for r in c["rows"] if r["variant"] == variant]
+        if not vr:
+            continue
+        names = [p["pass"] for p in vr[0]["passes"]]
+        prow = [[n] + [f"{next(p['s'] for p in r['passes'] if p['pass'] == n):.3f}" for r in vr] for n in names]
+        prow.append(["emit"] + [f"{r['emit_s']:.3f}" for r in vr])
+        prow.append(["verify (all)"] + [f"{r['verify_s']:.3f}" for r in vr])
+        prow.append(["**total**"] + [f"**{r['total_s']:.3f}**" for r in vr])
+        parts.append(f"Per pass, {variant} (s):\n\n" + _t(prow, ["pass"] + [r["model"] for r in vr]))
+    if c.get("depth_growth"):
+        parts.append("Growth with depth:\n\n" + _t(
+            [[d["model"], d["variant"], str(d["arch_ops"]), _s(d["total_s"]), f"{d['ms_per_op']:.1f}",
+              f"{d['vs_resnet50']:.2f}x"] for d in c["depth_growth"]],
+            ["model", "variant", "arch ops", "total s", "ms per arch op", "vs ResNet-50"]))
+    return "\n\n".join(parts)
+
+
+def throughput_table(t: dict[str, Any]) -> str:
+    peak = t["gemm_peak"]
+    rows = [[m["model"], str(m["batch"]), f"{m['tr_mlir_images_per_s']:,.0f}", f"{m['torch_images_per_s']:,.0f}",
+             f"**{m['ratio']:.2f}**", f"{m['step_flops'] / 1e9:.2f}",
+             f"{m['tr_mlir_step_s'] * 1e3:.1f} / {m['torch_step_s'] * 1e3:.1f}",
+             f"{100 * m['tr_mlir_peak_fraction']:.1f}%", f"{100 * m['torch_peak_fraction']:.1f}%",
+             str(m["timed_steps"])] for m in t["models"]]
+    blas = ", ".join(f"{b.get('prefix')} {b.get('version') or ''} {b.get('architecture') or ''}".strip()
+                     for b in t["blas"])
+    return (_t(rows, ["model", "batch", "tr-mlir img/s", "PyTorch img/s", "ratio", "GFLOP/step",
+                      "median step ms (tr-mlir / torch)", "tr-mlir % of peak", "torch % of peak", "timed steps"])
+            + f"\n\nfp32 GEMM peak ({t['threads']} threads, {peak['n']}^3): np.matmul "
+              f"{peak['numpy_flops'] / 1e9:.1f} GFLOP/s, torch.mm {peak['torch_flops'] / 1e9:.1f} GFLOP/s. "
+              f"Thread pools: {blas}.")
+
+
+def memory_table(m: dict[str, Any]) -> str:
+    rows = []
+    for r in m["rows"]:
+        tp = r.get("torch") or {}
+        rows.append([r["model"], r["variant"], str(r["batch"]), _mib(r["arena_bytes"]), _mib(r["state_bytes"]),
+                     _mib(r["activation_bytes"]), _mib(r["workspace_bytes"]), _mib(r["lower_bound_bytes"]),
+                     f"{r['arena_over_bound']:.2f}", _mib(tp.get("profiler_peak_bytes")),
+                     _mib(tp.get("rss_peak_delta_bytes"))])
+    return _t(rows, ["model", "variant", "batch", "arena MiB", "params+grads+opt MiB", "activations MiB",
+                     "workspaces MiB", "liveness bound MiB", "arena / bound", "torch profiler peak MiB",
+                     "torch RSS delta MiB"])
+
+
+def render(res: dict[str, Any]) -> str:
+    """The whole markdown report of one run."""
+    mach = res["machine"]
+    parts = [f"# tr-mlir benchmark, {res['date']} ({res['mode']} mode)",
+             f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['memory_gib']:.0f} GiB; Python {mach['python']}, "
+             f"NumPy {mach['numpy']}, torch {mach['torch']}, xDSL {mach['xdsl']}. Load average (1 min) "
+             f"before / after: {mach['load_before'][0]:.2f} / {mach['load_after'][0]:.2f}. "
+             f"OpenBLAS env unset for this run: {', '.join(res['openblas_env_unset']) or 'none was set'}. "
+             f"Wall time {res['duration_s']:.0f} s."]
+    if "compile" in res:
+        parts.append("## 1. Compile time (in process)\n\n" + compile_tables(res["compile"]))
+    if "throughput" in res:
+        parts.append("## 2. CPU training throughput, tr-mlir (NumPy) vs PyTorch eager\n\n"
+                     + throughput_table(res["throughput"]))
+    if "memory" in res:
+        parts.append("## 3. Memory of a training step\n\n" + memory_table(res["memory"]))
+    if "gpu" in res:
+        g = res["gpu"]
+        parts.append("## 4. GPU\n\n" + (f"Skipped: {g['reason']}." if g.get("skipped") else
+                                       _t([[m["model"], str(m["batch"]), str(m.get("amp")),
+                                            f"{m['cuda_graph_step_ms']:.2f}", f"{m['torch_eager_step_ms']:.2f}",
+                                            f"{m['torch_compile_step_ms']:.2f}"] for m in g["models"]],
+                                          ["model", "batch", "amp", "CUDA graph ms", "torch eager ms",
+                                           "torch.compile ms"])))
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,188 @@
+"""Section 2: CPU training throughput, tr-mlir's NumPy backend against PyTorch eager.
+
+Both sides train the same network (:mod:`bench.models`) on the same synthetic batch
+(``tr_mlir.data.load_dataset('synthetic', ...)``) with SGD (lr 0.01, momentum 0.9, no weight decay), on 2 threads:
+``torch.set_num_threads(2)`` and ``threadpoolctl.threadpool_limits(2)`` (OpenBLAS under NumPy).
+
+One tr-mlir step is ``Task.train_step(x, y)``: input checks, staging the batch into the host
+buffer, the copy into the arena and the replay of the captured step graphs (zero grad, forward,
+backward, optimizer), returning the loss as a Python float. One PyTorch step is
+``opt.zero_grad(); loss = F.cross_entropy(model(x), y); loss.backward(); opt.step(); loss.item()``
+on NCHW tensors made once. After warm-up steps, the two sides are timed in alternating rounds
+(so a change in machine load hits both), every step on its own; the figure is the median step
+time, reported as images/s, and the ratio tr-mlir / PyTorch of the images/s.
+
+GEMM efficiency: the FLOPs of one step count the multiply-adds of conv and FC layers only (2
+FLOPs each): forward, input gradient (not for the first layer) and weight gradient, from the
+torch twin's layer shapes. Divided by the median step time and by the machine's fp32 GEMM peak
+(:func:`gemm_peak`: the best of several large ``np.matmul`` calls on 2 threads), it says how far
+each side is from being GEMM-bound.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from bench.models import THROUGHPUT_MODELS, BenchModel, torch_model
+
+LR, MOMENTUM = 0.01, 0.9
+
+
+def gemm_peak(n: int = 2048, repeats: int = 5) -> dict[str, float]:
+    """fp32 GEMM rate (FLOP/s) of ``np.matmul`` and ``torch.mm`` on ``n x n`` matrices (best of
+    ``repeats``), under the thread limits in force."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    c = np.empty_like(a)
+    flops = 2.0 * n ** 3
+
+    def best(fn: Callable[[], Any]) -> float:
+        fn()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return flops / min(times)
+
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    tc = torch.empty_like(ta)
+    return {"numpy_flops": best(lambda: np.matmul(a, b, out=c)),
+            "torch_flops": best(lambda: torch.mm(ta, tb, out=tc)), "n": n}
+
+
+def step_flops(net, input_shape: tuple[int, int, int], batch: int) -> float:
+    """Conv + FC FLOPs of one training step of the torch twin ``net`` (module doc)."""
+    import torch
+    import torch.nn as nn
+
+    fwd: list[float] = []
+
+    def hook(mod, inp, out):
+        if isinstance(mod, nn.Conv2d):
+            k = mod.kernel_size[0] * mod.kernel_size[1] * mod.in_channels // mod.groups
+            fwd.append(2.0 * out.numel() * k)
+        elif isinstance(mod, nn.Linear):
+            fwd.append(2.0 * out.numel() * mod.in_features)
+
+    hooks = [m.register_forward_hook(hook) for m in net.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    h, w, c = input_shape
+    with torch.no_grad():
+        net(torch.zeros(batch, c, h, w))
+    for hk in hooks:
+        hk.remove()
+    return 3.0 * sum(fwd) - (fwd[0] if fwd else 0.0)  # fwd + wgrad + dgrad; no dgrad of the first layer
+
+
+class _Ours:
+    def __init__(self, m: BenchModel, x: np.ndarray, y: np.ndarray, fuse: bool):
+        import tr_mlir
+
+        self.task = tr_mlir.Task(m.blueprint(), m.input_shape, m.num_classes, m.batch,
+                                 optimizer=tr_mlir.optim.SGD(lr=LR, momentum=MOMENTUM), fuse=fuse, seed=0)
+        t0 = time.perf_counter()
+        self.task.compile(train_size=m.batch * 100, val_size=m.batch)
+        self.build_s = time.perf_counter() - t0
+        self.x, self.y = x, y
+
+    def step(self) -> float:
+        return self.task.train_step(self.x, self.y)
+
+
+class _Torch:
+    def __init__(self, m: BenchModel, x: np.ndarray, y: np.ndarray):
+        import torch
+        import torch.nn.functional as F
+
+        torch.manual_seed(0)
+        self.net = torch_model(m.blueprint(), m.input_shape, m.num_classes)
+        self.net.train()
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=LR, momentum=MOMENTUM)
+        self.x = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+        self.y = torch.from_numpy(y.astype(np.int64))
+        self.F = F
+
+    def step(self) -> float:
+        self.opt.zero_grad()
+        loss = self.F.cross_entropy(self.net(self.x), self.y)
+        loss.backward()
+        self.opt.step()
+        return loss.item()
+
+
+def _timed(fn: Callable[[], float], n: int, out: list[float]) -> None:
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+
+
+def measure(m: BenchModel, *, warmup: int, rounds: int, steps: int, fuse: bool = True) -> dict[str, Any]:
+    """Throughput of one model on both sides (module doc). Returns a dict with the median step
+    times, images/s, ratio, FLOPs per step, the losses of the first step (a sanity check: both
+    start near ln(num_classes)) and the timing details."""
+    from tr_mlir.data import load_dataset
+
+    data = load_dataset("synthetic", input_shape=m.input_shape, num_classes=m.num_classes, train_size=m.batch,
+                        val_size=1, seed=0)
+    x, y = data.train_x[:m.batch], data.train_y[:m.batch]
+    ours, ref = _Ours(m, x, y, fuse), _Torch(m, x, y)
+    first = {"tr_mlir": ours.step(), "torch": ref.step()}
+    for _ in range(max(warmup - 1, 0)):
+        ours.step()
+        ref.step()
+    t_ours: list[float] = []
+    t_ref: list[float] = []
+    for _ in range(rounds):
+        _timed(ours.step, steps, t_ours)
+        _timed(ref.step, steps, t_ref)
+    med_o, med_r = statistics.median(t_ours), statistics.median(t_ref)
+    flops = step_flops(ref.net, m.input_shape, m.batch)
+    return {
+        "model": m.name, "batch": m.batch, "input_hwc": list(m.input_shape), "fuse": fuse,
+        "tr_mlir_step_s": med_o, "torch_step_s": med_r,
+        "tr_mlir_images_per_s": m.batch / med_o, "torch_images_per_s": m.batch / med_r,
+        "ratio": med_r / med_o, "step_flops": flops,
+        "tr_mlir_gflops": flops / med_o / 1e9, "torch_gflops": flops / med_r / 1e9,
+        "first_loss": first, "timed_steps": len(t_ours),
+        "tr_mlir_step_times_s": t_ours, "torch_step_times_s": t_ref,
+        "nodes_per_step": _nodes_per_step(ours.task),
+    }
+
+
+def _nodes_per_step(task) -> int:
+    runner = task.runner
+    graphs = runner._pre[(0, "a")] + runner._post[(0, "a", False)] + runner._transfer["a"]
+    return sum(len(g) for g in graphs)
+
+
+def run(names: list[str], *, warmup: int, rounds: int, steps: int | dict[str, int], threads: int = 2,
+        peak_n: int = 2048) -> dict[str, Any]:
+    """Section 2 for the models ``names`` (keys of :data:`THROUGHPUT_MODELS`) on ``threads``
+    threads; ``steps``: timed steps per round (per model name when a dict). Adds each side's
+    fraction of the measured GEMM peak."""
+    import torch
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    torch.set_num_threads(threads)
+    with threadpool_limits(limits=threads):
+        blas = [{k: d.get(k) for k in ("internal_api", "prefix", "version", "architecture", "num_threads")}
+                for d in threadpool_info()]
+        peak = gemm_peak(peak_n)
+        rows = []
+        for name in names:
+            n = steps[name] if isinstance(steps, dict) else steps
+            r = measure(THROUGHPUT_MODELS[name], warmup=warmup, rounds=rounds, steps=n)
+            r["tr_mlir_peak_fraction"] = r["tr_mlir_gflops"] * 1e9 / peak["numpy_flops"]
+            r["torch_peak_fraction"] = r["torch_gflops"] * 1e9 / peak["numpy_flops"]
+            rows.append(r)
+    return {"threads": threads, "torch_threads": torch.get_num_threads(), "blas": blas, "gemm_peak": peak,
+            "models": rows}
