@@ -26,6 +26,10 @@ projection blocks and the MobileNet expansion width. Emitted ops have the unknow
 pass is idempotent. Unlike the seed, ``fuse`` does not require ``amp``.
 
 Option ``fuse`` (bool): when given, first rewrites the model's ``fuse`` flag.
+
+Limit: a model may expand to at most :data:`MAX_LAYERS` layer ops; a ``repeat`` that would go
+beyond is a diagnostic at the ``arch.repeat`` (a mistyped count such as ``times = 100000000``
+would otherwise run for hours). Repeating an empty body any number of times is the identity.
 """
 
 from __future__ import annotations
@@ -68,16 +72,23 @@ from tr_mlir.dialects.arch import (
 from tr_mlir.passes._model import apply_options, body_ops, fail, flag, models
 
 
+MAX_LAYERS = 100_000
+"""Most layer ops one model may have after expansion (unfused ResNet-152 has about 520)."""
+
+
 class _Expander:
     """Emits the flat ops of one tree op into a list, tracking the running channel count.
 
     ``vmap`` maps values of the tree (region arguments, results of ops inside regions) to
     the flat values that replace them; ``chan`` maps flat values to their channel count.
+    ``budget`` is how many ops the expansion may emit (:data:`MAX_LAYERS` less the model's
+    other ops).
     """
 
-    def __init__(self, fuse: bool, chan: dict[SSAValue, int]):
+    def __init__(self, fuse: bool, chan: dict[SSAValue, int], budget: int = MAX_LAYERS):
         self.fuse = fuse
         self.chan = chan
+        self.budget = budget
         self.ops: list[Operation] = []
         self.vmap: dict[SSAValue, SSAValue] = {}
 
@@ -161,8 +172,21 @@ def _seq(ex: _Expander, op: SeqOp, x: SSAValue) -> SSAValue:
 
 
 def _repeat(ex: _Expander, op: RepeatOp, x: SSAValue) -> SSAValue:
-    for _ in range(op.times.value.data):
+    times = op.times.value.data
+    start = len(ex.ops)
+    for i in range(times):
         x = ex.region(op.body, x)
+        if i == 0:
+            per = len(ex.ops) - start
+            if per == 0:
+                return x  # an empty body: every repetition is the identity
+            if start + per * times > ex.budget:
+                fail(op, f"'{op.name}' op would expand to {per * times} layers ({per} per repetition "
+                         f"x times = {times}), more than the {MAX_LAYERS} a model may have; "
+                         "check the repeat count")
+        elif len(ex.ops) > ex.budget:
+            fail(op, f"'{op.name}' op expands to more than the {MAX_LAYERS} layers a model may have; "
+                     "check the repeat count")
     return x
 
 
@@ -330,7 +354,7 @@ def expand_model(model: ModelOp) -> None:
         if rule is None:
             record_channels(op, chan)
             continue
-        ex = _Expander(fuse, chan)
+        ex = _Expander(fuse, chan, MAX_LAYERS - len(model.body.block.ops))
         result = rule(ex, op, op.operands[0])
         Rewriter.insert_op(ex.ops, InsertPoint.before(op))
         op.results[0].replace_all_uses_with(result)

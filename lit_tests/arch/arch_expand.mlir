@@ -289,3 +289,58 @@ arch.model @no_channels input(8, 8, 8) num_classes = 10 {
   %0 = arch.block %c resnet_3_3 out_ch = 8 : tensor<?x8x8x8xf32> -> tensor<?x?x?x?xf32>
   arch.output %0 : tensor<?x?x?x?xf32>
 }
+
+// -----
+
+// A repeat count that would unroll past MAX_LAYERS (100000) is a diagnostic at the repeat, found
+// after one repetition instead of hours of unrolling.
+
+// CHECK: 'arch.repeat' op would expand to 100000000 layers (1 per repetition x times = 100000000), more than the 100000 a model may have; check the repeat count
+// FUSE: 'arch.repeat' op would expand to 100000000 layers
+arch.model @huge_repeat input(8, 8, 3) num_classes = 3 {
+^bb0(%x: tensor<?x8x8x3xf32>):
+  %0 = arch.repeat %x times = 100000000 : tensor<?x8x8x3xf32> -> tensor<?x?x?x?xf32> {
+  ^bb0(%i: tensor<?x?x?x?xf32>):
+    %r = arch.relu %i : tensor<?x?x?x?xf32> -> tensor<?x?x?x?xf32>
+    arch.yield %r : tensor<?x?x?x?xf32>
+  }
+  arch.output %0 : tensor<?x?x?x?xf32>
+}
+
+// -----
+
+// Nested repeats: the outer one is diagnosed once its first repetition shows the total
+// (400 x 400 layers).
+
+// CHECK: 'arch.repeat' op would expand to 160000 layers (400 per repetition x times = 400)
+// FUSE: 'arch.repeat' op would expand to 160000 layers (400 per repetition x times = 400)
+arch.model @nested_repeat input(8, 8, 3) num_classes = 3 {
+^bb0(%x: tensor<?x8x8x3xf32>):
+  %0 = arch.repeat %x times = 400 : tensor<?x8x8x3xf32> -> tensor<?x?x?x?xf32> {
+  ^bb0(%i: tensor<?x?x?x?xf32>):
+    %1 = arch.repeat %i times = 400 : tensor<?x?x?x?xf32> -> tensor<?x?x?x?xf32> {
+    ^bb0(%j: tensor<?x?x?x?xf32>):
+      %r = arch.relu %j : tensor<?x?x?x?xf32> -> tensor<?x?x?x?xf32>
+      arch.yield %r : tensor<?x?x?x?xf32>
+    }
+    arch.yield %1 : tensor<?x?x?x?xf32>
+  }
+  arch.output %0 : tensor<?x?x?x?xf32>
+}
+
+// -----
+
+// Repeating an empty body is the identity, whatever the count (no unrolling loop).
+
+// CHECK-LABEL: arch.model @empty_repeat
+// CHECK-NEXT:  ^{{.*}}(%[[X:.*]]: tensor<?x8x8x3xf32>):
+// CHECK-NEXT:    arch.output %[[X]]
+// FUSE-LABEL: arch.model @empty_repeat
+arch.model @empty_repeat input(8, 8, 3) num_classes = 3 {
+^bb0(%x: tensor<?x8x8x3xf32>):
+  %0 = arch.repeat %x times = 1000000000000 : tensor<?x8x8x3xf32> -> tensor<?x?x?x?xf32> {
+  ^bb0(%i: tensor<?x?x?x?xf32>):
+    arch.yield %i : tensor<?x?x?x?xf32>
+  }
+  arch.output %0 : tensor<?x?x?x?xf32>
+}
