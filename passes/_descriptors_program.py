@@ -8,19 +8,15 @@ model are the ops of its flat body in order (the seed's linearized ArchPlan); la
 
 from __future__ import annotations
 
-from typing import NoReturn
-
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import PassFailedException
 
 from tr_mlir.dialects.arch import ModelOp, OutputOp
 from tr_mlir.dialects.memplan import ProgramOp
+from tr_mlir.passes._model import fail
 
-
-def fail(op: Operation, message: str) -> NoReturn:
-    """Raise ``PassFailedException(message)`` with the IR annotated at ``op``."""
-    op.emit_error(message, PassFailedException(message))
+__all__ = ["fail", "layer_inputs", "layers", "model_programs", "use_count"]
 
 
 def model_programs(module: ModuleOp, pass_name: str, *, need_program: bool = True,

@@ -51,8 +51,14 @@ def flag(model: ModelOp, name: str) -> bool:
 
 
 def fail(op: Operation, message: str) -> NoReturn:
-    """Raise ``PassFailedException(message)`` with the IR annotated at ``op``."""
-    op.emit_error(message, PassFailedException(message))
+    """Raise ``PassFailedException(message)`` with the IR annotated at ``op``.
+
+    The exception's ``op`` attribute is ``op``: ``tr-opt`` reports its ``file:line:col`` when
+    ``op`` was parsed from the input.
+    """
+    error = PassFailedException(message)
+    error.op = op  # type: ignore[attr-defined]
+    op.emit_error(message, error)
 
 
 def require_flat(model: ModelOp, pass_name: str) -> None:
