@@ -17,11 +17,19 @@
 // UNKNOWN-NOT: Traceback
 
 // RUN: not tr-opt %s -p 'arch-expand{fuse=maybe}' 2>&1 | filecheck %s --check-prefix=BADOPT
-// BADOPT:     tr-opt: error: invalid pass pipeline: Incompatible types: given ('maybe',), expected bool | None
+// BADOPT:     tr-opt: error: invalid pass pipeline: pass 'arch-expand': option 'fuse' expects true or false, got 'maybe'
 // BADOPT-NOT: Traceback
+// RUN: not tr-opt %s --pass-pipeline='builtin.module(cse, memplan-compile{batch_size=-1.5})' 2>&1 | filecheck %s --check-prefix=BADINT
+// BADINT: tr-opt: error: invalid pass pipeline: pass 'memplan-compile': option 'batch_size' expects an integer, got -1.5
+
+// As in mlir-opt, a bool option without a value is true; any other option needs a value.
+// RUN: tr-opt %s -p 'arch-expand{fuse}' | filecheck %s --check-prefix=BAREBOOL
+// BAREBOOL: arch.model @pipeline input(8, 8, 3) num_classes = 10 fuse {
+// RUN: not tr-opt %s -p 'arch-plan{num_classes}' 2>&1 | filecheck %s --check-prefix=BAREINT
+// BAREINT: tr-opt: error: invalid pass pipeline: pass 'arch-plan': option 'num_classes' needs a value (num_classes=...)
 
 // RUN: not tr-opt %s -p 'cse{nope=1}' 2>&1 | filecheck %s --check-prefix=NOOPT
-// NOOPT:     tr-opt: error: invalid pass pipeline: Provided arguments ["nope"] not found in expected arguments []
+// NOOPT:     tr-opt: error: invalid pass pipeline: pass 'cse': Provided arguments ["nope"] not found in expected arguments []
 // NOOPT-NOT: Traceback
 
 // RUN: not tr-opt %s -p 'cse{' 2>&1 | filecheck %s --check-prefix=SYNTAX
@@ -62,6 +70,12 @@
 // RUN: tr-opt %S/Inputs/conv_stride0.mlir --verify-diagnostics | filecheck %s --check-prefix=VERIFY-DIAG
 // VERIFY-DIAG:     'arch.conv' op expected s >= 1, got 0
 // VERIFY-DIAG-NOT: tr-opt: error
+
+// A pass failure at a parsed op names its file:line:col.
+// RUN: not tr-opt %S/Inputs/tree_form.mlir -p arch-deduce-shapes 2>&1 | filecheck %s --check-prefix=PASSLOC
+// PASSLOC:      tr-opt: error: {{.*}}tree_form.mlir:4:8: 'arch.seq' op is tree form, but arch-deduce-shapes needs the flat graph; run arch-expand first
+// PASSLOC-NEXT: tr-opt: note: in pass 'arch-deduce-shapes'
+// PASSLOC-NOT:  Traceback
 
 // xDSL 0.74 holes (DESIGN section 6), each a diagnostic.
 // RUN: not tr-opt %S/Inputs/int_width.mlir 2>&1 | filecheck %s --check-prefix=WIDTH

@@ -30,6 +30,7 @@ each ``--split-input-file`` chunk are printed to stdout and the exit code is 0.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import sys
@@ -38,7 +39,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import import_module
-from typing import IO, Any, NoReturn
+from types import NoneType, UnionType
+from typing import IO, Any, NoReturn, Union, get_args, get_origin, get_type_hints
 
 from xdsl.context import Context
 from xdsl.dialects import get_all_dialects as get_xdsl_dialects
@@ -49,6 +51,7 @@ from xdsl.parser import Parser, ParserState
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.printer import Printer
 from xdsl.transforms import get_all_passes as get_xdsl_passes
+from xdsl.utils.arg_spec import ArgSpec, _convert_arg_to_type, parse_pipeline
 from xdsl.utils.exceptions import (
     ArgSpecParseError,
     DiagnosticException,
@@ -186,6 +189,76 @@ def mlir_pipeline_to_xdsl(text: str) -> str:
     if "" in pieces:
         raise PipelineSyntaxError(f"empty pass name in pipeline '{text}'")
     return ",".join(pieces)
+
+
+# --------------------------------------------------------------------------------------
+# Pass options
+# --------------------------------------------------------------------------------------
+
+_OPTION_TYPE_WORDS: dict[type, str] = {bool: "true or false", int: "an integer", float: "a number",
+                                       str: "a string"}
+
+
+def _option_hints(pass_cls: type[ModulePass]) -> dict[str, Any]:
+    """Option name -> its type hint (``bool | None`` ...), from the pass's dataclass fields."""
+    hints = get_type_hints(pass_cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(pass_cls) if f.init and f.name in hints}
+
+
+def _option_types(hint: Any) -> tuple[Any, ...]:
+    """The types an option hint accepts, ``None`` left out (``bool | None`` -> ``(bool,)``)."""
+    args = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
+    return tuple(a for a in args if a is not NoneType)
+
+
+def build_passes(available: dict[str, Callable[[], type[ModulePass]]], spec: str) -> tuple[ModulePass, ...]:
+    """The passes of an xDSL pipeline spec (``p1,p2{k=v}``), like ``PassPipeline.parse_spec``,
+    with MLIR's rules and messages for options:
+
+    * a bool option written without a value (``arch-plan{fuse}``) is true, as in ``mlir-opt``
+      (xDSL reads it as "not given", which silently ignored it); any other option without a value
+      is an error;
+    * an option of the wrong type is reported with the pass, the option, the expected type and
+      the value: ``pass 'arch-plan': option 'fuse' expects true or false, got 'maybe'``.
+
+    Raises ``ValueError`` for unknown passes (xDSL's message), :class:`TrOptError` for bad
+    options and ``ArgSpecParseError`` for syntax errors.
+    """
+    specs = tuple(parse_pipeline(spec))
+    unknown = [p.name for p in specs if p.name not in available]
+    if unknown:
+        raise ValueError(f"Unrecognized passes: {unknown}")
+    passes: list[ModulePass] = []
+    for p in specs:
+        cls = available[p.name]()
+        hints = _option_hints(cls)
+        params = dict(p.normalize_parameter_names().parameters)
+        for key, value in params.items():
+            if value or key not in hints:
+                continue
+            if _option_types(hints[key]) != (bool,):
+                raise TrOptError(
+                    f"invalid pass pipeline: pass '{p.name}': option '{key}' needs a value "
+                    f"({key}=...)"
+                )
+            params[key] = (True,)
+        try:
+            passes.append(cls.from_pass_spec(ArgSpec(p.name, params)))
+        except ValueError as e:
+            for key, value in params.items():
+                if key not in hints:
+                    continue
+                try:
+                    _convert_arg_to_type(value, hints[key])
+                except ValueError:
+                    expected = " or ".join(_OPTION_TYPE_WORDS.get(t, str(t)) for t in _option_types(hints[key]))
+                    got = ", ".join(repr(v) if isinstance(v, str) else str(v).lower() for v in value)
+                    raise TrOptError(
+                        f"invalid pass pipeline: pass '{p.name}': option '{key}' expects {expected}, "
+                        f"got {got or 'no value'}"
+                    ) from None
+            raise TrOptError(f"invalid pass pipeline: pass '{p.name}': {e}") from None
+    return tuple(passes)
 
 
 # --------------------------------------------------------------------------------------
@@ -610,7 +683,7 @@ class TrOptMain(xDSLOptMain):
                 if spec:
                     raise TrOptError("use either -p/--passes or --pass-pipeline, not both")
                 spec = mlir_pipeline_to_xdsl(self.args.pass_pipeline)
-            self.pipeline = PassPipeline.parse_spec(self.available_passes, spec, self._callback)
+            self.pipeline = PassPipeline(build_passes(self.available_passes, spec), self._callback)
         except ArgSpecParseError as e:
             raise _spec_error(e, "pass pipeline", spec) from None
         except PipelineSyntaxError as e:
