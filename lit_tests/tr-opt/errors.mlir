@@ -77,6 +77,13 @@
 // PASSLOC-NEXT: tr-opt: note: in pass 'arch-deduce-shapes'
 // PASSLOC-NOT:  Traceback
 
+// An input that ends inside a region: the missing '}' and where the region opens.
+// RUN: not tr-opt %S/Inputs/unclosed_region.mlir 2>&1 | filecheck %s --check-prefix=REGION-EOF
+// REGION-EOF:      tr-opt: error: {{.*}}unclosed_region.mlir:6:1: expected '}' closing the region of 'arch.model', got the end of the input
+// REGION-EOF:      the region opens here:
+// REGION-EOF-NEXT: {{.*}}unclosed_region.mlir:2:47
+// REGION-EOF-NOT:  Traceback
+
 // xDSL 0.74 holes (DESIGN section 6), each a diagnostic.
 // RUN: not tr-opt %S/Inputs/int_width.mlir 2>&1 | filecheck %s --check-prefix=WIDTH
 // WIDTH:      tr-opt: error: {{.*}}int_width.mlir:3:22: integer bitwidth is limited to 16777215 bits, got i99999999999

@@ -308,6 +308,7 @@ class TrParser(Parser):
         self._name_spans: list[Span[str]] = []
         self._first_uses: dict[str, Span[str]] = {}
         self._region_depth = 0
+        self._open_regions: list[tuple[Span[str], str]] = []
 
     # -- whole input --------------------------------------------------------------------
 
@@ -368,19 +369,39 @@ class TrParser(Parser):
 
     def parse_optional_region(self, arguments: Any = None) -> Region | None:
         owner = self._name_spans[-1].text.strip('"') if self._name_spans else ""
-        if self._current_token.kind != MLIRTokenKind.L_BRACE or owner == "builtin.module":
-            # the body of an explicit module does not count: printed output (which always has
-            # an explicit module) must parse whenever the input (maybe implicit) did
+        if self._current_token.kind != MLIRTokenKind.L_BRACE:
             return super().parse_optional_region(arguments)
-        if self._region_depth >= MAX_REGION_DEPTH:
-            self.raise_error(
-                f"regions nested more than {MAX_REGION_DEPTH} levels deep are not supported"
-            )
-        self._region_depth += 1
+        self._open_regions.append((self._current_token.span, owner))
         try:
-            return super().parse_optional_region(arguments)
+            if owner == "builtin.module":
+                # the body of an explicit module does not count: printed output (which always
+                # has an explicit module) must parse whenever the input (maybe implicit) did
+                return super().parse_optional_region(arguments)
+            if self._region_depth >= MAX_REGION_DEPTH:
+                self.raise_error(
+                    f"regions nested more than {MAX_REGION_DEPTH} levels deep are not supported"
+                )
+            self._region_depth += 1
+            try:
+                return super().parse_optional_region(arguments)
+            finally:
+                self._region_depth -= 1
         finally:
-            self._region_depth -= 1
+            self._open_regions.pop()
+
+    def _parse_block(self) -> Block:
+        """xDSL's block parser; at the end of the input (xDSL: `` in block definition``) the
+        error is the missing ``}`` of the innermost open region, pointing at its ``{``."""
+        if self._current_token.kind == MLIRTokenKind.EOF and self._open_regions:
+            brace, owner = self._open_regions[-1]
+            of = f" of '{owner}'" if owner else ""
+            raise MultipleSpansParseError(
+                self._current_token.span,
+                f"expected '}}' closing the region{of}, got the end of the input",
+                "the region opens here:",
+                [(brace, None)],
+            )
+        return super()._parse_block()
 
     # -- integer widths -----------------------------------------------------------------
 
