@@ -20,6 +20,7 @@ section 4, with geometry errors as diagnostics instead of clamping, DESIGN secti
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -227,6 +228,8 @@ def _non_negative(op: Operation, **values: int) -> None:
 def _bn_params(op: Operation, eps: float, momentum: float) -> None:
     if not eps > 0:
         raise VerifyException(f"'{op.name}' op expected eps > 0, got {eps}")
+    if eps == math.inf:  # it would print as 0x7FF0000000000000, which the custom format cannot read
+        raise VerifyException(f"'{op.name}' op expected a finite eps, got {eps}")
     if not 0.0 <= momentum <= 1.0:
         raise VerifyException(f"'{op.name}' op expected momentum in [0, 1], got {momentum}")
 

@@ -131,6 +131,14 @@
 
 // -----
 
+// An infinite eps (the generic form can spell it; the custom form prints it as hex and
+// could not read it back).
+%x = "test.op"() : () -> tensor<?x8x8x3xf32>
+%b = "arch.bn2d"(%x) <{eps = 0x7FF0000000000000 : f64, momentum = 1.000000e-01 : f64}> : (tensor<?x8x8x3xf32>) -> tensor<?x?x?x?xf32>
+// CHECK: 'arch.bn2d' op expected a finite eps, got inf
+
+// -----
+
 %x = "test.op"() : () -> tensor<?x8x8x3xf32>
 %b = arch.bn %x momentum = 1.5 : tensor<?x8x8x3xf32> -> tensor<?x?x?x?xf32>
 // CHECK: 'arch.bn' op expected momentum in [0, 1], got 1.5
