@@ -53,6 +53,9 @@ class Backend(Protocol):
     name: str
     target: Target
     kernels: Mapping[str, KernelSpec]
+    capture_runs_launches: bool
+    """Whether :meth:`capture` runs the launches once (a GPU warm-up): the executable then
+    initializes the arena again after capturing."""
 
     def available_memory(self) -> int | None:
         """Bytes an arena may take now (``None``: unknown, no check)."""
@@ -72,6 +75,10 @@ class Backend(Protocol):
 
     def capture(self, launches: Sequence[Launch]) -> CapturedGraph:
         """Capture bound kernel calls, in order, into a replayable graph."""
+        ...
+
+    def to_host(self, array: Any) -> np.ndarray:
+        """A NumPy copy of a view (on a GPU: after the work queued before it)."""
         ...
 
 
@@ -118,6 +125,7 @@ class NumpyBackend:
 
     name = "numpy"
     target = Target.CPU
+    capture_runs_launches = False
 
     def __init__(self, memory_limit: int | None = None):
         self.kernels: Mapping[str, KernelSpec] = KERNELS
@@ -142,6 +150,9 @@ class NumpyBackend:
 
     def capture(self, launches: Sequence[Launch]) -> ClosureGraph:
         return ClosureGraph(tuple(launches))
+
+    def to_host(self, array: Any) -> np.ndarray:
+        return np.array(array)
 
 
 def check_arena(need: int, available: int | None, *, batch: int, per_sample: int, fixed: int) -> None:

@@ -238,6 +238,8 @@ class Executable:
         self.initialize()
         self.keys: list[Key] = [Key(g, gid, tuple(shape), p) for g, gid, shape, p in self.atlas.keys()]
         self.captured: list[CapturedGraph] = [self._capture(k) for k in self.keys]
+        if getattr(self.backend, "capture_runs_launches", False):
+            self.initialize()  # the GPU warm-up ran the graphs once
         self._slots: list[list[CapturedGraph | None]] = [
             [self.captured[s] if (s := self.atlas.slot(v, gid)) >= 0 else None for gid in GraphId]
             for v in range(len(VARIANTS))]
@@ -325,7 +327,11 @@ class Executable:
 
     def get_scalar(self, name: str) -> float:
         """Read a scalar DTensor from the arena."""
-        return float(self.scalar(name)[0])
+        return float(self.backend.to_host(self.scalar(name)[:1])[0])
+
+    def to_host(self, view: Any) -> np.ndarray:
+        """A NumPy copy of a view (device arrays are copied to the host)."""
+        return self.backend.to_host(view)
 
     def has(self, name: str) -> bool:
         """Whether the plans hold a DTensor ``name`` with bytes."""

@@ -269,7 +269,7 @@ class Runner:
 
         def sink(v: int, start: int, rows: int) -> None:
             probs = self.exe.view(self._probs, v).reshape(-1, k)
-            out[start:start + rows] = probs[:rows]
+            out[start:start + rows] = self.exe.to_host(probs[:rows])
 
         self._inference(x, None, sink)
         return out
