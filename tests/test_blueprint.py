@@ -312,6 +312,12 @@ RANGE_ERRORS = [
     (lambda: block(64, 0, S.RESNET_1_3_1), "block(mid_ch, out_ch, style): out_ch must be >= 1, got 0"),
     (lambda: block(-1, S.RESNET_3_3), "block(out_ch, style): out_ch must be >= 1, got -1"),
     (lambda: mbconv(6, 0, 1), "mbconv: out_ch must be >= 1, got 0"),
+    # properties are i64: larger ints were accepted and failed in emit without naming the layer
+    (lambda: conv(2**70, 3), f"conv: out_ch must fit in 64 bits (at most {2**63 - 1}), got {2**70}"),
+    (lambda: repeat(relu(), 2**63), f"repeat: times must fit in 64 bits (at most {2**63 - 1}), got {2**63}"),
+    # an infinite eps was accepted and printed as hex that the parser cannot read back
+    (lambda: bn(0.1, float("inf")), "bn: eps must be finite, got inf"),
+    (lambda: cbr(8, 3, 1, 1, eps=float("inf")), "cbr: eps must be finite, got inf"),
 ]
 
 

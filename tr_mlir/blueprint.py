@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import numbers
 import re
 from collections.abc import Sequence
@@ -104,9 +105,15 @@ class BluePrintTypeError(BluePrintError, TypeError):
 # --------------------------------------------------------------------------------------
 
 
+I64_MAX = (1 << 63) - 1
+"""Largest integer argument: ``arch`` op properties are 64-bit signed integers (``i64``)."""
+
+
 def _int(where: str, name: str, v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise BluePrintTypeError(f"{where}: {name} must be an int, got {type(v).__name__} {v!r}")
+    if not -I64_MAX - 1 <= v <= I64_MAX:
+        raise BluePrintError(f"{where}: {name} must fit in 64 bits (at most {I64_MAX}), got {v}")
     return int(v)
 
 
@@ -152,6 +159,8 @@ def _bn_args(where: str, momentum: Any, eps: Any) -> tuple[float, float]:
         raise BluePrintError(f"{where}: momentum must be in [0, 1], got {momentum}")
     if not eps > 0.0:
         raise BluePrintError(f"{where}: eps must be > 0, got {eps}")
+    if eps == math.inf:
+        raise BluePrintError(f"{where}: eps must be finite, got {eps}")
     return momentum, eps
 
 
