@@ -552,6 +552,40 @@ def test_emit_nested_tree():
     roundtrip(module)
 
 
+def _nested(depth: int) -> Layer:
+    layer = relu()
+    for _ in range(depth):
+        layer = seq(layer)
+    return layer
+
+
+def test_emit_nesting_limit_matches_tr_opt():
+    """The deepest tree emit accepts prints and parses back in tr-opt; one level more (or a
+    nesting that overflows Python's recursion, which emit used to raise) is a BluePrintError."""
+    from tr_mlir.tools.tr_opt import TrParser
+
+    module = emit(_nested(bp.MAX_NESTING), (8, 8, 3), num_classes=3)
+    text = str(module)
+    parse_ctx = Context()
+    parse_ctx.load_dialect(Builtin)
+    parse_ctx.load_dialect(arch.Arch)
+    assert str(TrParser(parse_ctx, text).parse_module()) == text
+    for depth in (bp.MAX_NESTING + 1, 5000):
+        with pytest.raises(BluePrintError, match=f"nests seq/add2/repeat {depth} levels deep, at most "
+                                                 f"{bp.MAX_NESTING} are supported"):
+            emit(_nested(depth), (8, 8, 3), num_classes=3)
+
+
+def test_emit_refuses_exponential_trees():
+    """A sub-layer reused at every level doubles the tree: 2**60 ops would never finish."""
+    layer = relu()
+    for _ in range(60):
+        layer = seq(layer, layer)
+    with pytest.raises(BluePrintError, match=f"would emit more than {bp.MAX_EMITTED_OPS} ops"):
+        emit(layer, (8, 8, 3), num_classes=3)
+    assert bp.tree_size(seq(relu(), repeat(seq(relu(), relu()), 1000))) == (6, 3)  # a repeat body emits once
+
+
 def test_emit_repeat_threads_channels():
     # first repetition sees C=3, the next ones 32; conv_dw after the conv is the same each time.
     net = seq(repeat(seq(conv(32, 1), conv_dw(3, 1, 1)), 3), conv_dw(1))

@@ -917,6 +917,39 @@ def mbconv(expand_ratio: int, out_ch: int, stride: int) -> Layer:
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*")
 
+MAX_NESTING = 63
+"""Deepest nesting of ``seq`` / ``add2`` / ``repeat`` that :func:`emit` accepts: each is a region,
+and with the model body that makes 64, what ``tr-opt`` parses (``tr_opt.MAX_REGION_DEPTH``; xDSL's
+recursive printer and parser fail not far beyond)."""
+
+MAX_EMITTED_OPS = 100_000
+"""Most ops :func:`emit` creates (``arch-expand`` caps a flat model at as many layers). A tree
+that reuses a sub-layer at every level (``x = seq(x, x)``) doubles with each level."""
+
+
+def tree_size(model: Layer) -> tuple[int, int]:
+    """``(ops, nesting)`` of a layer tree: the number of ops :func:`emit` creates for it (capped at
+    ``MAX_EMITTED_OPS + 1``) and its deepest nesting of ``seq`` / ``add2`` / ``repeat``.
+
+    Iterative and computed once per distinct layer object, so shared sub-layers and deep trees
+    cost time linear in the number of distinct layers and no recursion.
+    """
+    memo: dict[int, tuple[int, int]] = {}
+    stack: list[tuple[Layer, bool]] = [(model, False)]
+    while stack:
+        layer, ready = stack.pop()
+        if id(layer) in memo:
+            continue
+        children = [] if isinstance(layer, _Primitive) else [c for c in layer._args() if isinstance(c, Layer)]
+        if not ready and any(id(c) not in memo for c in children):
+            stack.append((layer, True))
+            stack.extend((c, False) for c in children)
+            continue
+        ops = min(1 + sum(memo[id(c)][0] for c in children), MAX_EMITTED_OPS + 1)
+        nesting = 0 if isinstance(layer, _Primitive) else 1 + max((memo[id(c)][1] for c in children), default=0)
+        memo[id(layer)] = (ops, nesting)
+    return memo[id(model)]
+
 
 def emit(
     model: Layer | None,
@@ -941,10 +974,23 @@ def emit(
     ``arch.conv`` with ``groups = out_ch = C`` entering it (the seed's running channel
     count), every other primitive -> its op.
 
-    Raises :class:`BluePrintError` for a bad argument or a ``repeat`` whose body depends on
-    the channels entering it.
+    Raises :class:`BluePrintError` for a bad argument, a ``repeat`` whose body depends on
+    the channels entering it, a tree nested deeper than :data:`MAX_NESTING` or one that would
+    emit more than :data:`MAX_EMITTED_OPS` ops.
     """
     _child("emit", "model", model)
+    if model is not None:
+        ops, nesting = tree_size(model)
+        if nesting > MAX_NESTING:
+            raise BluePrintError(
+                f"emit: the model nests seq/add2/repeat {nesting} levels deep, at most {MAX_NESTING} are "
+                "supported; flatten the nesting, e.g. seq(a, b, c) instead of seq(a, seq(b, seq(c)))"
+            )
+        if ops > MAX_EMITTED_OPS:
+            raise BluePrintError(
+                f"emit: the model would emit more than {MAX_EMITTED_OPS} ops; a sub-layer reused at "
+                "every level (x = seq(x, x)) doubles the tree each time, use repeat(x, n) instead"
+            )
     if isinstance(input_shape, (str, bytes)) or not isinstance(input_shape, Sequence) or len(input_shape) != 3:
         raise BluePrintTypeError(f"emit: input_shape must be (H, W, C), got {input_shape!r}")
     hwc = tuple(_at_least("emit", f"input_shape[{i}]", d, 1) for i, d in enumerate(input_shape))
