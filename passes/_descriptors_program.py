@@ -16,7 +16,10 @@ from tr_mlir.dialects.arch import ModelOp, OutputOp
 from tr_mlir.dialects.memplan import ProgramOp
 from tr_mlir.passes._model import fail
 
-__all__ = ["fail", "layer_inputs", "layers", "model_programs", "use_count"]
+__all__ = ["I64_MAX", "fail", "layer_inputs", "layers", "model_programs", "use_count"]
+
+I64_MAX = (1 << 63) - 1
+"""Largest spec value, slot or arena size a memplan program can hold (its attributes are i64)."""
 
 
 def model_programs(module: ModuleOp, pass_name: str, *, need_program: bool = True,

@@ -52,7 +52,7 @@ from tr_mlir.dialects.memplan import (
     region_enabled,
     slot_bytes,
 )
-from tr_mlir.passes._descriptors_program import fail, layers, model_programs
+from tr_mlir.passes._descriptors_program import I64_MAX, fail, layers, model_programs
 
 Shape = tuple[int, int, int, int]
 SCALAR: Shape = (1, 1, 1, 1)
@@ -233,9 +233,14 @@ def build_tables(program: ProgramOp, model_layers) -> _Table:
 
 
 def create_plans(program: ProgramOp, model_layers) -> list[PlanOp]:
-    """The six ``memplan.plan`` ops of ``program`` (they share ids, slots and offsets)."""
+    """The six ``memplan.plan`` ops of ``program`` (they share ids, slots and offsets).
+
+    Fails at ``program`` when the arena does not fit in 64 bits (an absurd batch size)."""
     table = build_tables(program, model_layers)
     offsets, bases, sizes = linear_layout([r.region for r in table.rows], [r.slot for r in table.rows])
+    if (total := bases[-1] + sizes[-1]) > I64_MAX:
+        fail(program, f"'{program.name}' op needs an arena of {total} bytes, more than a memory plan can "
+                      f"address ({I64_MAX}); reduce batch_size or the resolutions")
     target = program.spec.target_kind  # type: ignore[union-attr]
     plans = []
     for v, name in enumerate(VARIANTS):

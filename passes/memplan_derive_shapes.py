@@ -61,7 +61,7 @@ from tr_mlir.passes._descriptors import (
     descriptor_for,
     layer_ctx,
 )
-from tr_mlir.passes._descriptors_program import fail, layer_inputs, layers, model_programs, use_count
+from tr_mlir.passes._descriptors_program import I64_MAX, fail, layer_inputs, layers, model_programs, use_count
 
 PARAMETER_PREFIXES = ("W_", "G_", "M_", "V_", "A_", "N_", "E_", "B_")
 """Regions of parameter-like tensors: their shapes must not differ across variants."""
@@ -143,6 +143,9 @@ class MemplanDeriveShapesPass(ModulePass):
             fields["val_res"] = h
         if fields["world_size"] is None:
             fields["world_size"] = 1
+        for k, v in fields.items():
+            if v > I64_MAX:
+                fail(model, f"{self.name}: {k} = {v} does not fit in 64 bits (at most {I64_MAX})")
         try:
             if self.optimizer is not None:
                 optimizer = OptimizerKind.parse(self.optimizer)

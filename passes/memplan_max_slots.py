@@ -15,18 +15,26 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from tr_mlir.dialects.memplan import VARIANTS, DescsOp, ProgramOp, i64_array, slot_bytes
-from tr_mlir.passes._descriptors_program import fail, model_programs
+from tr_mlir.passes._descriptors_program import I64_MAX, fail, model_programs
 
 
 def max_slots(descs: DescsOp, program: ProgramOp) -> list[int]:
-    """Max slot bytes over the variants of each tensor of ``descs``."""
+    """Max slot bytes over the variants of each tensor of ``descs``.
+
+    Fails at ``descs`` when a slot does not fit in 64 bits (an absurd batch size)."""
     spec = program.spec
     if spec is None:
         fail(program, "'memplan.program' op has no 'memplan.spec'; run memplan-derive-shapes first")
     target = spec.target_kind
     regions, dtypes = descs.tensor_regions, descs.tensor_dtypes
-    return [max(slot_bytes(descs.shape(v, t), dtypes[t], regions[t], target) for v in range(len(VARIANTS)))
-            for t in range(len(regions))]
+    slots = [max(slot_bytes(descs.shape(v, t), dtypes[t], regions[t], target) for v in range(len(VARIANTS)))
+             for t in range(len(regions))]
+    for t, slot in enumerate(slots):
+        if slot > I64_MAX:
+            fail(descs, f"'{descs.name}' op tensor '{descs.tensor_names[t]}' of layer {descs.layer_index} needs "
+                        f"{slot} bytes, more than a memory plan can address ({I64_MAX}); reduce batch_size or "
+                        "the resolutions")
+    return slots
 
 
 @dataclass(frozen=True)

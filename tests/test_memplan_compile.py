@@ -102,6 +102,19 @@ def test_api_errors_are_diagnostics():
         compile(model.blueprint(), (8, 8, 1), num_classes=10, batch_size=0, train_size=8, val_size=8)
 
 
+@pytest.mark.parametrize("batch, message", [
+    # each used to end in xDSL's "Integer value ... is out of range for type i64" (an internal error)
+    (10**23, r"memplan-derive-shapes: batch_size = 10{23} does not fit in 64 bits"),
+    (10**17, r"'memplan.descs' op tensor '\w+' of layer 0 needs \d+ bytes, more than a memory plan can address"),
+    (10**16, r"'memplan.program' op needs an arena of \d+ bytes, more than a memory plan can address"),
+])
+def test_absurd_batch_sizes_are_diagnostics(batch, message):
+    model = MODELS["mlp_digits"]
+    with pytest.raises(DiagnosticException, match=message):
+        compile(model.blueprint(), model.input_shape, num_classes=model.num_classes, batch_size=batch,
+                train_size=batch, val_size=8)
+
+
 def test_summary_prints_one_table_per_variant():
     module = _compile_zoo("resnet_tiny", amp=True, fuse=True)
     out = io.StringIO()
