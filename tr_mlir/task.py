@@ -114,11 +114,15 @@ class Task:
         loss: :class:`tr_mlir.CrossEntropyLoss`.
         amp: fp16 activations and working weights, fp32 master weights, loss scaling.
         fuse: compile with fused blocks (same numerics as unfused in one precision).
-        device: ``'cpu'`` or ``'auto'`` (= cpu; the GPU backend is not built yet).
+        device: ``'cpu'``, ``'gpu'`` (``'cuda'``: the CUDA backend,
+            :mod:`tr_mlir.lowering.cupy_backend`; launched by ``torchrun`` with several processes
+            it trains data-parallel, each rank on its shard of the data), ``'auto'`` (the GPU when
+            CuPy imports and a CUDA device answers, else the CPU), or a backend object (tests:
+            the CUDA backend over the CPU emulator).
         seed: parameter initialization, data order, dropout.
 
     Raises:
-        TaskError: a bad argument. NotImplementedError: ``device='gpu'``.
+        TaskError: a bad argument, or ``device='gpu'`` on a machine without a usable GPU.
     """
 
     def __init__(self, model: Any, input_shape: Sequence[int], num_classes: int, batch_size: int, *,
@@ -141,14 +145,25 @@ class Task:
         for name, flag in (("amp", amp), ("fuse", fuse)):
             if not isinstance(flag, bool):
                 raise TaskError(f"Task: {name} must be a bool, got {flag!r}")
-        if device in ("gpu", "cuda"):
-            raise NotImplementedError(f"Task: device={device!r} needs the CuPy (CUDA) backend, which is not "
-                                      f"built yet; use device='cpu'")
-        if device not in ("cpu", "auto"):
+        self._backend = None
+        if isinstance(device, str):
+            if device not in ("cpu", "auto", "gpu", "cuda"):
+                raise TaskError(f"Task: device must be 'cpu', 'auto' or 'gpu', got {device!r}")
+            if device != "cpu":
+                from tr_mlir.lowering.cupy_backend import cuda_available
+
+                ok, why = cuda_available()
+                if not ok and device != "auto":
+                    raise TaskError(f"Task: device={device!r} needs a CUDA GPU with CuPy, but {why}; use "
+                                    f"device='cpu' or device='auto'")
+                device = "gpu" if ok else "cpu"
+        elif hasattr(device, "kernels") and hasattr(device, "capture"):
+            self._backend, device = device, "gpu" if getattr(device, "target", None) == "cuda" else "cpu"
+        else:
             raise TaskError(f"Task: device must be 'cpu', 'auto' or 'gpu', got {device!r}")
         self.seed = _check_int("Task", "seed", seed, low=0)
         self.optimizer, self.scheduler, self.loss = optimizer, scheduler, loss
-        self.amp, self.fuse, self.device = amp, fuse, "cpu"
+        self.amp, self.fuse, self.device = amp, fuse, device
         self._tree = self._emit(model)
         self.train_size: int | None = None
         self.val_size: int | None = None
@@ -203,21 +218,22 @@ class Task:
         kept = self._snapshot() if self.exe is not None else None
         t0 = time.perf_counter()
         module = self._tree.clone()
+        backend = self._make_backend()
         try:
             TrCompilePass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, batch_size=self.batch_size,
                           train_size=train_size, val_size=val_size, optimizer=self.optimizer.kind.value,
-                          target="cpu").apply(make_context(), module)
+                          target=backend.target.value, world_size=self.world_size).apply(make_context(), module)
             module.verify()
         except (DiagnosticException, PassFailedException, VerifyException) as e:
             raise TaskError(f"Task.compile: the compiler rejected the model: {e}") from e
         self.module = module
-        exe = Executable(module, seed=self.seed, decay_all=self.optimizer.decay_all)
+        exe = Executable(module, backend=backend, seed=self.seed, decay_all=self.optimizer.decay_all)
         self.exe, self.train_size, self.val_size = exe, train_size, val_size
         for name, value in self.optimizer.scalars().items():
             if exe.has(name):
                 exe.set_scalar(name, value)
         exe.set_scalar("label_smoothing", self.loss.label_smoothing)
-        exe.scalar("dropout_seed")[:] = (self.seed & 0x7FFFFFFF, 0)
+        exe.scalar("dropout_seed")[:] = np.array([self.seed & 0x7FFFFFFF, 0], np.int32)
         exe.set_scalar("lr", self._lr_at(self.steps))
         self._entries()
         if kept is not None:
@@ -232,10 +248,45 @@ class Task:
         if self.exe is None:
             self.compile()
 
+    def _make_backend(self) -> Any:
+        """The backend of ``device`` (created once; the CUDA backend joins the process group of a
+        ``torchrun`` launch)."""
+        if self._backend is None:
+            if self.device == "gpu":
+                from tr_mlir.lowering.cupy_backend import CudaBackend
+
+                self._backend = CudaBackend()
+            else:
+                from tr_mlir.lowering.backend import NumpyBackend
+
+                self._backend = NumpyBackend()
+        return self._backend
+
+    @property
+    def world_size(self) -> int:
+        """Data-parallel processes (the CUDA backend's communicator; 1 on the CPU)."""
+        comm = getattr(getattr(self._make_backend(), "device", None), "comm", None)
+        return 1 if comm is None else int(comm.size)
+
+    @property
+    def rank(self) -> int:
+        """This process's data-parallel rank (0 for one process)."""
+        comm = getattr(getattr(self._make_backend(), "device", None), "comm", None)
+        return 0 if comm is None else int(comm.rank)
+
+    def _shard(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """This rank's samples of ``(x, y)`` (:func:`tr_mlir.lowering.distributed.shard`)."""
+        if self.world_size == 1:
+            return x, y
+        from tr_mlir.lowering.distributed import shard
+
+        return shard(x, y, self.rank, self.world_size)
+
     @property
     def steps_per_epoch(self) -> int:
         """Optimizer steps of one epoch over the compiled ``train_size`` (the last batch counts)."""
-        return -(-(self.train_size or self.batch_size) // self.batch_size)
+        per_rank = -(-(self.train_size or self.batch_size) // self.world_size)
+        return -(-per_rank // self.batch_size)
 
     def _lr_at(self, step: int) -> float:
         base = self.optimizer.lr
@@ -307,7 +358,7 @@ class Task:
         self._prev = {e.name: exe.ids[exe.tensors[e.tid].name.replace("bn_next_", "bn_prev_")] for e in buffers}
 
     def _get(self, e: _Entry) -> np.ndarray:
-        return np.array(self.exe.view(e.tid).reshape(e.store)[e.index], dtype=np.float32)
+        return np.array(self.exe.to_host(self.exe.view(e.tid).reshape(e.store))[e.index], dtype=np.float32)
 
     def _put(self, e: _Entry, value: np.ndarray, tid: int | None = None) -> None:
         view = self.exe.view(e.tid if tid is None else tid).reshape(e.store)
@@ -367,13 +418,14 @@ class Task:
         for e in self._params:
             out[f"param/{e.name}"] = self._get(e)
             for suffix, tid in e.state:
-                out[f"state/{e.name}{suffix}"] = np.array(self.exe.view(tid).reshape(e.store), np.float32)
+                out[f"state/{e.name}{suffix}"] = np.array(self.exe.to_host(self.exe.view(tid)).reshape(e.store),
+                                                          np.float32)
         for e in self._buffers:
             out[f"buffer/{e.name}"] = self._get(e)
         for name in self._STATE_SCALARS:
             if self.exe.has(name):
                 out[f"scalar/{name}"] = np.array(self.exe.get_scalar(name), np.float64)
-        out["scalar/dropout_seed"] = np.array(self.exe.scalar("dropout_seed"), np.int64)
+        out["scalar/dropout_seed"] = np.array(self.exe.to_host(self.exe.scalar("dropout_seed")), np.int64)
         return out
 
     def _restore(self, state: Mapping[str, np.ndarray]) -> None:
@@ -383,7 +435,7 @@ class Task:
             for suffix, tid in e.state:
                 key = f"state/{e.name}{suffix}"
                 if key in state:
-                    exe.view(tid).reshape(e.store)[...] = state[key]
+                    exe.view(tid).reshape(e.store)[...] = np.asarray(state[key], np.float32)
         for e in self._buffers:
             self._put(e, state[f"buffer/{e.name}"])
             self._put(e, state[f"buffer/{e.name}"], self._prev[e.name])
@@ -392,7 +444,7 @@ class Task:
             if key in state and exe.has(name):
                 exe.set_scalar(name, float(state[key]))
         if "scalar/dropout_seed" in state:
-            exe.scalar("dropout_seed")[:] = state["scalar/dropout_seed"]
+            exe.scalar("dropout_seed")[:] = np.asarray(state["scalar/dropout_seed"], np.int32)
         exe.set_scalar("lr", self._lr_at(self.steps))
 
     # -- data validation ---------------------------------------------------------------
@@ -469,6 +521,9 @@ class Task:
         tx, ty = self._pair(train, "Task.fit (train)")
         vx, vy = self._pair(val, "Task.fit (val)") if val is not None else (None, None)
         self.compile(train_size=tx.shape[0], val_size=None if vx is None else vx.shape[0])
+        tx, ty = self._shard(tx, ty)
+        if vx is not None:
+            vx, vy = self._shard(vx, vy)
         nb = num_batches(tx.shape[0], self.batch_size)
         history = []
         for _ in range(epochs):
@@ -500,6 +555,7 @@ class Task:
         self._ready()
         x = self._x(x, "Task.evaluate")
         y = self._y(y, x.shape[0], "Task.evaluate")
+        x, y = self._shard(x, y)
         self._refresh()
         m = self.runner.evaluate(x, y)
         return {"loss": m.loss, "top1": m.top1, "top5": m.top5}
@@ -536,8 +592,9 @@ class Task:
         return folder
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> Task:
-        """The Task saved in folder ``path`` (:meth:`save`), compiled, with its state restored."""
+    def load(cls, path: str | os.PathLike, device: Any = None) -> Task:
+        """The Task saved in folder ``path`` (:meth:`save`), compiled, with its state restored;
+        ``device``: where to run it (default: the saved device)."""
         from xdsl.parser import Parser
 
         from tr_mlir.compile import make_context
@@ -554,7 +611,7 @@ class Task:
         task = cls(module, tuple(cfg["input_shape"]), cfg["num_classes"], cfg["batch_size"],
                    optimizer=_optim.from_config(cfg["optimizer"]), scheduler=_sched.from_config(cfg["scheduler"]),
                    loss=CrossEntropyLoss(cfg["label_smoothing"]), amp=cfg["amp"], fuse=cfg["fuse"],
-                   device=cfg["device"], seed=cfg["seed"])
+                   device=cfg["device"] if device is None else device, seed=cfg["seed"])
         task.steps, task.epochs = int(cfg["steps"]), int(cfg["epochs"])
         task.compile(cfg["train_size"], cfg["val_size"])
         task._restore(state)
