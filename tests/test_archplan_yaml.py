@@ -451,6 +451,11 @@ ERRORS = [
     ("param ill-typed", 21, "      p: one", 21, "layers[2].params.p", "expected an integer, got 'one'"),
     ("param is a float", 21, "      p: 1.0", 21, "layers[2].params.p", "expected an integer, got 1.0"),
     ("param bool for int", 21, "      p: true", 21, "layers[2].params.p", "expected an integer, got True"),
+    # wider than i64: was an xDSL VerifyException without line or field
+    ("param beyond 64 bits", 21, "      p: 99999999999999999999999", 21, "layers[2].params.p",
+     "expected an integer that fits in 64 bits, got 99999999999999999999999"),
+    ("input_spec beyond 64 bits", 4, "  h: 9223372036854775808", 4, "input_spec.h",
+     "expected an integer that fits in 64 bits"),
     ("unknown param", 21, "      q: 1", 21, "layers[2].params.q", "unknown key 'q'"),
     ("params of a marker", 10, "    out_shape: [1, 4, 4, 3]\n    params: {k: 1}", 11,
      "layers[0].params.k", "unknown key 'k' (expected: none)"),
@@ -534,6 +539,11 @@ def test_document_level_errors(text, line, message):
     with pytest.raises(ArchPlanYamlError) as info:
         from_yaml(text)
     assert message in str(info.value) and info.value.line == line
+
+
+def test_deeply_nested_yaml_is_an_error_not_a_recursion_error():
+    with pytest.raises(ArchPlanYamlError, match="invalid YAML: nested too deeply"):
+        from_yaml("[" * 100000 + "]" * 100000)
 
 
 @pytest.mark.parametrize("key,value,message", [

@@ -479,6 +479,9 @@ _Loader.add_implicit_resolver(
     list("-+0123456789"),
 )
 
+_I64_LIMIT = 1 << 63
+"""Integers are i64 properties: values must lie in [-2^63, 2^63)."""
+
 _TYPE_NAMES = {int: "an integer", float: "a number", bool: "a boolean (true/false)", str: "a string"}
 
 
@@ -522,6 +525,8 @@ class _Reader:
             return float(value)
         if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
             raise self.fail(node, path, f"expected {_TYPE_NAMES[kind]}, got {value!r}")
+        if kind is int and not -_I64_LIMIT <= value < _I64_LIMIT:
+            raise self.fail(node, path, f"expected an integer that fits in 64 bits, got {value}")
         return value
 
     def shape(self, node: yaml.Node, path: str) -> tuple[int, int, int]:
@@ -578,6 +583,9 @@ def from_yaml(text: str, *, sym_name: str = "model", num_classes: int | None = N
                                 line=mark.line + 1 if mark else None) from e
     except yaml.YAMLError as e:
         raise ArchPlanYamlError(f"invalid YAML: {e}") from e
+    except RecursionError:
+        raise ArchPlanYamlError("invalid YAML: nested too deeply (Python recursion limit reached); "
+                                "an ArchPlan nests three levels") from None
     if root is None:
         raise ArchPlanYamlError("empty document; expected an ArchPlan mapping", line=1)
     top = reader.mapping(root, "", ("first_layer_index", "input_spec", "layers", "version"))
