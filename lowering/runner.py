@@ -66,6 +66,14 @@ def _after_deep(ab: str, last: bool) -> tuple[GraphId, ...]:
             G.CAST_MAIN_FP32_TO_FP16) + ((G.UPDATE_BN_INF_PARAMS,) if last else ())
 
 
+def training_step_orders() -> tuple[tuple[GraphId, ...], ...]:
+    """Every GraphId order one training step can replay (input buffer A or B, last batch or
+    not, with the prefetch of the other buffer), as :class:`Runner` runs them; read by the
+    executable's dead-output analysis."""
+    return tuple((G.ZERO_GRAD, _FIRST_FWD[ab], _TRANSFER["b" if ab == "a" else "a"]) + _after_deep(ab, last)
+                 for ab in _AB for last in (False, True))
+
+
 @dataclass(frozen=True)
 class Metrics:
     """Sums over samples of one pass (``loss * rows`` etc., as the seed's accumulators) and the

@@ -1,7 +1,9 @@
-"""The chunked im2col path of the conv kernels (lowering/kernels/conv.py) against one-chunk runs
-and torch: forward, weight gradient (both GEMM orientations, fp32 and fp16 dw) and input
-gradient, strided, padded and grouped. The chunk size is forced small with monkeypatch so the
-small shapes here take several chunks, including a short last chunk."""
+"""The fast paths of the conv kernels (lowering/kernels/conv.py) against one-chunk runs and torch:
+im2col in batch chunks (one strided window copy, padded through the col workspace's tail),
+forward, weight gradient (both GEMM orientations, fp32 and fp16 dw) and input gradient (as a
+convolution of the padded dy with rotated weights for stride 1, col2im otherwise), strided,
+padded, unpadded and grouped. The chunk size is forced small with monkeypatch so the small
+shapes here take several chunks, including a short last chunk."""
 
 from __future__ import annotations
 
@@ -20,6 +22,10 @@ CASES = [  # n, h, c, k_out, k, s, p, groups, dtype
     (7, 8, 6, 4, 3, 2, 1, 2, np.float32),   # grouped, strided
     (6, 7, 8, 8, 1, 2, 0, 1, np.float32),   # 1x1 stride 2 (projection): kg >= kkc, direct orientation
     (5, 9, 4, 8, 3, 2, 1, 1, np.float16),   # AMP: fp16 x, w, y, dw, dx
+    (5, 9, 4, 8, 3, 1, 1, 1, np.float16),   # AMP, dX as a convolution
+    (5, 14, 4, 7, 5, 1, 0, 1, np.float32),  # LeNet-like: 5x5, no padding, dX as a full convolution
+    (5, 12, 3, 7, 5, 1, 0, 1, np.float32),  # 3 input channels: dX by col2im
+    (5, 10, 4, 6, 5, 1, 2, 1, np.float32),  # 5x5 "same" padding
 ]
 
 
@@ -71,5 +77,6 @@ def test_chunk_rule_bounds_the_col_workspace():
     """A large early ResNet layer gets a col chunk of about COL_CHUNK elements, not the whole batch."""
     g = C.conv_geom((64, 32, 32, 64), (64, 3, 3, 64), 3, 1, 1, 1)
     sizes = C.conv_workspace_sizes(g, x16=False, w16=False, y16=False, phases=("fwd", "wgrad", "dgrad"))
-    assert C.chunk_images(g) == 1 and sizes["col"] == 32 * 32 * 576
+    assert C.chunk_images(g) == 1 and C.dgrad_geom(g) is not None
+    assert sizes["col"] == 32 * 32 * 576 + 34 * 34 * 64  # one image's columns and its padded copy
     assert sizes["wbuf"] == 2 * 64 * 576

@@ -43,7 +43,7 @@ from .conv import WORKSPACES as CONV_WS
 from .conv import ConvGeom, conv_dgrad, conv_forward, conv_geom, conv_wgrad, conv_workspace_sizes
 from .dense import fc_backward, fc_forward
 from .norm import bn_affine, bn_backward, bn_forward_train
-from .pool import gap_backward, gap_forward, maxpool_bwd, maxpool_fwd
+from .pool import _ws_maxpool_fwd, gap_backward, gap_forward, maxpool_bwd, maxpool_fwd
 from .registry import ArrayInfo, KernelSpec, kernel, register
 from .window import window
 
@@ -407,8 +407,9 @@ def _workspace_fn(kind: BlockKind, phase: str):
         y_shape = kind.tensors(x_shape, x_dt, **params)["y"][0]
         if lay.projection and phase == "fwd":
             out["t"] = (y_shape, F32)
-        if lay.pool and phase != "bwd":
-            out["eq"] = (y_shape, np.dtype(bool))
+        if lay.pool and phase != "bwd":  # the max pool kernel's own rule
+            k, s, pp = lay.pool
+            out["eq"] = _ws_maxpool_fwd({"y": (y_shape, x_dt)}, k=k, s=s, p=pp)["eq"]
         if lay.pool and phase == "bwd":
             out["eq"] = (y_shape, np.dtype(bool))
             k, s, _ = lay.pool
