@@ -1,0 +1,156 @@
+"""The CUDA kernels without a GPU: NVRTC compiles, the kernel table, every kernel under the CPU emulator.
+
+* NVRTC (the ``nvidia-cuda-nvrtc`` wheel or CuPy) compiles the whole module for sm_90 (H100/H200)
+  and sm_80, and rejects a broken kernel with its log; nvcc, where installed, compiles it too.
+* The GPU kernel table has every name of the NumPy registry with the identical spec (arrays,
+  roles, params, workspace rule) -- the compiler plans workspaces from that spec.
+* Every registry kernel, in fp32 and AMP dtypes, run by the CUDA backend over the emulated device
+  (the same kernel text compiled for the host, :mod:`tr_mlir.lowering.cuda_emulator`) agrees with
+  the NumPy kernel (:mod:`tr_mlir.lowering.cuda_checks`); dropout's mask is bit-identical (the
+  kernel reproduces NumPy's Philox stream).
+* Launch checks: wrong argument counts or kinds and pointers outside the arena are refused.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from tr_mlir.lowering import cuda_emulator as emu
+from tr_mlir.lowering import cuda_sources
+from tr_mlir.lowering.cuda_checks import cases, error, run_case
+from tr_mlir.lowering.kernels import KERNELS
+
+needs_cxx = pytest.mark.skipif(emu.host_compiler() is None, reason="no host C++ compiler for the kernel emulator")
+needs_nvrtc = pytest.mark.skipif(emu.nvrtc_library() is None,
+                                 reason="NVRTC not installed (pip install 'nvidia-cuda-nvrtc>=13.0,<13.1')")
+
+
+@pytest.fixture(scope="module")
+def backend():
+    if emu.host_compiler() is None:
+        pytest.skip("no host C++ compiler for the kernel emulator")
+    from tr_mlir.lowering.cupy_backend import CudaBackend
+
+    return CudaBackend(emu.EmulatedDevice())
+
+
+# -- sources ----------------------------------------------------------------------------------
+
+
+def test_signatures_parse_every_kernel():
+    sigs = cuda_sources.signatures()
+    assert len(sigs) >= 40
+    assert [p.kind for p in sigs["tr_gemm"]][:2] == ["ptr", "i32"]
+    assert {"tr_conv_fwd", "tr_conv_dgrad", "tr_conv_wgrad", "tr_softmax_ce_fwd", "tr_dropout_fwd"} <= set(sigs)
+    assert {"tr_gemm", "tr_conv_wgrad", "tr_softmax_ce_fwd", "tr_colsum"} <= cuda_sources.barrier_kernels()
+    assert "tr_add" not in cuda_sources.barrier_kernels()
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+def test_nvrtc_compiles_the_module(arch):
+    cubin = emu.nvrtc_compile(arch=arch)
+    assert cubin[:4] == b"\x7fELF" and len(cubin) > 100_000
+
+
+@needs_nvrtc
+def test_nvrtc_rejects_a_broken_kernel_with_its_log():
+    bad = cuda_sources.SOURCE + '\nTR_GLOBAL void tr_bad(float* y) { y[0] = undefined_name; }\n'
+    with pytest.raises(emu.NvrtcCompileError, match="undefined_name"):
+        emu.nvrtc_compile(bad)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_nvcc_compiles_the_module_without_spills(tmp_path):
+    src = tmp_path / "k.cu"
+    src.write_text(cuda_sources.SOURCE)
+    r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-std=c++17", "-Xptxas", "-v", str(src), "-o",
+                        str(tmp_path / "k.cubin")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    spills = [line for line in r.stderr.splitlines() if "spill" in line and not line.strip().startswith("0 bytes")
+              and " 0 bytes spill stores, 0 bytes spill loads" not in line]
+    assert not spills, spills[:5]
+
+
+@needs_cxx
+def test_host_build_of_the_kernels():
+    lib = emu.build_host_library()
+    assert lib.endswith(".so")
+
+
+# -- the kernel table -----------------------------------------------------------------------------
+
+
+def test_every_registry_kernel_has_a_cuda_kernel_with_the_same_spec(backend):
+    assert set(backend.kernels) == set(KERNELS)
+    for name, spec in KERNELS.items():
+        g = backend.kernels[name]
+        assert (g.arrays, g.writes, g.workspaces, g.optional, g.params, dict(g.defaults), g.kind, g.workspace_fn) == \
+            (spec.arrays, spec.writes, spec.workspaces, spec.optional, spec.params, dict(spec.defaults), spec.kind,
+             spec.workspace_fn), name
+        assert g.fn is not spec.fn
+
+
+def test_cases_cover_every_kernel_in_both_precisions():
+    cs = cases()
+    assert {c.kernel for c in cs} == set(KERNELS)
+    halves = {c.kernel for c in cs if "float16" in c.label}
+    assert {"conv_fwd", "conv_bwd", "bn2d_fwd", "softmax_ce_fwd", "maxpool_bwd", "bottleneck_projection_bwd",
+            "fc_bwd", "dropout_fwd"} <= halves
+
+
+_CASES = cases()
+
+
+@pytest.mark.parametrize("case", _CASES, ids=[c.label for c in _CASES])
+def test_kernel_matches_numpy(backend, case):
+    r = run_case(case, backend)
+    assert r.ok, {k: f"{v:.3g}" for k, v in r.errors.items()}
+
+
+def test_a_wrong_result_is_detected(backend):
+    case = next(c for c in _CASES if c.label == "conv_fwd im2col float32")
+
+    def off_by_a_bit(**kw):
+        KERNELS["conv_fwd"].fn(**kw)
+        kw["y"].reshape(-1)[7] += 1e-2
+
+    assert not run_case(case, backend, reference=off_by_a_bit).ok
+
+
+def test_error_measure():
+    a = np.array([1.0, np.inf, np.nan], np.float32)
+    assert error(a, a.copy()) == 0.0
+    assert error(a, np.array([1.0, 2.0, np.nan], np.float32)) == float("inf")
+    assert error(np.array([1, 2], np.int8), np.array([1, 3], np.int8)) == 0.5
+
+
+# -- launch checks ------------------------------------------------------------------------------------
+
+
+@needs_cxx
+def test_launches_are_checked_against_the_kernel_and_the_arena():
+    dev = emu.EmulatedDevice()
+    arena = dev.allocate(1024)
+    x = dev.view(arena, 0, np.float32, (16,))
+    p = np.uint64(dev.ptr(x))
+    with pytest.raises(emu.LaunchError, match="takes 4 arguments"):
+        dev.launch("tr_fill", (1,), (256,), (p, np.int32(0)))
+    with pytest.raises(emu.LaunchError, match="expects a numpy.int64"):
+        dev.launch("tr_fill", (1,), (256,), (p, np.int32(0), 16, np.float32(1)))
+    with pytest.raises(emu.LaunchError, match="no kernel 'tr_nope'"):
+        dev.launch("tr_nope", (1,), (256,), ())
+    outside = np.zeros(16, np.float32)
+    with pytest.raises(emu.LaunchError, match="outside the device arena"):
+        dev.launch("tr_fill", (1,), (256,), (np.uint64(outside.ctypes.data), np.int32(0), np.int64(16),
+                                               np.float32(1.0)))
+    with pytest.raises(emu.LaunchError, match="outside the device arena"):
+        dev.launch("tr_fill", (1,), (256,), (p, np.int32(0), np.int64(1000), np.float32(1.0)), [(int(p), 4000)])
+    with pytest.raises(emu.LaunchError, match="not .*registered as a pinned host buffer"):
+        dev.memcpy(int(p), outside.ctypes.data, 64, "h2d")
+    dev.launch("tr_fill", (1,), (256,), (p, np.int32(0), np.int64(16), np.float32(2.5)))
+    assert np.all(dev.to_host(x) == 2.5)
