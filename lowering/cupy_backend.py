@@ -142,10 +142,17 @@ def cuda_available() -> tuple[bool, str]:
     return True, f"{name} ({n} device{'s' if n > 1 else ''})"
 
 
+_SHARED: dict[int, tuple[Any, Any]] = {}
+"""GPU id -> (stream, RawModule), one per process: every executable of a process works on one
+stream (host-side CuPy operations, which run on the current stream, stay ordered with the graphs)
+and shares one compiled module."""
+
+
 class CupyDevice:
-    """A CUDA GPU through CuPy: raw arena allocation, pinned staging, the NVRTC module, a
-    non-blocking stream made current for the thread (so CuPy operations of the host side --
-    scalar writes, reads -- are ordered with the graphs), capture with a raising allocator.
+    """A CUDA GPU through CuPy: raw arena allocation, pinned staging, the NVRTC module, the
+    process's non-blocking stream for this GPU, made current for the thread (so CuPy operations
+    of the host side -- scalar writes, reads -- are ordered with the graphs), capture with a
+    raising allocator.
 
     ``device_id``: the GPU (default ``LOCAL_RANK`` or 0). ``comm``: the NCCL communicator of
     :mod:`tr_mlir.lowering.distributed` (None: one process). ``headroom``: bytes kept free of the
@@ -165,9 +172,10 @@ class CupyDevice:
             device_id = int(os.environ.get("LOCAL_RANK", "0")) % cupy.cuda.runtime.getDeviceCount()
         self.device_id = device_id
         cupy.cuda.Device(device_id).use()
-        self.stream = cupy.cuda.Stream(non_blocking=True)
+        if device_id not in _SHARED:
+            _SHARED[device_id] = (cupy.cuda.Stream(non_blocking=True), cupy.RawModule(code=SOURCE, options=NVRTC_OPTIONS))
+        self.stream, self.module = _SHARED[device_id]
         self.stream.use()
-        self.module = cupy.RawModule(code=SOURCE, options=NVRTC_OPTIONS)
         self._fns: dict[str, Any] = {}
         self.comm = comm
         self.headroom = headroom
@@ -198,9 +206,9 @@ class CupyDevice:
         return self.cp.ndarray(shape, dtype, memptr=arena.data + offset)
 
     def host_buffer(self, nbytes: int) -> np.ndarray:
-        mem = self.cp.cuda.alloc_pinned_memory(max(nbytes, 1))
-        self._keep.append(mem)
-        a = np.frombuffer(mem, np.uint8, max(nbytes, 1))[:nbytes]
+        import cupyx  # type: ignore[import-not-found]
+
+        a = cupyx.empty_pinned((max(nbytes, 1),), np.uint8)[:nbytes]
         a.fill(0)
         return a
 
@@ -228,7 +236,8 @@ class CupyDevice:
 
     def launch(self, name: str, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
                extents: Sequence[tuple[int, int]] = ()) -> None:
-        self._fn(name)(tuple(int(g) for g in grid), tuple(int(b) for b in block), tuple(args))
+        with self.stream:
+            self._fn(name)(tuple(int(g) for g in grid), tuple(int(b) for b in block), tuple(args))
 
     def memcpy(self, dst: int, src: int, nbytes: int, kind: str) -> None:
         if nbytes <= 0:
