@@ -83,10 +83,20 @@ def test_explicit_flags_tells_given_from_defaulted():
     assert tr_train.explicit_flags(["--lr", "0.05", "--amp", "--epochs", "30"]) == {"lr", "amp", "epochs"}
 
 
-def test_device_auto_is_cpu_and_gpu_is_an_error():
-    assert tr_train.resolve_device("auto") == "cpu"
-    assert tr_train.resolve_device("cpu") == "cpu"
-    with pytest.raises(tr_train.TrainError, match="no GPU backend"):
+def _gpu() -> bool:
+    from tr_mlir.lowering.cupy_backend import cuda_available
+
+    return cuda_available()[0]
+
+
+def test_device_resolution():
+    assert tr_train.resolve_device("cpu")[0] == "cpu"
+    if _gpu():
+        assert tr_train.resolve_device("auto")[0] == tr_train.resolve_device("gpu")[0] == "gpu"
+        return
+    device, text = tr_train.resolve_device("auto")
+    assert device == "cpu" and "no GPU" in text
+    with pytest.raises(tr_train.TrainError, match="--device gpu: no usable GPU: .*; use --device cpu"):
         tr_train.resolve_device("gpu")
 
 
@@ -162,7 +172,6 @@ def test_console_script_error_is_clean():
     (["--warmup", "-1"], ["--warmup must be a number of epochs >= 0"]),
     (["--warmup", "5", "--epochs", "5"], ["--warmup (5 epochs) must be less than --epochs (5)"]),
     (["--seed", "-3"], ["--seed must be an integer >= 0"]),
-    (["--device", "gpu"], ["no GPU backend"]),
     (["--device", "tpu"], ["invalid choice: 'tpu'"]),
     (["--optimizer", "rmsprop"], ["invalid choice: 'rmsprop'"]),
     (["--dataset", "imagenet"], ["invalid choice: 'imagenet'"]),
@@ -179,6 +188,13 @@ def test_error_paths_exit_1_without_traceback(args, needles, capsys):
         code = e.code
     _, err = capsys.readouterr()
     assert_error(code, err, *needles)
+
+
+def test_device_gpu_without_a_gpu_exits_1(capsys):
+    if _gpu():
+        pytest.skip("a GPU is present")
+    code, _, err = run_main(["--device", "gpu"], capsys)
+    assert_error(code, err, "--device gpu: no usable GPU", "use --device cpu")
 
 
 def _write_idx(path: Path, magic: int, dims: tuple[int, ...], data: bytes) -> None:
@@ -259,7 +275,7 @@ def test_blueprint_file_that_does_not_import(tmp_path, capsys):
 
 
 def test_blueprint_runs_and_sized_blueprint_is_resized(blueprint_file, tmp_path, capsys):
-    code, out, err = run_main(["--blueprint", f"{blueprint_file}:sized", "--epochs", "1",
+    code, out, err = run_main(["--device", "cpu", "--blueprint", f"{blueprint_file}:sized", "--epochs", "1",
                                "--report-json", tmp_path / "r.json"], capsys)
     assert code == 0, err
     assert "input 8x8 -> 16x16 (resized bilinearly)" in out
@@ -272,7 +288,7 @@ def test_blueprint_runs_and_sized_blueprint_is_resized(blueprint_file, tmp_path,
 def test_short_run_writes_report_plot_checkpoints_and_ir(tmp_path, capsys):
     save, ir = tmp_path / "ckpt", tmp_path / "ir"
     report_path, plot = tmp_path / "out" / "r.json", tmp_path / "out" / "curves.png"
-    code, out, err = run_main(["--model", "mlp_digits", "--epochs", "2", "--fuse", "--report-json", report_path,
+    code, out, err = run_main(["--device", "cpu", "--model", "mlp_digits", "--epochs", "2", "--fuse", "--report-json", report_path,
                                "--plot", plot, "--save-dir", save, "--dump-ir", ir], capsys)
     assert code == 0, err
     # stages and tables
@@ -290,7 +306,7 @@ def test_short_run_writes_report_plot_checkpoints_and_ir(tmp_path, capsys):
     assert r["schema_version"] == 1 and r["tool"] == "tr-train"
     assert {"compile_s", "train_s", "val_s", "load_s", "total_s"} <= set(r["timings"])
     assert r["config"]["model"] == "mlp_digits" and r["config"]["lr"] == 0.05 and r["config"]["epochs"] == 2
-    assert r["config"]["device_used"] == "cpu" and r["config"]["train_size"] == 1437
+    assert r["config"]["device_used"] in ("cpu", "gpu") and r["config"]["train_size"] == 1437
     assert [e["epoch"] for e in r["epochs"]] == [1, 2]
     for e in r["epochs"]:
         for key in ("train_loss", "val_loss", "val_top1", "val_top5", "train_images_per_s"):
@@ -312,7 +328,7 @@ def test_short_run_writes_report_plot_checkpoints_and_ir(tmp_path, capsys):
     assert names[-1] == "replay.sh"
 
     # resume: --epochs is the total; the run continues at epoch 3 with the stretched cosine schedule
-    code, out, err = run_main(["--resume", save, "--epochs", "3", "--report-json", report_path], capsys)
+    code, out, err = run_main(["--device", "cpu", "--resume", save, "--epochs", "3", "--report-json", report_path], capsys)
     assert code == 0, err
     assert "epochs 3..3" in out and "epoch 3/3" in out
     r2 = json.loads(report_path.read_text())
@@ -371,7 +387,7 @@ def _tree(name: str) -> str:
 
 def test_amp_fuse_synthetic_run(tmp_path, capsys):
     """AMP (CPU emulation) on generated data of the model's own shape and class count."""
-    code, out, err = run_main(["--model", "resnet_tiny", "--dataset", "synthetic", "--epochs", "1", "--amp",
+    code, out, err = run_main(["--device", "cpu", "--model", "resnet_tiny", "--dataset", "synthetic", "--epochs", "1", "--amp",
                                "--fuse", "--batch-size", "64", "--report-json", tmp_path / "r.json"], capsys)
     assert code == 0, err
     assert "8x8x1, 10 classes" in out and "ArchPlan: 5 layers, first_layer_index=0 (fuse, amp)" in out

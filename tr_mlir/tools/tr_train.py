@@ -33,6 +33,11 @@ default ``--lr`` depends on the optimizer (:data:`OPTIMIZERS`). BN parameters an
 weight decay (the seed's rule, :mod:`tr_mlir.optim`). ``--batch-size`` is per process (one
 process on the CPU).
 
+Device: ``--device auto`` (the default) trains on the GPU when the CUDA backend can run (CuPy
+imports and a CUDA device answers), else on the CPU; ``--device gpu`` without a usable GPU is an
+error. Launched by ``torchrun`` with N processes on GPUs, every process trains on its shard of
+the data (``--batch-size`` per process) and only rank 0 prints and writes the outputs.
+
 Geometry (:func:`plan_input`): channels always come from the dataset (the first layer adapts).
 A zoo model takes the dataset's H x W as it is, unless its classifier reads a spatial map of a
 fixed size (a Flatten or FC layer, not the first layer, reading an H x W > 1 map at the model's
@@ -266,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS, metavar="N",
                    help="total number of epochs (with --resume: including the checkpoint's)")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="B",
-                   help="samples per training step and process")
+                   help="samples per training step and process (torchrun with N GPU processes: N*B per step)")
     p.add_argument("--optimizer", default=DEFAULT_OPTIMIZER, choices=list(OPTIMIZERS),
                    help="optimizer: " + "; ".join(f"{k}: {v.description}" for k, v in OPTIMIZERS.items()))
     p.add_argument("--lr", type=float, default=None, metavar="X",
@@ -283,8 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fuse", action="store_true",
                    help="fuse residual blocks, conv+bn+relu and gap+fc (default: off)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
-                   help="auto: the GPU when the GPU backend and a GPU are present, else the CPU "
-                        "(tr-mlir has no GPU backend yet: auto means cpu, gpu is an error)")
+                   help="auto: the GPU when the GPU backend can run (CuPy imports and a CUDA device "
+                        "answers), else the CPU; gpu without one is an error")
     p.add_argument("--seed", type=int, default=0, metavar="S",
                    help="seed of the weights, the train/val split, the data order and dropout")
     p.add_argument("--dump-ir", type=Path, default=None, metavar="DIR",
@@ -341,13 +346,21 @@ def _check_args(a: argparse.Namespace) -> None:
         raise TrainError(f"--blueprint expects FILE.py:FUNC, got '{a.blueprint}'")
 
 
-def resolve_device(requested: str) -> str:
-    """``--device`` -> the device used: ``cpu`` (no GPU backend is built yet: ``auto`` is the CPU
-    and ``gpu`` a :class:`TrainError`)."""
+def resolve_device(requested: str) -> tuple[str, str]:
+    """``--device`` -> (the device used, ``cpu`` or ``gpu``; in words). ``auto`` is the GPU when the
+    CUDA backend can run (CuPy imports and a CUDA device answers:
+    :func:`tr_mlir.lowering.cupy_backend.cuda_available`), else the CPU; ``gpu`` without one is a
+    :class:`TrainError` saying why."""
+    if requested == "cpu":
+        return "cpu", "CPU (NumPy backend)"
+    from tr_mlir.lowering.cupy_backend import cuda_available
+
+    ok, why = cuda_available()
+    if ok:
+        return "gpu", f"GPU: {why} (CUDA backend)"
     if requested == "gpu":
-        raise TrainError("--device gpu: tr-mlir has no GPU backend yet (the CuPy backend is planned, "
-                         "DESIGN section 5); use --device cpu or --device auto")
-    return "cpu"
+        raise TrainError(f"--device gpu: no usable GPU: {why}; use --device cpu or --device auto")
+    return "cpu", f"CPU (NumPy backend; no GPU: {why})"
 
 
 # --------------------------------------------------------------------------------------
@@ -799,8 +812,12 @@ def load_run_state(folder: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------
 
 
+_SILENT = False  # ranks other than 0 of a multi-process (torchrun) run print nothing
+
+
 def _say(text: str = "") -> None:
-    print(text, flush=True)
+    if not _SILENT:
+        print(text, flush=True)
 
 
 def _pct(v: float | None) -> str:
@@ -853,7 +870,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
             args.data_dir = Path(cfg["data_dir"])
         history = list(saved.get("epochs", []))
     _check_args(args)
-    device = resolve_device(args.device)
+    device, device_text = resolve_device(args.device)
     choice = OPTIMIZERS[args.optimizer]
     lr = choice.default_lr if args.lr is None else args.lr
     for flag, path in (("--report-json", args.report_json), ("--plot", args.plot)):
@@ -897,7 +914,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     start_epoch = 0
     try:
         if resume_folder is not None:
-            task = Task.load(resume_folder)
+            task = Task.load(resume_folder, device=device)
             if tuple(task.input_shape) != tuple(ds.input_shape) or task.num_classes != ds.num_classes:
                 raise TrainError(f"--resume: the checkpoint's model reads {task.input_shape} with "
                                  f"{task.num_classes} classes, the dataset gives {ds.input_shape} with "
@@ -918,9 +935,13 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         if isinstance(e, TrainError):
             raise
         raise TrainError(str(e)) from None
+    global _SILENT
+    lead = task.rank == 0  # the process that prints and writes the outputs
+    _SILENT = not lead
     h, w, c = ds.input_shape
     _say("== model")
-    _say(f"{source.label} ({source.description}): input {h}x{w}x{c}, {ds.num_classes} classes")
+    _say(f"{source.label} ({source.description}): input {h}x{w}x{c}, {ds.num_classes} classes; "
+         f"device {device_text}" + (f", rank {task.rank} of {task.world_size}" if task.world_size > 1 else ""))
 
     config = {
         "model": None if args.blueprint else args.model, "blueprint": args.blueprint, "dataset": args.dataset,
@@ -943,7 +964,8 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     from tr_mlir.passes.tr_compile import TrCompilePass
 
     spec = {"batch_size": task.batch_size, "train_size": ds.num_train, "val_size": ds.num_val,
-            "optimizer": task.optimizer.kind.value, "target": "cpu"}
+            "world_size": task.world_size, "optimizer": task.optimizer.kind.value,
+            "target": "cuda" if task.device == "gpu" else "cpu"}
     pipeline = TrCompilePass(fuse=task.fuse, amp=task.amp, num_classes=task.num_classes, **spec)
     _say("== compile")
     _say(f"pipeline: builtin.module({pipeline.pipeline_pass_spec()})")
@@ -983,13 +1005,14 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     _say(f"== train: epochs {start_epoch + 1}..{args.epochs}, batch {task.batch_size}, {args.optimizer} "
          f"lr {task.optimizer.lr:g} (cosine" + (f", warm-up {args.warmup:g} epochs" if args.warmup else "")
          + f"), weight decay {task.optimizer.weight_decay:g}, label smoothing {task.loss.label_smoothing:g}, "
-         f"{'amp' if task.amp else 'fp32'}{', fused' if task.fuse else ''}, {device}")
+         f"{'amp' if task.amp else 'fp32'}{', fused' if task.fuse else ''}, {device}"
+         + (f" x {task.world_size} processes" if task.world_size > 1 else ""))
     best, best_epoch = best_of(history)
     interrupted = False
 
     def write_outputs() -> None:
         timings["total_s"] = time.perf_counter() - t_start
-        if args.report_json is not None:
+        if args.report_json is not None and lead:
             try:
                 _atomic_write(args.report_json, json.dumps(make_report(config, timings, history), indent=1) + "\n")
             except OSError as e:
@@ -1009,7 +1032,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
                  f"val top-1 {_pct(row['val_top1'])}  top-5 {_pct(row['val_top5'])}  "
                  f"{row['train_images_per_s']:,.0f} img/s  {row['train_s'] + row['val_s']:.2f} s"
                  + ("  *" if new_best else ""))
-            if args.save_dir is not None:
+            if args.save_dir is not None and lead:
                 t0 = time.perf_counter()
                 state = {"format": RUN_STATE_FORMAT, "config": config, "epochs": history,
                          "best_val_top1": best, "best_epoch": best_epoch}
@@ -1027,7 +1050,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
 
     # -- summary -------------------------------------------------------------------------
     write_outputs()
-    if args.plot is not None and history:
+    if args.plot is not None and history and lead:
         try:
             write_plot(args.plot, history, f"{source.label} on {ds.name}")
         except (OSError, ValueError) as e:
@@ -1083,7 +1106,7 @@ def _train_epoch(task: Any, ds: Any, epoch: int, epochs: int) -> dict[str, Any]:
     validation pass; returns the report row."""
     from tqdm import tqdm
 
-    n, b = ds.num_train, task.batch_size
+    n, b = ds.num_train, task.batch_size * task.world_size  # every rank trains a batch per step
     bar = tqdm(total=n, desc=f"epoch {epoch}/{epochs}", unit="img", leave=False, disable=None,
                file=sys.stderr, dynamic_ncols=True, mininterval=0.25)
     done = [0]
