@@ -1110,21 +1110,29 @@ def _train_epoch(task: Any, ds: Any, epoch: int, epochs: int) -> dict[str, Any]:
     bar = tqdm(total=n, desc=f"epoch {epoch}/{epochs}", unit="img", leave=False, disable=None,
                file=sys.stderr, dynamic_ncols=True, mininterval=0.25)
     done = [0]
+    shown = [0.0]
 
     def on_batch(i: int) -> None:
-        # Batch i is being staged while step i-1 runs: steps 0..i-2 are complete.
+        # Batch i is being staged while step i-1 runs: steps 0..i-2 are complete. The running loss
+        # is read from the arena at most every 0.5 s (on a GPU each read waits for the device).
+        if bar.disable:
+            return
         finished = min(max(i - 1, 0) * b, n)
         if finished > done[0]:
+            now = time.perf_counter()
+            if now - shown[0] >= 0.5:
+                shown[0] = now
+                bar.set_postfix(loss=f"{task.exe.get_scalar('accum_loss') / finished:.4f}", refresh=False)
             bar.update(finished - done[0])
             done[0] = finished
-            bar.set_postfix(loss=f"{task.exe.get_scalar('accum_loss') / finished:.4f}", refresh=False)
 
     try:
         t0 = time.perf_counter()
         row = task.fit((ds.train_x, ds.train_y), None, epochs=1, on_batch=on_batch)[0]
         train_s = time.perf_counter() - t0
-        bar.update(n - done[0])
-        bar.set_postfix(loss=f"{row['train_loss']:.4f}")
+        if not bar.disable:
+            bar.set_postfix(loss=f"{row['train_loss']:.4f}", refresh=False)
+            bar.update(n - done[0])
         t0 = time.perf_counter()
         ev = task.evaluate(ds.val_x, ds.val_y)
         val_s = time.perf_counter() - t0
