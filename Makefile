@@ -1,5 +1,5 @@
 # tr-mlir: the two commands of the README, and a few helpers.
-#   make run   - set up .venv if needed, compile a zoo model and print it
+#   make run   - set up .venv if needed, train a small residual CNN on digits (tr-train)
 #   make test  - set up .venv if needed, run pytest and lit (fails if either fails)
 
 PYTHON ?= python3
