@@ -79,6 +79,23 @@ def memory_table(m: dict[str, Any]) -> str:
                      "torch RSS delta MiB"])
 
 
+def gpu_table(g: dict[str, Any]) -> str:
+    """Section 4: the smoke script's timing (CUDA-graph replay vs torch eager), or why it was skipped."""
+    if g.get("skipped"):
+        return f"Skipped: {g['reason']}."
+    t = g["timing"]
+    rows = []
+    for key in ("fp32", "amp"):
+        ours, ref = t.get(f"ours_{key}") or {}, t.get(f"torch_eager_{key}") or {}
+        if not ours:
+            continue
+        rows.append([t.get("model", "?"), str(t.get("batch", "?")), key, f"{ours['graph_replay_ms']:.2f}",
+                     f"{ours['train_step_ms']:.2f}", f"{ref['step_ms']:.2f}" if "step_ms" in ref else "-",
+                     f"{ref['step_ms'] / ours['train_step_ms']:.2f}" if "step_ms" in ref else "-"])
+    return f"Device: {g['device']}.\n\n" + _t(rows, ["model", "batch", "precision", "CUDA graphs ms",
+                                                    "Task.train_step ms", "torch eager ms", "ratio (torch / ours)"])
+
+
 def render(res: dict[str, Any]) -> str:
     """The whole markdown report of one run."""
     mach = res["machine"]
@@ -96,11 +113,5 @@ def render(res: dict[str, Any]) -> str:
     if "memory" in res:
         parts.append("## 3. Memory of a training step\n\n" + memory_table(res["memory"]))
     if "gpu" in res:
-        g = res["gpu"]
-        parts.append("## 4. GPU\n\n" + (f"Skipped: {g['reason']}." if g.get("skipped") else
-                                       _t([[m["model"], str(m["batch"]), str(m.get("amp")),
-                                            f"{m['cuda_graph_step_ms']:.2f}", f"{m['torch_eager_step_ms']:.2f}",
-                                            f"{m['torch_compile_step_ms']:.2f}"] for m in g["models"]],
-                                          ["model", "batch", "amp", "CUDA graph ms", "torch eager ms",
-                                           "torch.compile ms"])))
+        parts.append("## 4. GPU\n\n" + gpu_table(res["gpu"]))
     return "\n\n".join(parts) + "\n"

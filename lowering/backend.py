@@ -155,16 +155,32 @@ class NumpyBackend:
         return np.array(array)
 
 
-def check_arena(need: int, available: int | None, *, batch: int, per_sample: int, fixed: int) -> None:
+def check_arena(need: int, available: int | None, *, batch: int, per_sample: int, fixed: int,
+                size_at: Callable[[int], int] | None = None) -> None:
     """Raise :class:`ArenaTooLargeError` when ``need`` bytes exceed ``available``.
 
     ``per_sample`` / ``fixed``: the batch-proportional and constant parts of the arena, used to
     name the largest batch size that fits (an estimate: ``(available - fixed) // per_sample``).
+    ``size_at(b)``, when given, estimates the whole need at batch ``b`` (parts that do not scale
+    linearly, such as chunked kernel workspaces, included); the suggestion is then the largest
+    batch below ``batch`` whose estimate fits (a binary search: ``size_at`` must not decrease).
     """
     if available is None or need <= available:
         return
-    fits = (available - fixed) // per_sample if per_sample > 0 and available > fixed else 0
-    hint = (f"batch size {fits} would fit (about {fixed + fits * per_sample:,} bytes)" if fits >= 1 else
+    if size_at is None:
+        fits = (available - fixed) // per_sample if per_sample > 0 and available > fixed else 0
+        about = fixed + fits * per_sample
+    else:
+        lo, hi = 0, batch - 1  # the largest b in [1, batch) with size_at(b) <= available, else 0
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if size_at(mid) <= available:
+                lo = mid
+            else:
+                hi = mid - 1
+        fits = lo
+        about = size_at(fits) if fits else fixed
+    hint = (f"batch size {fits} would fit (about {about:,} bytes)" if fits >= 1 else
             f"even batch size 1 would not fit: the parameters and optimizer state alone take {fixed:,} bytes")
     raise ArenaTooLargeError(
         f"the memory plan needs {need:,} bytes ({need / 2**30:.2f} GiB) at batch size {batch}, "

@@ -259,12 +259,44 @@ class Executable:
 
     def arena_estimate(self) -> tuple[int, int]:
         """``(fixed, per_sample)`` bytes of the arena: the batch-proportional part (inputs,
-        features, masks, temporaries and workspaces of the base variant, divided by its batch)
-        and the rest (parameters, gradients, optimizer state, scalars)."""
+        features, masks and temporaries of the base variant, divided by its batch) and the rest
+        (parameters, gradients, optimizer state, scalars). The kernel workspaces are in neither:
+        their size follows the kernels' rules (:meth:`workspace_bytes`)."""
         batch = self.variants[0].batch_size
         scaled = sum(t.slot for t in self.tensors
-                     if t.region in _BATCH_REGIONS and (t.shape[0] == batch or t.name.startswith(WORKSPACE_PREFIX)))
-        return self.base.size - scaled, -(-scaled // batch)
+                     if t.region in _BATCH_REGIONS and t.shape[0] == batch and not t.name.startswith(WORKSPACE_PREFIX))
+        ws = sum(t.slot for t in self.tensors if t.name.startswith(WORKSPACE_PREFIX))
+        return self.base.size - scaled - ws, -(-scaled // batch)
+
+    def workspace_bytes(self, batch: int) -> int:
+        """Bytes of the kernel workspaces the plans would hold at ``batch`` (the base variant's
+        graphs, every batch-sized operand rescaled), from the kernels' own workspace rules, as
+        the planner computes them; an estimate within alignment padding."""
+        base = self.variants[0].batch_size
+        need: dict[str, int] = {}
+        for graph in self.graphs.values():
+            table = self._params[graph.graph_name]
+            for gid in GraphId:
+                for node in graph.nodes(gid):
+                    spec = self.backend.kernels.get(kernel_name(node.op))
+                    if spec is None or not spec.workspaces:
+                        continue
+                    params = table[node.param] if node.param >= 0 else {}
+                    try:
+                        named, _ = operands_for(node.op).named(node.inputs, node.outputs, params, node.op)
+                        infos = {}
+                        for arg, tid in named.items():
+                            if arg in spec.arrays and arg not in spec.workspaces:
+                                t = self.tensors[tid]
+                                shape = tuple(t.shape)
+                                if t.region in _BATCH_REGIONS and shape[0] == base:
+                                    shape = (batch, *shape[1:])
+                                infos[arg] = (shape, DTYPES[t.dtype])
+                        for arg, ((n,), dt) in spec.workspace_shapes(infos, **params).items():
+                            need[arg] = max(need.get(arg, 0), n * np.dtype(dt).itemsize)
+                    except (KeyError, ValueError):
+                        continue
+        return sum(2 * (-(-(b + 16) // 256) * 256) for b in need.values())  # fp32 slot rule, an upper bound
 
     @property
     def bytes_needed(self) -> int:
@@ -273,9 +305,11 @@ class Executable:
 
     def _check_memory(self) -> None:
         fixed, per_sample = self.arena_estimate()
+        batch = self.variants[0].batch_size
         staging = self.bytes_needed - self.base.size
-        check_arena(self.bytes_needed, self.backend.available_memory(), batch=self.variants[0].batch_size,
-                    per_sample=per_sample + -(-staging // self.variants[0].batch_size), fixed=fixed)
+        per = per_sample + -(-staging // batch)
+        check_arena(self.bytes_needed, self.backend.available_memory(), batch=batch, per_sample=per,
+                    fixed=fixed, size_at=lambda b: fixed + b * per + self.workspace_bytes(b))
 
     # -- views -----------------------------------------------------------------------------
 

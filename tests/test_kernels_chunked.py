@@ -12,7 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tr_mlir.lowering.kernels import KERNELS
+from threadpoolctl import threadpool_limits
+
+from tr_mlir.lowering.kernels import KERNELS, _parallel
 from tr_mlir.lowering.kernels import conv as C
 
 torch.set_num_threads(1)
@@ -51,10 +53,14 @@ def test_chunked_conv_equals_one_chunk_and_torch(case, monkeypatch):
     dy = rng.standard_normal(g.y_shape).astype(dt)
 
     monkeypatch.setattr(C, "COL_MIN_ROWS", 10**9)
-    whole = _run(x, w, dy, k, s, p, groups)
+    monkeypatch.setattr(_parallel, "MAX_WORKERS", 1)
+    with threadpool_limits(1):
+        whole = _run(x, w, dy, k, s, p, groups)
+    monkeypatch.setattr(_parallel, "MAX_WORKERS", 2)
     monkeypatch.setattr(C, "COL_MIN_ROWS", 2 * g.win.ho * g.win.wo)  # two images a chunk, a short last one
     monkeypatch.setattr(C, "COL_CHUNK", 1)
-    chunked = _run(x, w, dy, k, s, p, groups)
+    with threadpool_limits(2):  # two kernel threads share the chunks (workspace slots, partial sums)
+        chunked = _run(x, w, dy, k, s, p, groups)
     assert whole[3] == n and chunked[3] == 2
 
     tol = 1e-5 if dt == np.float32 else 2e-3
@@ -73,10 +79,30 @@ def test_chunked_conv_equals_one_chunk_and_torch(case, monkeypatch):
         assert np.abs(got.astype(np.float32) - want).max() <= tol * np.abs(want).max()
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fc_and_pointwise_gemm_split_across_threads(threads):
+    """Row-split GEMMs (FC forward/backward, 1x1 conv) agree with one NumPy matmul."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, 1, 1, 300)).astype(np.float32)
+    w = rng.standard_normal((200, 1, 1, 300)).astype(np.float32)
+    b = rng.standard_normal((1, 1, 1, 200)).astype(np.float32)
+    y = np.zeros((64, 1, 1, 200), np.float32)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    dw, db, dx = np.zeros_like(w), np.zeros_like(b), np.zeros_like(x)
+    with threadpool_limits(threads):
+        KERNELS["fc_fwd"](x=x, w=w, b=b, y=y)
+        KERNELS["fc_bwd"](dy=dy, w=w, x=x, dw=dw, db=db, dx=dx)
+    x2, w2, dy2 = x.reshape(64, 300), w.reshape(200, 300), dy.reshape(64, 200)
+    for got, want in ((y.reshape(64, 200), x2 @ w2.T + b.reshape(200)), (dw.reshape(200, 300), dy2.T @ x2),
+                      (dx.reshape(64, 300), dy2 @ w2)):
+        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
 def test_chunk_rule_bounds_the_col_workspace():
     """A large early ResNet layer gets a col chunk of about COL_CHUNK elements, not the whole batch."""
     g = C.conv_geom((64, 32, 32, 64), (64, 3, 3, 64), 3, 1, 1, 1)
     sizes = C.conv_workspace_sizes(g, x16=False, w16=False, y16=False, phases=("fwd", "wgrad", "dgrad"))
-    assert C.chunk_images(g) == 1 and C.dgrad_geom(g) is not None
-    assert sizes["col"] == 32 * 32 * 576 + 34 * 34 * 64  # one image's columns and its padded copy
-    assert sizes["wbuf"] == 2 * 64 * 576
+    assert C.chunk_images(g) == 1 and C.dgrad_geom(g) is not None and C.col_slots(g) == _parallel.MAX_WORKERS
+    # per worker slot: one image's columns and its padded copy
+    assert sizes["col"] == _parallel.MAX_WORKERS * (32 * 32 * 576 + 34 * 34 * 64)
+    assert sizes["wbuf"] == 2 * _parallel.MAX_WORKERS * 64 * 576  # per worker: a partial sum and a product

@@ -13,7 +13,10 @@ Three methods, chosen from the geometry:
   is processed in chunks of ``n`` images (:func:`chunk_images`: about :data:`COL_CHUNK` elements
   of ``col``, at least :data:`COL_MIN_ROWS` GEMM rows), so ``col`` stays in the L2/L3 cache
   between its write and the GEMM's read instead of going through memory (1.3-1.8x faster on the
-  large early layers of a ResNet, and the shared ``col`` workspace shrinks accordingly).
+  large early layers of a ResNet, and the shared ``col`` workspace shrinks accordingly). The
+  chunks are shared out among the kernel threads (:mod:`._parallel`), each with its own slot of
+  the ``col`` workspace (and, for the weight gradient, its own partial sum in ``wbuf``), so the
+  copies run in parallel too.
 
 Input gradient: for stride 1 without groups (:func:`dgrad_geom`), dX is itself a convolution:
 ``dy`` zero-padded by ``k - 1 - p``, with the weights rotated by 180 degrees and their channel
@@ -36,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _parallel
 from ._util import F32, nhwc, take
 from ._util import as32 as _as32
 from ._util import finish as _finish
@@ -118,10 +122,17 @@ def conv_geom(x_shape: tuple[int, ...], w_shape: tuple[int, ...], k: int, s: int
 
 def chunk_images(g: ConvGeom) -> int:
     """Images per im2col chunk for geometry ``g`` (module doc): enough for
-    :data:`COL_MIN_ROWS` output pixels, else as many as fit in :data:`COL_CHUNK` col elements."""
+    :data:`COL_MIN_ROWS` output pixels, else as many as fit in :data:`COL_CHUNK` col elements,
+    and at most a :data:`~._parallel.MAX_WORKERS`-th of the batch (every worker gets a chunk)."""
     pixels = g.win.ho * g.win.wo
     rows = max(COL_MIN_ROWS, COL_CHUNK // max(g.groups * g.kkc, 1))
-    return max(1, min(g.n, rows // max(pixels, 1)))
+    share = -(-g.n // _parallel.MAX_WORKERS)
+    return max(1, min(share, rows // max(pixels, 1)))
+
+
+def col_slots(g: ConvGeom) -> int:
+    """Worker slots of the ``col`` workspace (and weight-gradient partial sums) for ``g``."""
+    return min(_parallel.MAX_WORKERS, -(-g.n // chunk_images(g)))
 
 
 def pad_elements(g: ConvGeom, n: int) -> int:
@@ -131,8 +142,8 @@ def pad_elements(g: ConvGeom, n: int) -> int:
 
 
 def col_elements(g: ConvGeom) -> int:
-    """Elements of the ``col`` workspace for one im2col chunk of ``g``: the column matrix plus
-    the padded input copy behind it."""
+    """Elements of one worker's slot of the ``col`` workspace for ``g``: the column matrix of
+    one chunk plus the padded input copy behind it."""
     n = chunk_images(g)
     return g.groups * n * g.win.ho * g.win.wo * g.kkc + pad_elements(g, n)
 
@@ -186,14 +197,14 @@ def conv_workspace_sizes(g: ConvGeom, *, x16: bool, w16: bool, y16: bool, dw16: 
         else:
             gd = dgrad_geom(g) if ph == "dgrad" and not accumulate else None
             if ph != "dgrad":
-                need("col", col_elements(g))
+                need("col", col_slots(g) * col_elements(g))
             elif gd is None:
-                need("col", g.groups * chunk_images(g) * g.win.ho * g.win.wo * g.kkc)
+                need("col", col_slots(g) * col_elements(g))
             else:
-                need("col", col_elements(gd))
+                need("col", col_slots(gd) * col_elements(gd))
                 need("wbuf", ws)  # the rotated, channel-swapped weights
             if ph == "wgrad" and chunk_images(g) < g.n:
-                need("wbuf", 2 * ws)  # the accumulated and the per-chunk weight gradient
+                need("wbuf", 2 * col_slots(g) * ws)  # per worker: the sum and one chunk's product
             if ph == "dgrad" and x16:
                 need("xbuf", xs)
     return sizes
@@ -218,9 +229,8 @@ def im2col(x: np.ndarray, col: np.ndarray, g: ConvGeom, pad: np.ndarray | None =
         np.copyto(src[:, p:hp - p, p:wp - p], x, casting="same_kind")
     sn, sh, sw, sc = src.strides
     s = win.s
-    view = np.lib.stride_tricks.as_strided(
-        src, (g.groups, n, win.ho, win.wo, win.k, win.k, g.cg),
-        (g.cg * sc, sn, s * sh, s * sw, sh, sw, sc), writeable=False)
+    view = np.ndarray((g.groups, n, win.ho, win.wo, win.k, win.k, g.cg), src.dtype, buffer=src,
+                      strides=(g.cg * sc, sn, s * sh, s * sw, sh, sw, sc))
     np.copyto(col, view, casting="same_kind")
 
 
@@ -240,30 +250,53 @@ def _col(g: ConvGeom, ws: dict[str, np.ndarray], n: int | None = None) -> np.nda
     return take(ws.get("col"), (g.groups, g.n if n is None else n, win.ho, win.wo, win.k, win.k, g.cg))
 
 
-def _col_pad(gc: ConvGeom, ws: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
-    """The col matrix of chunk geometry ``gc`` and the padding scratch behind it in ``col``."""
+def _col_pad(g: ConvGeom, gc: ConvGeom, ws: dict[str, np.ndarray], slot: int = 0
+             ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The col matrix of chunk ``gc`` (of ``g``) in worker slot ``slot`` and the padding scratch
+    behind it."""
     win = gc.win
+    size = col_elements(g)
     m = gc.groups * gc.n * win.ho * win.wo * gc.kkc
-    buf = take(ws.get("col"), (m + pad_elements(gc, gc.n),))
+    buf = take(ws.get("col"), ((slot + 1) * size,))[slot * size:]
     col = buf[:m].reshape(gc.groups, gc.n, win.ho, win.wo, win.k, win.k, gc.cg)
-    return col, (buf[m:] if win.p else None)
+    return col, (buf[m:m + pad_elements(gc, gc.n)] if win.p else None)
+
+
+def _chunks(g: ConvGeom) -> list[tuple[int, int, ConvGeom]]:
+    """``(start, count, geometry of the chunk)`` over the batch, :func:`chunk_images` at a time."""
+    step = chunk_images(g)
+    out = []
+    for s in range(0, g.n, step):
+        n = min(step, g.n - s)
+        out.append((s, n, g if n == g.n else ConvGeom(n, g.c, g.k_out, g.groups, g.win)))
+    return out
+
+
+def _for_chunks(g: ConvGeom, body) -> int:
+    """Run ``body(start, count, chunk geometry, slot, first)`` over the chunks of ``g``, shared
+    round-robin among the kernel threads (``first``: the worker's first chunk). Returns the
+    number of workers used."""
+    pieces = _chunks(g)
+    t = min(_parallel.workers(), len(pieces), col_slots(g))
+
+    def worker(w: int) -> None:
+        for i, (s, n, gc) in enumerate(pieces[w::t]):
+            body(s, n, gc, w, i == 0)
+
+    _parallel.run([lambda w=w: worker(w) for w in range(t)])
+    return t
 
 
 def _im2col_gemm(x: np.ndarray, w3t: np.ndarray, y4: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray]) -> None:
     """``y4`` (N, Ho, Wo, K) fp32 = conv of ``x`` with ``w3t`` (G, kkc, K/G) fp32, chunk by chunk."""
-    for s, n, gc in _chunks(g):
-        col, pad = _col_pad(gc, ws)
+
+    def body(s: int, n: int, gc: ConvGeom, slot: int, first: bool) -> None:
+        col, pad = _col_pad(g, gc, ws, slot)
         im2col(x[s:s + n], col, gc, pad)
-        np.matmul(col.reshape(g.groups, gc.m, g.kkc), w3t,
-                  out=y4[s:s + n].reshape(gc.m, g.groups, g.kg).transpose(1, 0, 2))
+        _parallel.matmul(col.reshape(g.groups, gc.m, g.kkc), w3t,
+                         out=y4[s:s + n].reshape(gc.m, g.groups, g.kg).transpose(1, 0, 2))
 
-
-def _chunks(g: ConvGeom):
-    """``(start, count, geometry of the chunk)`` over the batch, :func:`chunk_images` at a time."""
-    step = chunk_images(g)
-    for s in range(0, g.n, step):
-        n = min(step, g.n - s)
-        yield s, n, (g if n == g.n else ConvGeom(n, g.c, g.k_out, g.groups, g.win))
+    _for_chunks(g, body)
 
 
 def conv_forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray]) -> None:
@@ -273,7 +306,7 @@ def conv_forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g: ConvGeom, ws: d
         x2 = _as32(x, ws, "col", (g.m, g.c))
         w2 = _as32(w, ws, "wbuf", (g.k_out, g.c))
         y2 = _out32(y, ws, "ybuf", (g.m, g.k_out))
-        np.matmul(x2, w2.T, out=y2)
+        _parallel.matmul(x2, w2.T, out=y2)
         _finish(y, y2)
     elif meth == "depthwise":
         win = g.win
@@ -304,10 +337,10 @@ def _gemm_tn(a: np.ndarray, b: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: dict
     made the row count: dw directly, or dw.T in ``wbuf`` followed by a transposed copy.
     """
     if g.kg >= g.kkc and dw.dtype == F32:
-        np.matmul(b.transpose(0, 2, 1), a, out=dw.reshape(g.groups, g.kg, g.kkc))
+        _parallel.matmul(b.transpose(0, 2, 1), a, out=dw.reshape(g.groups, g.kg, g.kkc))
         return
     wt = take(ws.get("wbuf"), (g.groups, g.kkc, g.kg))
-    np.matmul(a.transpose(0, 2, 1), b, out=wt)
+    _parallel.matmul(a.transpose(0, 2, 1), b, out=wt)
     np.copyto(dw.reshape(g.groups, g.kg, g.kkc), wt.transpose(0, 2, 1), casting="same_kind")
 
 
@@ -332,7 +365,7 @@ def conv_wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: d
             np.add.reduce(tv, axis=(0, 1, 2), out=dwt[:, tap.t])
         _finish(dw, dwt)
     elif chunk_images(g) == g.n:
-        col, pad = _col_pad(g, ws)
+        col, pad = _col_pad(g, g, ws)
         im2col(x, col, g, pad)
         _gemm_tn(col.reshape(g.groups, g.m, g.kkc), dy2.reshape(g.m, g.groups, g.kg).transpose(1, 0, 2), dw, g, ws)
     else:
@@ -343,30 +376,39 @@ def _wgrad_chunked(dy4: np.ndarray, x: np.ndarray, dw: np.ndarray, g: ConvGeom, 
     """im2col weight gradient over batch chunks: dw = sum over chunks of col.T @ dy.
 
     Each chunk's product is formed in the fast orientation of :func:`_gemm_tn` (more rows than
-    columns) in the second half of ``wbuf`` and added into the first half (or into dw itself when
-    that is fp32 and in the same orientation); the sum is copied into dw at the end.
+    columns). Worker ``w`` sums its chunks in its own pair of ``wbuf`` blocks (the sum, one
+    chunk's product); worker 0 sums into dw itself when that is fp32 and in the same
+    orientation. The workers' sums are added in worker order and copied into dw.
     """
     wn = g.groups * g.kg * g.kkc
-    buf = take(ws.get("wbuf"), (2 * wn,))
+    slots = col_slots(g)
+    buf = take(ws.get("wbuf"), (2 * slots * wn,))
     direct = g.kg >= g.kkc
     shape = (g.groups, g.kg, g.kkc) if direct else (g.groups, g.kkc, g.kg)
     in_place = direct and dw.dtype == F32
-    acc = dw.reshape(shape) if in_place else buf[:wn].reshape(shape)
-    part = buf[wn:].reshape(shape)
-    for i, (s, n, gc) in enumerate(_chunks(g)):
-        col, pad = _col_pad(gc, ws)
+    accs = [dw.reshape(shape) if in_place and w == 0 else buf[2 * w * wn:(2 * w + 1) * wn].reshape(shape)
+            for w in range(slots)]
+    parts = [buf[(2 * w + 1) * wn:(2 * w + 2) * wn].reshape(shape) for w in range(slots)]
+
+    def body(s: int, n: int, gc: ConvGeom, slot: int, first: bool) -> None:
+        col, pad = _col_pad(g, gc, ws, slot)
         im2col(x[s:s + n], col, gc, pad)
         a = col.reshape(g.groups, gc.m, g.kkc)
         b = dy4[s:s + n].reshape(gc.m, g.groups, g.kg).transpose(1, 0, 2)
-        out = acc if i == 0 else part
+        out = accs[slot] if first else parts[slot]
         if direct:
-            np.matmul(b.transpose(0, 2, 1), a, out=out)
+            _parallel.matmul(b.transpose(0, 2, 1), a, out=out)
         else:
-            np.matmul(a.transpose(0, 2, 1), b, out=out)
-        if i:
-            np.add(acc, part, out=acc)
+            _parallel.matmul(a.transpose(0, 2, 1), b, out=out)
+        if not first:
+            np.add(accs[slot], parts[slot], out=accs[slot])
+
+    used = _for_chunks(g, body)
+    for w in range(1, used):
+        np.add(accs[0], accs[w], out=accs[0])
     if not in_place:
-        np.copyto(dw.reshape(g.groups, g.kg, g.kkc), acc if direct else acc.transpose(0, 2, 1), casting="same_kind")
+        np.copyto(dw.reshape(g.groups, g.kg, g.kkc), accs[0] if direct else accs[0].transpose(0, 2, 1),
+                  casting="same_kind")
 
 
 def conv_dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray],
@@ -377,10 +419,10 @@ def conv_dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g: ConvGeom, ws: d
     if meth == "pointwise":
         w2 = _as32(w, ws, "wbuf", (g.k_out, g.c))
         if dx.dtype == F32 and not accumulate:
-            np.matmul(dy2, w2, out=dx.reshape(g.m, g.c))
+            _parallel.matmul(dy2, w2, out=dx.reshape(g.m, g.c))
             return
         buf = take(ws.get("col"), (g.m, g.c))
-        np.matmul(dy2, w2, out=buf)
+        _parallel.matmul(dy2, w2, out=buf)
         d2 = dx.reshape(g.m, g.c)
         if accumulate:
             np.add(d2, buf, out=d2, casting="same_kind")
@@ -414,11 +456,14 @@ def conv_dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g: ConvGeom, ws: d
     else:
         w3 = _as32(w, ws, "wbuf", (g.groups, g.kg, g.kkc))
         dy4 = dy2.reshape(g.y_shape)
-        for s, n, gc in _chunks(g):
-            col = _col(gc, ws)
-            np.matmul(dy4[s:s + n].reshape(gc.m, g.groups, g.kg).transpose(1, 0, 2), w3,
-                      out=col.reshape(g.groups, gc.m, g.kkc))
+
+        def body(s: int, n: int, gc: ConvGeom, slot: int, first: bool) -> None:
+            col, _ = _col_pad(g, gc, ws, slot)
+            _parallel.matmul(dy4[s:s + n].reshape(gc.m, g.groups, g.kg).transpose(1, 0, 2), w3,
+                             out=col.reshape(g.groups, gc.m, g.kkc))
             col2im(col, acc[s:s + n], gc)
+
+        _for_chunks(g, body)
     _finish(dx, acc)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _parallel
 from ._util import F32, as32, chunks, copy_into, finish, flat, out32, scalar
 from .registry import ArrayInfo, kernel
 
@@ -44,7 +45,7 @@ def fc_forward(x, w, b, y, ws: dict[str, np.ndarray]) -> None:
     if y.size != n * o:
         raise ValueError(f"expected fc output of {n} x {o} elements, got shape {y.shape}")
     x2, w2, y2 = as32(x, ws, "xbuf", (n, f)), as32(w, ws, "wbuf", (o, f)), out32(y, ws, "ybuf", (n, o))
-    np.matmul(x2, w2.T, out=y2)
+    _parallel.matmul(x2, w2.T, out=y2)
     if b is not None:
         y2 += b.reshape(o)
     finish(y, y2)
@@ -56,14 +57,14 @@ def fc_backward(dy, w, x, dw, db, dx, ws: dict[str, np.ndarray]) -> None:
     dy2 = as32(dy, ws, "ybuf", (n, o))
     x2 = as32(x, ws, "xbuf", (n, f))
     dw2 = out32(dw, ws, "wbuf", (o, f))
-    np.matmul(dy2.T, x2, out=dw2)
+    _parallel.matmul(dy2.T, x2, out=dw2)
     finish(dw, dw2)
     if db is not None:
         np.add.reduce(dy2, axis=0, out=db.reshape(o))
     if dx is not None:
         w2 = as32(w, ws, "wbuf", (o, f))
         dx2 = out32(dx, ws, "xbuf", (n, f))
-        np.matmul(dy2, w2, out=dx2)
+        _parallel.matmul(dy2, w2, out=dx2)
         finish(dx, dx2)
 
 
