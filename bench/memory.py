@@ -29,10 +29,13 @@ spec), measured two ways:
   before the step (parameters, gradients, momentum, the batch) plus the running sum of every
   allocation and free of torch's CPU allocator during the step, at its maximum. Caveats: a private
   torch API; it sees torch tensors only (not oneDNN's or OpenMP's own scratch, not Python objects);
-* ``rss_peak_delta_bytes``: ``ru_maxrss`` after two unprofiled steps minus the resident set size
-  just before the model is built (after a tiny warm-up net has loaded oneDNN and the OpenMP
-  threads). Caveats: includes everything the process touches (allocator caching and
-  fragmentation, library scratch), counts pages, and cannot go below what the first step peaks at.
+* ``rss_peak_delta_bytes``: the peak resident set size (``VmHWM`` of ``/proc/self/status``, reset
+  through ``/proc/self/clear_refs`` just before the model is built, after a tiny warm-up net has
+  loaded oneDNN and started the OpenMP threads) after two unprofiled steps, minus the resident
+  size at that point (``getrusage``'s ``ru_maxrss`` cannot be used: a child inherits its parent's
+  peak across ``fork``/``exec``). Caveats: includes everything the process touches (allocator
+  caching and fragmentation, library scratch, the model's Python objects), counts whole pages;
+  ``None`` where the peak cannot be reset.
 
 The two bracket torch's real need; tr-mlir's ``arena_bytes`` (plus its host staging buffer, a
 copy of the input buffers) is the whole of its memory for the step.
@@ -145,7 +148,7 @@ def analyze(module) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------
 
 _CHILD = r'''
-import json, os, resource, sys
+import json, os, sys
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -153,25 +156,47 @@ import torch.nn.functional as F
 torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
 name, h, w, c, classes, batch = sys.argv[1], *map(int, sys.argv[2:7])
 
-def rss():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def status(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return None
+
+def reset_peak():
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM (the peak RSS) to the current RSS
+        return True
+    except OSError:
+        return False
 
 # warm-up: load oneDNN kernels and start the OpenMP threads before the baseline
-tiny = torch.nn.Sequential(torch.nn.Conv2d(c, 4, 3), torch.nn.ReLU(), torch.nn.Flatten())
-tiny(torch.randn(2, c, max(h, 3), max(w, 3))).sum().backward()
-del tiny
+tiny = torch.nn.Sequential(torch.nn.Conv2d(c, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                           torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.LazyLinear(10))
+t_opt = None
+for _ in range(2):
+    out = tiny(torch.randn(8, c, max(h, 4), max(w, 4)))
+    if t_opt is None:
+        t_opt = torch.optim.SGD(tiny.parameters(), lr=0.01, momentum=0.9)
+    F.cross_entropy(out, torch.randint(0, 10, (8,))).backward()
+    t_opt.step()
+torch.mm(torch.randn(512, 512), torch.randn(512, 512))
+del tiny, t_opt, out
 
-from bench.models import torch_model
+from bench.models import flat_plan, torch_model_from_plan
 from tr_mlir.zoo import MODELS
 from bench.models import THROUGHPUT_MODELS
 builder = MODELS[name].builder if name in MODELS else THROUGHPUT_MODELS[name].builder
 blueprint = builder(classes)
 x = torch.randn(batch, c, h, w)
 y = torch.randint(0, classes, (batch,))
-base = rss()
+plan = flat_plan(blueprint, (h, w, c), classes)  # the compiler's Python objects stay out of the delta
+import gc; gc.collect()
+reset = reset_peak()
+base = status("VmRSS")
 torch.manual_seed(0)
-net = torch_model(blueprint, (h, w, c), classes)
+net = torch_model_from_plan(plan)
 opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
 
 def step():
@@ -182,8 +207,8 @@ def step():
     return loss.item()
 
 step(); step()
-peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-out = {"rss_peak_delta_bytes": peak_rss - base, "rss_base_bytes": base,
+peak_rss = status("VmHWM")
+out = {"rss_peak_delta_bytes": peak_rss - base if reset else None, "rss_base_bytes": base,
        "param_bytes": sum(p.numel() * p.element_size() for p in net.parameters())}
 try:
     from torch.profiler import ProfilerActivity, profile

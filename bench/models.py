@@ -123,10 +123,14 @@ def _torch_layers() -> dict[type, Callable[[Any, tuple[int, int, int]], Any]]:
 def torch_model(model: Layer, input_shape: tuple[int, int, int], num_classes: int):
     """The PyTorch twin of ``model`` (module doc): an ``nn.Module`` taking NCHW float32 input
     and returning logits. Raises ``KeyError`` naming an op without a torch layer."""
+    return torch_model_from_plan(flat_plan(model, input_shape, num_classes))
+
+
+def torch_model_from_plan(plan):
+    """:func:`torch_model` from an already planned flat ``arch.model`` (:func:`flat_plan`)."""
     from tr_mlir.dialects import arch as A
     from tr_mlir.dialects.arch import static_hwc
 
-    plan = flat_plan(model, input_shape, num_classes)
     table = _torch_layers()
     block = plan.body.block
     index = {block.args[0]: 0}
