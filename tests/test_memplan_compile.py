@@ -13,6 +13,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import DiagnosticException
 
+from tr_mlir.blueprint import BluePrintError, BluePrintTypeError
 from tr_mlir.compile import compile, make_context
 from tr_mlir.dialects.memplan import VARIANTS, AtlasOp, GraphId, ProgramOp
 from tr_mlir.memplan_summary import MemplanSummaryError, print_memplan_summary
@@ -102,9 +103,35 @@ def test_api_errors_are_diagnostics():
         compile(model.blueprint(), (8, 8, 1), num_classes=10, batch_size=0, train_size=8, val_size=8)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    ({"batch_size": "4"}, "compile: batch_size must be an int, got str '4'"),
+    ({"batch_size": 4.0}, "compile: batch_size must be an int, got float 4.0"),
+    ({"train_size": True}, "compile: train_size must be an int, got bool True"),
+    ({"world_size": None}, "compile: world_size must be an int, got NoneType None"),
+    ({"val_res": "8"}, "compile: val_res must be an int, got str '8'"),
+    ({"optimizer": 3}, "compile: optimizer must be a str, got int 3"),
+    ({"cbrp": 1}, "compile: cbrp must be True or False, got int 1"),
+])
+def test_api_argument_types(kwargs, message):
+    """Wrong Python types used to surface as TypeError/AttributeError from inside a pass."""
+    model = MODELS["mlp_digits"]
+    args = {"num_classes": 10, "batch_size": 4, "train_size": 8, "val_size": 8, **kwargs}
+    with pytest.raises(BluePrintTypeError) as info:
+        compile(model.blueprint(), (8, 8, 1), **args)
+    assert str(info.value) == message
+
+
+def test_spec_values_beyond_64_bits_are_diagnostics():
+    module = MODELS["mlp_digits"].emit()
+    with pytest.raises(DiagnosticException, match=r"memplan-derive-shapes: batch_size = 10{23} does not fit in 64 bits"):
+        TrCompilePass(batch_size=10**23, train_size=8, val_size=8).apply(make_context(), module)
+    with pytest.raises(BluePrintError, match=r"compile: batch_size must fit in 64 bits"):
+        compile(MODELS["mlp_digits"].blueprint(), (8, 8, 1), num_classes=10, batch_size=10**23, train_size=8,
+                val_size=8)
+
+
 @pytest.mark.parametrize("batch, message", [
     # each used to end in xDSL's "Integer value ... is out of range for type i64" (an internal error)
-    (10**23, r"memplan-derive-shapes: batch_size = 10{23} does not fit in 64 bits"),
     (10**17, r"'memplan.descs' op tensor '\w+' of layer 0 needs \d+ bytes, more than a memory plan can address"),
     (10**16, r"'memplan.program' op needs an arena of \d+ bytes, more than a memory plan can address"),
 ])
