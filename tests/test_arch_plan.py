@@ -223,6 +223,96 @@ def test_lenet5_fused():
     assert kinds(module)[0] == "Conv"
 
 
+def run_lengths(module) -> list[tuple]:
+    """(kind, count, in HWC, out HWC, params without eps/momentum) per run of equal layers."""
+    rows: list[list] = []
+    for op in layers_of(module)[1]:
+        params = {k: v for k, v in op.params().items() if k not in ("eps", "momentum")}
+        key = [op.LAYER_KIND, 1, in_hwc(op), hwc(op), params]
+        if rows and rows[-1][0] == key[0] and rows[-1][2:] == key[2:]:
+            rows[-1][1] += 1
+        else:
+            rows.append(key)
+    return [tuple(r) for r in rows]
+
+
+P2 = {"k": 2, "s": 2, "p": 0}
+GAP_FC = {"out_features": 1000, "bias": True}
+SMCE = ("SoftmaxCE", 1, (1, 1, 1000), (1, 1, 1000), {"num_classes": 1000})
+STEM = [("CBR", 1, (224, 224, 4), (112, 112, 64), {"out_ch": 64, "k": 7, "s": 2, "p": 3}),
+        ("MaxPool", 1, (112, 112, 64), (56, 56, 64), {"k": 3, "s": 2, "p": 1})]
+
+FUSED_PLANS = {  # derived from the seed's rules (facts sheet sections 2-4), AMP + fuse, 224x224x3
+    "resnet34": STEM + [
+        ("BasicBlockIdentity", 3, (56, 56, 64), (56, 56, 64), {"out_ch": 64}),
+        ("BasicBlockProjection", 1, (56, 56, 64), (28, 28, 128), {"out_ch": 128, "stride": 2}),
+        ("BasicBlockIdentity", 3, (28, 28, 128), (28, 28, 128), {"out_ch": 128}),
+        ("BasicBlockProjection", 1, (28, 28, 128), (14, 14, 256), {"out_ch": 256, "stride": 2}),
+        ("BasicBlockIdentity", 5, (14, 14, 256), (14, 14, 256), {"out_ch": 256}),
+        ("BasicBlockProjection", 1, (14, 14, 256), (7, 7, 512), {"out_ch": 512, "stride": 2}),
+        ("BasicBlockIdentity", 2, (7, 7, 512), (7, 7, 512), {"out_ch": 512}),
+        ("GapFC", 1, (7, 7, 512), (1, 1, 1000), GAP_FC), SMCE],
+    "resnet101": STEM + [
+        ("BottleneckProjection", 1, (56, 56, 64), (56, 56, 256), {"bottleneck_ch": 64, "out_ch": 256, "stride": 1}),
+        ("BottleneckIdentity", 2, (56, 56, 256), (56, 56, 256), {"bottleneck_ch": 64}),
+        ("BottleneckProjection", 1, (56, 56, 256), (28, 28, 512), {"bottleneck_ch": 128, "out_ch": 512, "stride": 2}),
+        ("BottleneckIdentity", 3, (28, 28, 512), (28, 28, 512), {"bottleneck_ch": 128}),
+        ("BottleneckProjection", 1, (28, 28, 512), (14, 14, 1024),
+         {"bottleneck_ch": 256, "out_ch": 1024, "stride": 2}),
+        ("BottleneckIdentity", 22, (14, 14, 1024), (14, 14, 1024), {"bottleneck_ch": 256}),
+        ("BottleneckProjection", 1, (14, 14, 1024), (7, 7, 2048), {"bottleneck_ch": 512, "out_ch": 2048, "stride": 2}),
+        ("BottleneckIdentity", 2, (7, 7, 2048), (7, 7, 2048), {"bottleneck_ch": 512}),
+        ("GapFC", 1, (7, 7, 2048), (1, 1, 1000), GAP_FC), SMCE],
+    # the user's flatten() is deleted and none re-inserted: C = 512 is a multiple of 8 (facts 3.7)
+    "vgg16_bn": [
+        ("CBR", 1, (224, 224, 4), (224, 224, 64), {"out_ch": 64, "k": 3, "s": 1, "p": 1}),
+        ("CBR", 1, (224, 224, 64), (224, 224, 64), {"out_ch": 64, "k": 3, "s": 1, "p": 1}),
+        ("MaxPool", 1, (224, 224, 64), (112, 112, 64), P2),
+        ("CBR", 1, (112, 112, 64), (112, 112, 128), {"out_ch": 128, "k": 3, "s": 1, "p": 1}),
+        ("CBR", 1, (112, 112, 128), (112, 112, 128), {"out_ch": 128, "k": 3, "s": 1, "p": 1}),
+        ("MaxPool", 1, (112, 112, 128), (56, 56, 128), P2),
+        ("CBR", 1, (56, 56, 128), (56, 56, 256), {"out_ch": 256, "k": 3, "s": 1, "p": 1}),
+        ("CBR", 2, (56, 56, 256), (56, 56, 256), {"out_ch": 256, "k": 3, "s": 1, "p": 1}),
+        ("MaxPool", 1, (56, 56, 256), (28, 28, 256), P2),
+        ("CBR", 1, (28, 28, 256), (28, 28, 512), {"out_ch": 512, "k": 3, "s": 1, "p": 1}),
+        ("CBR", 2, (28, 28, 512), (28, 28, 512), {"out_ch": 512, "k": 3, "s": 1, "p": 1}),
+        ("MaxPool", 1, (28, 28, 512), (14, 14, 512), P2),
+        ("CBR", 3, (14, 14, 512), (14, 14, 512), {"out_ch": 512, "k": 3, "s": 1, "p": 1}),
+        ("MaxPool", 1, (14, 14, 512), (7, 7, 512), P2),
+        ("FC", 1, (7, 7, 512), (1, 1, 4096), {"out_features": 4096, "bias": True}),
+        ("ReLU", 1, (1, 1, 4096), (1, 1, 4096), {}),
+        ("Dropout", 1, (1, 1, 4096), (1, 1, 4096), {"p": 0.5}),
+        ("FC", 1, (1, 1, 4096), (1, 1, 4096), {"out_features": 4096, "bias": True}),
+        ("ReLU", 1, (1, 1, 4096), (1, 1, 4096), {}),
+        ("Dropout", 1, (1, 1, 4096), (1, 1, 4096), {"p": 0.5}),
+        ("FC", 1, (1, 1, 4096), (1, 1, 1000), {"out_features": 1000, "bias": True}), SMCE],
+    # expand_ch = entering channels x ratio, as the seed's block expansion (facts 2.5)
+    "mobilenet_v2": [
+        ("CBR", 1, (224, 224, 4), (112, 112, 32), {"out_ch": 32, "k": 3, "s": 2, "p": 1}),
+        ("InvResidualNoShortcut", 1, (112, 112, 32), (112, 112, 16), {"expand_ch": 32, "out_ch": 16, "stride": 1}),
+        ("InvResidualNoShortcut", 1, (112, 112, 16), (56, 56, 24), {"expand_ch": 96, "out_ch": 24, "stride": 2}),
+        ("InvResidualIdentity", 1, (56, 56, 24), (56, 56, 24), {"expand_ch": 144, "out_ch": 24}),
+        ("InvResidualNoShortcut", 1, (56, 56, 24), (28, 28, 32), {"expand_ch": 144, "out_ch": 32, "stride": 2}),
+        ("InvResidualIdentity", 2, (28, 28, 32), (28, 28, 32), {"expand_ch": 192, "out_ch": 32}),
+        ("InvResidualNoShortcut", 1, (28, 28, 32), (14, 14, 64), {"expand_ch": 192, "out_ch": 64, "stride": 2}),
+        ("InvResidualIdentity", 3, (14, 14, 64), (14, 14, 64), {"expand_ch": 384, "out_ch": 64}),
+        ("InvResidualNoShortcut", 1, (14, 14, 64), (14, 14, 96), {"expand_ch": 384, "out_ch": 96, "stride": 1}),
+        ("InvResidualIdentity", 2, (14, 14, 96), (14, 14, 96), {"expand_ch": 576, "out_ch": 96}),
+        ("InvResidualNoShortcut", 1, (14, 14, 96), (7, 7, 160), {"expand_ch": 576, "out_ch": 160, "stride": 2}),
+        ("InvResidualIdentity", 2, (7, 7, 160), (7, 7, 160), {"expand_ch": 960, "out_ch": 160}),
+        ("InvResidualNoShortcut", 1, (7, 7, 160), (7, 7, 320), {"expand_ch": 960, "out_ch": 320, "stride": 1}),
+        ("CBR", 1, (7, 7, 320), (7, 7, 1280), {"out_ch": 1280, "k": 1, "s": 1, "p": 0}),
+        ("GapFC", 1, (7, 7, 1280), (1, 1, 1000), GAP_FC), SMCE],
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUSED_PLANS))
+def test_fused_zoo_plans_follow_the_seeds_rules(name):
+    """The fused AMP plans of the zoo models the fact sheet does not list verbatim."""
+    module = arch_plan(getattr(zoo, name)(), (224, 224, 3), amp=True, fuse=True, num_classes=1000)
+    assert run_lengths(module) == FUSED_PLANS[name]
+
+
 def test_fuse_without_amp_does_not_align():
     module = arch_plan(zoo.resnet18(), (224, 224, 3), amp=False, fuse=True, num_classes=1000)
     model, _ = layers_of(module)
