@@ -79,6 +79,25 @@ def test_bad_data_is_a_clear_error():
         task.compile(train_size=0)
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_inputs_are_refused_before_they_poison_bn(bad):
+    """A NaN/Inf sample used to run: the NaN-gated update was skipped, but the BN forward had
+    already folded the batch into the running statistics, so every later evaluation was NaN."""
+    task = Task(bp.seq(bp.cbr(8, 3, 1, 1), bp.gap_fc(10, True)), (8, 8, 1), 10, 4)
+    x, y = batch(4)
+    task.train_step(x, y)
+    buffers = task.buffers()
+    x_bad = x.copy()
+    x_bad[2, 3, 4, 0] = bad
+    for call in (lambda: task.train_step(x_bad, y), lambda: task.fit((x_bad, y), epochs=1),
+                 lambda: task.fit((x, y), (x_bad, y), epochs=1), lambda: task.evaluate(x_bad, y),
+                 lambda: task.predict(x_bad)):
+        with pytest.raises(TaskError, match=r"x holds NaN or Inf \(sample 2\); expected finite inputs"):
+            call()
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(task.buffers(), buffers))
+    assert math.isfinite(task.evaluate(x, y)["loss"])
+
+
 def test_lazy_exports():
     assert tr_mlir.Task is Task and tr_mlir.CrossEntropyLoss is tr_mlir.loss.CrossEntropyLoss
     assert tr_mlir.optim.SGD is SGD and tr_mlir.sched.CosineAnnealingLR is CosineAnnealingLR

@@ -18,7 +18,8 @@ a :class:`~tr_mlir.lowering.runner.Runner` in the seed's step order (facts sheet
 Data: inputs are NHWC ``float32`` arrays ``(N, H, W, C)`` of the task's ``input_shape``, labels
 integer arrays ``(N,)`` in ``[0, num_classes)``. Where AMP widened the first conv's input channels
 (to a multiple of 4) the Task zero-pads the channels itself. Anything else is a
-:class:`TaskError` that names the argument, the expected and the given shape/dtype.
+:class:`TaskError` that names the argument, the expected and the given shape/dtype; so is an input
+holding NaN or Inf (it would poison the BN running statistics for good).
 
 Parameters (:meth:`Task.parameters`): the trainable tensors in the canonical order of DESIGN
 section 3 (the seed's linearization: shortcut branch before main branch; a fused op lists its
@@ -97,6 +98,19 @@ def _check_int(owner: str, name: str, v: Any, low: int = 1) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
         raise TaskError(f"{owner}: {name} must be an int >= {low}, got {v!r}")
     return int(v)
+
+
+def _check_finite(x: np.ndarray, where: str) -> None:
+    """Raise :class:`TaskError` naming the samples of ``x`` (N, ...) that hold a NaN or an Inf.
+    Such a sample would not just give a NaN loss: the batch-norm forward folds it into the running
+    statistics, which the NaN-gated (skipped) update does not roll back, so every later evaluation
+    would be NaN. The check is ``min`` and ``max`` (NaN and Inf propagate through them), so it
+    allocates nothing of the input's size; only the error path looks for the samples."""
+    if np.isfinite(x.min()) and np.isfinite(x.max()):
+        return
+    bad = np.flatnonzero(~np.isfinite(x.reshape(x.shape[0], -1)).all(axis=1))
+    more = f" and {bad.size - 1} more" if bad.size > 1 else ""
+    raise TaskError(f"{where}: x holds NaN or Inf (sample {int(bad[0])}{more}); expected finite inputs")
 
 
 class Task:
@@ -456,6 +470,7 @@ class Task:
             raise TaskError(f"{where}: expected x of shape (N, {h}, {w}, {c}) float32 (NHWC), got {got}")
         if x.shape[0] < 1:
             raise TaskError(f"{where}: expected at least one sample, got 0")
+        _check_finite(x, where)
         return x
 
     def _y(self, y: Any, n: int, where: str) -> np.ndarray:
