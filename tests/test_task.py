@@ -171,6 +171,57 @@ def test_save_load_resumes_bit_identically(tmp_path):
         Task.load(tmp_path / "nothing")
 
 
+def _damaged_copy(src, dst, *, config=None, state=None, raw_state: bytes | None = None):
+    """A copy of the saved task folder ``src`` with ``config(cfg)`` / ``state(dict)`` applied or
+    ``state.npz`` replaced by ``raw_state``."""
+    import json
+    import shutil
+
+    shutil.copytree(src, dst)
+    if config is not None:
+        cfg = json.loads((dst / "config.json").read_text())
+        (dst / "config.json").write_text(json.dumps(config(cfg)))
+    if state is not None:
+        with np.load(dst / "state.npz") as z:
+            s = {k: z[k] for k in z.files}
+        state(s)
+        np.savez(dst / "state.npz", **s)
+    if raw_state is not None:
+        (dst / "state.npz").write_bytes(raw_state)
+    return dst
+
+
+def test_damaged_saves_are_task_errors_naming_the_file(tmp_path):
+    """Task.load of a damaged save raised BadZipFile, ParseError, KeyError, AttributeError or a
+    NumPy broadcast error; each is now a TaskError naming the file and what is wrong with it."""
+    task = Task(bp.seq(bp.cbr(8, 3, 1, 1), bp.gap_fc(10, True)), (8, 8, 1), 10, 4)
+    good = task.save(tmp_path / "good")
+    data = (good / "state.npz").read_bytes()
+
+    def drop(key):
+        return lambda d: d.pop(key)
+
+    def narrow(d):
+        d["param/conv0.weight"] = d["param/conv0.weight"][..., :0]
+
+    cases = [
+        (dict(raw_state=data[:len(data) // 2]), r"state.npz is not a readable NumPy .npz archive \(truncated"),
+        (dict(raw_state=b"not an archive"), r"state.npz is not a readable NumPy .npz archive"),
+        (dict(config=lambda c: [1, 2]), r"config.json is not a tr-mlir-task-1 file"),
+        (dict(config=lambda c: {**c, "model": "garbage {"}), r"config.json does not describe a task: ParseError"),
+        (dict(config=lambda c: {k: v for k, v in c.items() if k != "batch_size"}),
+         r"config.json does not describe a task: missing key 'batch_size'"),
+        (dict(config=lambda c: {**c, "batch_size": -3}), r"does not describe a task: .*batch_size must be an int"),
+        (dict(config=lambda c: {**c, "optimizer": {"kind": "zzz"}}), r"does not describe a task: .*unknown optimizer"),
+        (dict(state=drop("param/conv0.weight")), r"state.npz lacks param/conv0.weight \(saved from another model\?\)"),
+        (dict(state=narrow), r"'param/conv0.weight' has shape \(8, 3, 3, 0\), the model's is \(8, 3, 3, 1\)"),
+    ]
+    for i, (damage, match) in enumerate(cases):
+        with pytest.raises(TaskError, match=match):
+            Task.load(_damaged_copy(good, tmp_path / f"bad{i}", **damage))
+    Task.load(good)  # the original still loads
+
+
 def test_recompile_for_new_sizes_keeps_the_weights():
     task = Task("mlp_digits", (8, 8, 1), 10, 4, optimizer=SGD(lr=0.1, momentum=0.9))
     x, y = batch(8)

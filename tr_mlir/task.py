@@ -215,7 +215,10 @@ class Task:
         """Compile for these dataset sizes (default: the previous ones, else one batch) and build
         the executable. A recompile (other sizes) keeps parameters, buffers, optimizer state and
         loss scale. Returns ``self``. Raises :class:`TaskError` for bad sizes or a model the
-        compiler rejects (the message names the op)."""
+        compiler rejects (the message names the op), and
+        :class:`~tr_mlir.lowering.backend.ArenaTooLargeError` (a ``MemoryError``) before allocating
+        a plan larger than the memory available (the message names the bytes and a batch size
+        that fits)."""
         from xdsl.utils.exceptions import DiagnosticException, PassFailedException, VerifyException
 
         from tr_mlir.compile import make_context
@@ -442,6 +445,24 @@ class Task:
         out["scalar/dropout_seed"] = np.array(self.exe.to_host(self.exe.scalar("dropout_seed")), np.int64)
         return out
 
+    def _check_state(self, state: Mapping[str, np.ndarray], source: Path) -> None:
+        """Raise :class:`TaskError` unless ``state`` (a :meth:`save` archive read back) holds every
+        parameter and buffer of this task, and every tensor it holds has this task's shape."""
+        want: dict[str, tuple[int, ...]] = {}
+        for e in self._params:
+            want[f"param/{e.name}"] = e.shape
+            want.update({f"state/{e.name}{suffix}": e.store for suffix, _ in e.state})
+        want.update({f"buffer/{e.name}": e.shape for e in self._buffers})
+        missing = [k for k in want if k not in state and not k.startswith("state/")]
+        if missing:
+            raise TaskError(f"Task.load: {source} lacks {', '.join(missing[:6])}"
+                            + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+                            + " (saved from another model?)")
+        for key, shape in want.items():
+            if key in state and tuple(np.shape(state[key])) != tuple(shape):
+                raise TaskError(f"Task.load: {source}: '{key}' has shape {tuple(np.shape(state[key]))}, the "
+                                f"model's is {tuple(shape)} (saved from another model?)")
+
     def _restore(self, state: Mapping[str, np.ndarray]) -> None:
         exe = self.exe
         for e in self._params:
@@ -609,7 +630,14 @@ class Task:
     @classmethod
     def load(cls, path: str | os.PathLike, device: Any = None) -> Task:
         """The Task saved in folder ``path`` (:meth:`save`), compiled, with its state restored;
-        ``device``: where to run it (default: the saved device)."""
+        ``device``: where to run it (default: the saved device).
+
+        Raises:
+            TaskError: a missing or unreadable folder, a damaged ``state.npz``, a ``config.json``
+                that does not describe a task, or a state saved from another model (missing
+                tensors, other shapes); the message names the file.
+            ArenaTooLargeError: the compiled model does not fit in memory.
+        """
         from xdsl.parser import Parser
 
         from tr_mlir.compile import make_context
@@ -617,18 +645,32 @@ class Task:
         folder = Path(path)
         try:
             cfg = json.loads((folder / CONFIG_FILE).read_text())
-            state = dict(np.load(folder / STATE_FILE))
         except (OSError, ValueError) as e:
             raise TaskError(f"Task.load: cannot read a saved task from {folder}: {e}") from e
-        if cfg.get("format") != FORMAT:
+        if not isinstance(cfg, dict) or cfg.get("format") != FORMAT:
             raise TaskError(f"Task.load: {folder / CONFIG_FILE} is not a {FORMAT} file")
-        module = Parser(make_context(), cfg["model"]).parse_module()
-        task = cls(module, tuple(cfg["input_shape"]), cfg["num_classes"], cfg["batch_size"],
-                   optimizer=_optim.from_config(cfg["optimizer"]), scheduler=_sched.from_config(cfg["scheduler"]),
-                   loss=CrossEntropyLoss(cfg["label_smoothing"]), amp=cfg["amp"], fuse=cfg["fuse"],
-                   device=cfg["device"] if device is None else device, seed=cfg["seed"])
-        task.steps, task.epochs = int(cfg["steps"]), int(cfg["epochs"])
-        task.compile(cfg["train_size"], cfg["val_size"])
+        try:
+            with np.load(folder / STATE_FILE, allow_pickle=False) as archive:
+                state = {name: archive[name] for name in archive.files}
+        except FileNotFoundError as e:
+            raise TaskError(f"Task.load: cannot read a saved task from {folder}: {e}") from e
+        except Exception as e:  # a damaged archive fails in zipfile, zlib, the npy header parser, ...
+            raise TaskError(f"Task.load: {folder / STATE_FILE} is not a readable NumPy .npz archive "
+                            f"(truncated or damaged?): {type(e).__name__}: {e}") from e
+        from xdsl.utils.exceptions import DiagnosticException, ParseError
+
+        try:
+            module = Parser(make_context(), cfg["model"]).parse_module()
+            task = cls(module, tuple(cfg["input_shape"]), cfg["num_classes"], cfg["batch_size"],
+                       optimizer=_optim.from_config(cfg["optimizer"]), scheduler=_sched.from_config(cfg["scheduler"]),
+                       loss=CrossEntropyLoss(cfg["label_smoothing"]), amp=cfg["amp"], fuse=cfg["fuse"],
+                       device=cfg["device"] if device is None else device, seed=cfg["seed"])
+            task.steps, task.epochs = int(cfg["steps"]), int(cfg["epochs"])
+            task.compile(cfg["train_size"], cfg["val_size"])
+        except (KeyError, TypeError, ValueError, ParseError, DiagnosticException) as e:
+            what = f"missing key {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+            raise TaskError(f"Task.load: {folder / CONFIG_FILE} does not describe a task: {what}") from e
+        task._check_state(state, folder / STATE_FILE)
         task._restore(state)
         task.runner.prepare_weights()
         task._bn_dirty = True
