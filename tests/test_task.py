@@ -222,6 +222,15 @@ def test_damaged_saves_are_task_errors_naming_the_file(tmp_path):
     Task.load(good)  # the original still loads
 
 
+def test_load_parameters_refuses_other_containers():
+    task = Task(bp.seq(bp.cbr(8, 3, 1, 1), bp.gap_fc(10, True)), (8, 8, 1), 10, 4)
+    for bad in (5, None, "conv0.weight", [1, 2]):
+        with pytest.raises(TaskError, match=r"expected \{name: array\} or \[\(name, array\), \.\.\.\]"):
+            task.load_parameters(bad)
+        with pytest.raises(TaskError, match=r"Task.load_buffers: expected \{name: array\}"):
+            task.load_buffers(bad)
+
+
 def test_recompile_for_new_sizes_keeps_the_weights():
     task = Task("mlp_digits", (8, 8, 1), 10, 4, optimizer=SGD(lr=0.1, momentum=0.9))
     x, y = batch(8)

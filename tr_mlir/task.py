@@ -394,7 +394,11 @@ class Task:
         return [(e.name, self._get(e)) for e in self._buffers]
 
     def _load(self, entries: list[_Entry], values: Any, what: str) -> list[tuple[_Entry, np.ndarray]]:
-        given = dict(values.items() if isinstance(values, Mapping) else values)
+        try:
+            given = dict(values.items() if isinstance(values, Mapping) else values)
+        except (TypeError, ValueError):
+            raise TaskError(f"Task.load_{what}: expected {{name: array}} or [(name, array), ...] as "
+                            f"task.{what}() returns, got {type(values).__name__}") from None
         names = [e.name for e in entries]
         missing = [n for n in names if n not in given]
         unexpected = [n for n in given if n not in names]
@@ -412,7 +416,9 @@ class Task:
 
     def load_parameters(self, params: Mapping[str, np.ndarray] | Iterable[tuple[str, np.ndarray]]) -> None:
         """Set every parameter from ``[(name, array)]`` or ``{name: array}`` (names, shapes and
-        layouts of :meth:`parameters`; all of them). Optimizer state is left as it is."""
+        layouts of :meth:`parameters`; all of them). Optimizer state is left as it is. Raises
+        :class:`TaskError` for another container, a missing or unknown name, or a wrong shape or
+        dtype (nothing is written then)."""
         self._ready()
         for e, a in self._load(self._params, params, "parameters"):
             self._put(e, a)
@@ -420,7 +426,8 @@ class Task:
         self._bn_dirty = True
 
     def load_buffers(self, buffers: Mapping[str, np.ndarray] | Iterable[tuple[str, np.ndarray]]) -> None:
-        """Set the BN running statistics (names and shapes of :meth:`buffers`)."""
+        """Set the BN running statistics (names and shapes of :meth:`buffers`); errors as
+        :meth:`load_parameters`."""
         self._ready()
         for e, a in self._load(self._buffers, buffers, "buffers"):
             self._put(e, a)
