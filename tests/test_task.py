@@ -231,6 +231,28 @@ def test_load_parameters_refuses_other_containers():
             task.load_buffers(bad)
 
 
+def test_save_over_an_older_save_replaces_both_files_whole(tmp_path, monkeypatch):
+    """A save that fails half-way (here: the archive write) leaves the earlier save loadable and
+    no temporary files behind."""
+    task = Task(bp.seq(bp.cbr(8, 3, 1, 1), bp.gap_fc(10, True)), (8, 8, 1), 10, 4)
+    x, y = batch(4)
+    folder = task.save(tmp_path / "ck")
+    before = task.parameters()
+    task.train_step(x, y)
+
+    def fail(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", fail)
+    with pytest.raises(OSError, match="No space left"):
+        task.save(folder)
+    monkeypatch.undo()
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "state.npz"]
+    again = Task.load(folder)
+    assert again.steps == 0
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(again.parameters(), before))
+
+
 def test_recompile_for_new_sizes_keeps_the_weights():
     task = Task("mlp_digits", (8, 8, 1), 10, 4, optimizer=SGD(lr=0.1, momentum=0.9))
     x, y = batch(8)

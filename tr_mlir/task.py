@@ -626,12 +626,24 @@ class Task:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write ``path/config.json`` (configuration, model) and ``path/state.npz`` (parameters,
-        buffers, optimizer state, loss scale, Adam step, dropout RNG); returns the folder."""
+        buffers, optimizer state, loss scale, Adam step, dropout RNG); returns the folder.
+
+        Both files are written under temporary names first and then renamed over the old ones, so
+        a save that fails (a full disk, an interrupt) leaves a task saved earlier in ``path``
+        readable. Raises ``OSError`` when the folder or a file cannot be written."""
         self._ready()
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / CONFIG_FILE).write_text(json.dumps(self.config(), indent=1))
-        np.savez(folder / STATE_FILE, **self._snapshot())
+        config, state = folder / (CONFIG_FILE + ".tmp"), folder / (STATE_FILE + ".tmp")
+        try:
+            config.write_text(json.dumps(self.config(), indent=1))
+            with open(state, "wb") as f:  # a file object: np.savez would append '.npz' to a name
+                np.savez(f, **self._snapshot())
+            os.replace(state, folder / STATE_FILE)
+            os.replace(config, folder / CONFIG_FILE)
+        finally:
+            for tmp in (config, state):
+                tmp.unlink(missing_ok=True)
         return folder
 
     @classmethod
