@@ -237,6 +237,10 @@ def not_a_layer(num_classes):
 def raises(num_classes):
     return 1 / 0
 
+def exits(num_classes):
+    import sys
+    sys.exit(3)
+
 value = 3
 '''
 
@@ -253,6 +257,7 @@ def blueprint_file(tmp_path):
     ("value", ["'value'", "is not a function"]),
     ("not_a_layer", ["must return a BluePrint layer or (layer, (H, W, C))", "42"]),
     ("raises", ["raises(10) failed", "nets.py:", "ZeroDivisionError"]),
+    ("exits", ["exits(10) failed", "nets.py:", "SystemExit: 3"]),  # used to end tr-train with status 3, silently
     ("rgb", ["reads 3 channel(s)", "the dataset has 1"]),
     ("huge_kernel", ["cannot take the digits input (8x8x1)", "'arch.conv' op expected kernel size 9",
                      "zoo models that take 8x8x1 input:", "resnet_tiny"]),
@@ -267,6 +272,14 @@ def test_blueprint_file_that_does_not_import(tmp_path, capsys):
     bad.write_text("def f(:\n    pass\n")
     code, _, err = run_main(["--blueprint", f"{bad}:f"], capsys)
     assert_error(code, err, "importing", "broken.py:1", "SyntaxError")
+
+
+def test_blueprint_file_that_exits_while_importing(tmp_path, capsys):
+    """A module calling sys.exit() at import ended tr-train with its status and no message."""
+    bad = tmp_path / "quits.py"
+    bad.write_text("import sys\nsys.exit(2)\n")
+    code, _, err = run_main(["--blueprint", f"{bad}:f"], capsys)
+    assert_error(code, err, "importing", "quits.py:2", "SystemExit: 2")
 
 
 # --------------------------------------------------------------------------------------

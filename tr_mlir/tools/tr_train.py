@@ -430,7 +430,7 @@ def blueprint_source(spec: str) -> ModelSource:
         mod_spec.loader.exec_module(module)
     except TrainError:
         raise
-    except Exception as e:  # the user's module may raise anything while importing
+    except (Exception, SystemExit) as e:  # the user's module may raise anything, or exit, while importing
         raise TrainError(f"--blueprint: importing {path} failed: {_user_frame(e, path)}"
                          f"{type(e).__name__}: {e}") from None
     func = getattr(module, func_name, None)
@@ -449,7 +449,7 @@ def blueprint_source(spec: str) -> ModelSource:
     def call(num_classes: int) -> Any:
         try:
             return func(num_classes) if takes_classes else func()
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # sys.exit() in FUNC must not end tr-train silently
             raise TrainError(f"--blueprint: {func_name}({num_classes if takes_classes else ''}) failed: "
                              f"{_user_frame(e, path)}{type(e).__name__}: {e}") from None
 
