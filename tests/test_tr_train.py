@@ -190,6 +190,33 @@ def test_error_paths_exit_1_without_traceback(args, needles, capsys):
     assert_error(code, err, *needles)
 
 
+@pytest.fixture
+def unwritable_folder(tmp_path):
+    """A folder that exists but takes no new files: a read-only folder, or /proc as root (root
+    writes through permissions)."""
+    if os.geteuid() != 0:
+        folder = tmp_path / "ro"
+        folder.mkdir()
+        folder.chmod(0o500)
+        yield folder
+        folder.chmod(0o700)
+    elif Path("/proc/self").is_dir():
+        yield Path("/proc")
+    else:
+        pytest.skip("no unwritable folder for root")
+
+
+@pytest.mark.parametrize("flag, name", [("--plot", "curves.png"), ("--report-json", "r.json"),
+                                        ("--save-dir", "ckpt"), ("--dump-ir", "ir")])
+def test_unwritable_outputs_fail_before_training(flag, name, unwritable_folder, capsys):
+    """--plot and --report-json into a folder that exists but is read-only failed only after
+    training (the plot after the last epoch), so the run was lost."""
+    code, out, err = run_main(["--device", "cpu", "--model", "mlp_digits", "--epochs", "1", flag,
+                               unwritable_folder / name], capsys)
+    assert_error(code, err, f"{flag} {unwritable_folder / name}: cannot")
+    assert "== train" not in out
+
+
 def test_device_gpu_without_a_gpu_exits_1(capsys):
     if _gpu():
         pytest.skip("a GPU is present")

@@ -116,6 +116,7 @@ import math
 import os
 import shlex
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -767,7 +768,8 @@ def _supported_image(path: Path) -> None:
 
 
 def _prepare_output(flag: str, path: Path, *, folder: bool = False) -> None:
-    """Create ``path`` (a folder) or its parent, so a bad output path fails before training."""
+    """Create ``path`` (a folder) or its parent and create and remove a file in it, so an output
+    that cannot be written (a missing or read-only place) fails before training, not after it."""
     target = path if folder else path.parent
     try:
         target.mkdir(parents=True, exist_ok=True)
@@ -775,6 +777,11 @@ def _prepare_output(flag: str, path: Path, *, folder: bool = False) -> None:
         raise TrainError(f"{flag} {path}: cannot create {target}: {e.strerror or e}") from None
     if not folder and path.is_dir():
         raise TrainError(f"{flag} {path}: is a folder, expected a file name")
+    try:
+        with tempfile.TemporaryFile(dir=target, prefix=".tr-train-probe-"):
+            pass
+    except OSError as e:
+        raise TrainError(f"{flag} {path}: cannot write in {target}: {e.strerror or e}") from None
 
 
 def save_checkpoint(task: Any, folder: Path, run: dict[str, Any]) -> None:
