@@ -435,3 +435,32 @@ def test_amp_fuse_synthetic_run(tmp_path, capsys):
     r = json.loads((tmp_path / "r.json").read_text())
     assert r["config"]["amp"] and r["config"]["train_size"] == 1024 and r["config"]["val_size"] == 256
     assert math.isfinite(r["epochs"][0]["train_loss"])
+
+
+def test_a_failing_checkpoint_save_keeps_the_previous_checkpoint(tmp_path, capsys, monkeypatch):
+    """Checkpoints were written in place: a save that failed half-way (full disk, Ctrl-C) left
+    DIR/last with a new config.json next to a broken state.npz. Now a failing save leaves the
+    previous checkpoint whole, and the next successful save replaces it whole."""
+    from tr_mlir.task import Task
+
+    save = tmp_path / "ckpt"
+    code, _, err = run_main(["--device", "cpu", "--model", "mlp_digits", "--epochs", "1", "--save-dir", save], capsys)
+    assert code == 0, err
+    before = {p.name: p.read_bytes() for p in (save / "last").iterdir()}
+    real_save = Task.save
+
+    def broken_save(task, path):
+        real_save(task, path)
+        (Path(path) / "state.npz").write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Task, "save", broken_save)
+    code, _, err = run_main(["--device", "cpu", "--resume", save, "--epochs", "2", "--save-dir", save], capsys)
+    assert_error(code, err, f"--save-dir {save}", "No space left on device")
+    assert {p.name: p.read_bytes() for p in (save / "last").iterdir()} == before
+    monkeypatch.undo()
+    assert Task.load(save / "last").epochs == 1
+    code, _, err = run_main(["--device", "cpu", "--resume", save, "--epochs", "2", "--save-dir", save], capsys)
+    assert code == 0, err
+    assert Task.load(save / "last").epochs == 2
+    assert sorted(p.name for p in save.iterdir()) == ["best", "last"]

@@ -115,6 +115,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -785,9 +786,25 @@ def _prepare_output(flag: str, path: Path, *, folder: bool = False) -> None:
 
 
 def save_checkpoint(task: Any, folder: Path, run: dict[str, Any]) -> None:
-    """:meth:`Task.save` into ``folder`` and the run state (``tr_train.json``) next to it."""
-    task.save(folder)
-    _atomic_write(folder / RUN_STATE_FILE, json.dumps(run, indent=1) + "\n")
+    """:meth:`Task.save` and the run state (``tr_train.json``) into ``folder``, whole or not at all:
+    written into ``folder.tmp``, then swapped in (the old folder is renamed to ``folder.old`` and
+    removed after the swap), so a save that fails or is interrupted leaves the previous checkpoint
+    in place (in ``folder.old`` only if it stops between the two renames; the next save puts it
+    back). Raises ``OSError`` when a file cannot be written."""
+    tmp, old = folder.with_name(folder.name + ".tmp"), folder.with_name(folder.name + ".old")
+    if old.exists():
+        if folder.exists():
+            shutil.rmtree(old)
+        else:
+            os.replace(old, folder)
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    task.save(tmp)
+    _atomic_write(tmp / RUN_STATE_FILE, json.dumps(run, indent=1) + "\n")
+    if folder.exists():
+        os.replace(folder, old)
+    os.replace(tmp, folder)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def find_checkpoint(path: Path) -> Path:
