@@ -464,3 +464,25 @@ def test_a_failing_checkpoint_save_keeps_the_previous_checkpoint(tmp_path, capsy
     assert code == 0, err
     assert Task.load(save / "last").epochs == 2
     assert sorted(p.name for p in save.iterdir()) == ["best", "last"]
+
+
+def test_a_new_run_does_not_overwrite_the_checkpoints_of_another(tmp_path, capsys):
+    """A fresh run with the --save-dir of an earlier run silently replaced that run's best
+    checkpoint after its own first epoch. Now it is an error before anything is written; resuming
+    from the folder may keep saving there."""
+    save = tmp_path / "ckpt"
+    code, _, err = run_main(["--device", "cpu", "--model", "mlp_digits", "--epochs", "1", "--save-dir", save], capsys)
+    assert code == 0, err
+    files = {p: p.read_bytes() for p in save.rglob("*") if p.is_file()}
+    code, out, err = run_main(["--device", "cpu", "--model", "mlp", "--epochs", "1", "--save-dir", save], capsys)
+    assert_error(code, err, f"--save-dir {save}: it holds the checkpoint {save / 'last'} of another run",
+                 f"--resume {save} --save-dir {save}")
+    assert "== data" not in out
+    assert {p: p.read_bytes() for p in save.rglob("*") if p.is_file()} == files
+    other = tmp_path / "other"
+    code, _, err = run_main(["--device", "cpu", "--resume", save / "best", "--epochs", "2", "--save-dir", other], capsys)
+    assert code == 0, err  # an empty (new) folder is fine for a resumed run too
+    code, _, err = run_main(["--device", "cpu", "--resume", save, "--epochs", "2", "--save-dir", other], capsys)
+    assert_error(code, err, f"--save-dir {other}: it holds the checkpoint")
+    code, _, err = run_main(["--device", "cpu", "--resume", save, "--epochs", "2", "--save-dir", save], capsys)
+    assert code == 0, err

@@ -66,7 +66,9 @@ IR dumps: ``--dump-ir DIR`` writes ``DIR/00-input.mlir`` (the tree-form model, a
 Checkpoints: ``--save-dir DIR`` keeps ``DIR/last`` (after every epoch) and ``DIR/best`` (the
 epoch with the best val top-1 so far): each is a :meth:`tr_mlir.Task.save` folder
 (``config.json``, ``state.npz``) plus ``tr_train.json`` (the run: its configuration, the epochs
-so far, the best). ``--resume CKPT`` (such a folder, or a ``--save-dir`` folder: its ``last``)
+so far, the best), written whole (into ``DIR/<name>.tmp``, then swapped in). A ``DIR`` that holds
+another run's checkpoints is an error (a new run would overwrite them), unless this run resumes
+from one of them. ``--resume CKPT`` (such a folder, or a ``--save-dir`` folder: its ``last``)
 continues that run: ``--epochs`` is the total, so training resumes at the epoch after the
 checkpoint's; the model and the training configuration come from the checkpoint (giving
 ``--model``, ``--lr``, ... with another value is an error), the dataset is loaded again as the
@@ -807,6 +809,21 @@ def save_checkpoint(task: Any, folder: Path, run: dict[str, Any]) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def check_save_dir(save_dir: Path, resume_folder: Path | None) -> None:
+    """Raise :class:`TrainError` when ``save_dir`` holds a checkpoint (``last`` or ``best``) that
+    this run would overwrite, unless the run resumes from a checkpoint of that folder (it then
+    continues the run saved there)."""
+    from tr_mlir.task import CONFIG_FILE
+
+    held = [save_dir / n for n in ("last", "best")
+            if (save_dir / n / CONFIG_FILE).exists() or (save_dir / n / RUN_STATE_FILE).exists()]
+    if not held or (resume_folder is not None and resume_folder.resolve().parent == save_dir.resolve()):
+        return
+    raise TrainError(f"--save-dir {save_dir}: it holds the checkpoint {held[0]} of another run, which this run "
+                     f"would overwrite; continue that run with --resume {save_dir} --save-dir {save_dir}, or "
+                     f"choose another --save-dir (or delete the old one)")
+
+
 def find_checkpoint(path: Path) -> Path:
     """The checkpoint folder ``path`` names: itself, or its ``last`` (a ``--save-dir``)."""
     from tr_mlir.task import CONFIG_FILE
@@ -902,6 +919,8 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
             _prepare_output(flag, path)
     if args.plot is not None:
         _supported_image(args.plot)
+    if args.save_dir is not None:
+        check_save_dir(args.save_dir, resume_folder)
     for flag, path in (("--save-dir", args.save_dir), ("--dump-ir", args.dump_ir)):
         if path is not None:
             _prepare_output(flag, path, folder=True)
