@@ -29,12 +29,12 @@ run: $(RSTAMP)
 
 test: $(STAMP)
 	@status=0; \
-	$(BIN)/python -m pytest -q tests || status=1; \
+	$(BIN)/python -m pytest tests || status=1; \
 	$(BIN)/lit -sv lit_tests || status=1; \
 	exit $$status
 
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest tests
 
 lit: $(STAMP)
 	$(BIN)/lit -sv lit_tests
