@@ -1,0 +1,93 @@
+"""``python -m bench.profile MODEL``: where a tr-mlir training step spends its time.
+
+Builds the throughput model ``MODEL`` (:data:`bench.models.THROUGHPUT_MODELS`: ``mlp``,
+``lenet5``, ``resnet18_cifar``) as ``bench.throughput`` does, warms it up, then times every
+captured kernel call of one training step on its own (the best of ``--repeat`` calls, so the
+table is the kernels' cost without Python or load noise) and prints the time per kernel and the
+slowest calls with their shapes. ``--pyinstrument`` also records whole steps with pyinstrument
+(``pip install pyinstrument``; not a dependency of tr-mlir) and prints its call tree.
+``--threads`` sets the BLAS / kernel thread count (default 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+
+
+def kernel_table(task, repeat: int) -> list[tuple[float, str, dict]]:
+    """``(best seconds, kernel name, array shapes)`` for every kernel call of one training step."""
+    r = task.runner
+    graphs = r._pre[(0, "a")] + r._post[(0, "a", False)]
+    rows = []
+    for launch in (g for graph in graphs for g in graph.launches):
+        best = float("inf")
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            launch()
+            best = min(best, time.perf_counter() - t0)
+        kw = getattr(launch, "keywords", {})
+        shapes = {k: tuple(v.shape) for k, v in kw.items() if hasattr(v, "shape") and v.size > 1
+                  and k not in ("col", "wbuf", "ybuf", "xbuf", "tmp", "eq", "acc")}
+        rows.append((best, getattr(getattr(launch, "func", None), "__name__", repr(launch)), shapes))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    from threadpoolctl import threadpool_limits
+
+    from bench.models import THROUGHPUT_MODELS
+    from bench.throughput import _Ours
+    from tr_mlir.data import load_dataset
+
+    ap = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.splitlines()[0])
+    ap.add_argument("model", choices=sorted(THROUGHPUT_MODELS))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3, help="calls per kernel (the best counts)")
+    ap.add_argument("--top", type=int, default=15, help="slowest calls to list")
+    ap.add_argument("--pyinstrument", type=int, default=0, metavar="STEPS",
+                    help="also profile STEPS whole steps with pyinstrument")
+    args = ap.parse_args(argv)
+    m = THROUGHPUT_MODELS[args.model]
+    with threadpool_limits(args.threads):
+        data = load_dataset("synthetic", input_shape=m.input_shape, num_classes=m.num_classes,
+                            train_size=m.batch, val_size=1)
+        ours = _Ours(m, data.train_x[:m.batch], data.train_y[:m.batch], True)
+        ours.step()
+        ours.step()
+        t0 = time.perf_counter()
+        ours.step()
+        step = time.perf_counter() - t0
+        rows = kernel_table(ours.task, args.repeat)
+        total = sum(r[0] for r in rows)
+        per = collections.defaultdict(lambda: [0, 0.0])
+        for t, name, _ in rows:
+            per[name][0] += 1
+            per[name][1] += t
+        print(f"{args.model}, batch {m.batch}, {args.threads} threads: one step {step * 1e3:.1f} ms; "
+              f"{len(rows)} kernel calls, best-of-{args.repeat} sum {total * 1e3:.1f} ms")
+        print(f"{'kernel':<28} {'calls':>5} {'ms':>9} {'share':>6}")
+        for name, (n, t) in sorted(per.items(), key=lambda kv: -kv[1][1]):
+            print(f"{name:<28} {n:>5} {t * 1e3:>9.2f} {100 * t / total:>5.1f}%")
+        print(f"\nslowest {args.top} calls:")
+        for t, name, shapes in sorted(rows, key=lambda r: -r[0])[:args.top]:
+            print(f"{t * 1e3:8.2f} ms  {name}  {shapes}")
+        if args.pyinstrument:
+            try:
+                from pyinstrument import Profiler
+            except ImportError:
+                print("pyinstrument is not installed (pip install pyinstrument)", file=sys.stderr)
+                return 1
+            prof = Profiler(interval=0.0005)
+            prof.start()
+            for _ in range(args.pyinstrument):
+                ours.step()
+            prof.stop()
+            print(prof.output_text(unicode=False, color=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
