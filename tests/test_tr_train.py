@@ -486,3 +486,26 @@ def test_a_new_run_does_not_overwrite_the_checkpoints_of_another(tmp_path, capsy
     assert_error(code, err, f"--save-dir {other}: it holds the checkpoint")
     code, _, err = run_main(["--device", "cpu", "--resume", save, "--epochs", "2", "--save-dir", save], capsys)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("damage, needle", [
+    (lambda r: r["config"].update(optimizer="rmsprop"), "'optimizer' is 'rmsprop', not a valid --optimizer value"),
+    (lambda r: r["config"].update(batch_size="32"), "'batch_size' is '32', not a valid --batch-size value"),
+    (lambda r: r["config"].update(amp="yes"), "'amp' is 'yes', not a valid --amp value"),
+    (lambda r: r["config"].update(dataset_shape=[8, 8]), "'dataset_shape' is [8, 8], expected [H, W, C]"),
+    (lambda r: r["config"].update(input_adaptation={"mode": "crop"}), "'input_adaptation' is"),
+    (lambda r: r.update(config=[1]), "no 'config' object"),
+    (lambda r: r.update(epochs={"1": 2}), "'epochs' is not a list of epoch rows"),
+])
+def test_resume_from_a_damaged_run_state_is_an_error(damage, needle, tmp_path, capsys):
+    """A tr_train.json with a value no flag produces (an optimizer 'rmsprop', a string batch
+    size, no config object) ended in 'internal error: KeyError' or TypeError; now it is named."""
+    save = tmp_path / "ckpt"
+    code, _, err = run_main(["--device", "cpu", "--model", "mlp_digits", "--epochs", "1", "--save-dir", save], capsys)
+    assert code == 0, err
+    state = save / "last" / "tr_train.json"
+    run = json.loads(state.read_text())
+    damage(run)
+    state.write_text(json.dumps(run))
+    code, _, err = run_main(["--device", "cpu", "--resume", save, "--epochs", "2"], capsys)
+    assert_error(code, err, f"--resume {save / 'last'}: tr_train.json is damaged: {needle}")

@@ -845,7 +845,48 @@ def load_run_state(folder: Path) -> dict[str, Any]:
         raise TrainError(f"--resume {folder}: cannot read {RUN_STATE_FILE}: {e}") from None
     if not isinstance(run, dict) or run.get("format") != RUN_STATE_FORMAT:
         raise TrainError(f"--resume {folder}: {RUN_STATE_FILE} is not a {RUN_STATE_FORMAT} file")
+    problem = _run_state_problem(run)
+    if problem:
+        raise TrainError(f"--resume {folder}: {RUN_STATE_FILE} is damaged: {problem}")
     return run
+
+
+def _valid_flag_value(action: argparse.Action, value: Any) -> bool:
+    """Whether ``value`` (read from JSON) is something ``action``'s flag could have produced."""
+    if isinstance(action.default, bool):
+        return isinstance(value, bool)
+    if value is None:
+        return action.default is None or action.dest in ("model", "blueprint")  # one of the two is null
+    want = {int: (int,), float: (int, float)}.get(action.type, (str,))
+    return (isinstance(value, want) and not isinstance(value, bool)
+            and (action.choices is None or value in action.choices))
+
+
+def _run_state_problem(run: dict[str, Any]) -> str | None:
+    """What is wrong with a run state read back (the training configuration as flags produce
+    it, the input shapes, the epoch rows), or None."""
+    cfg = run.get("config")
+    if not isinstance(cfg, dict):
+        return "no 'config' object"
+    for action in build_parser()._actions:
+        if action.dest in TRAINING_KEYS and action.dest in cfg and not _valid_flag_value(action, cfg[action.dest]):
+            return f"'{action.dest}' is {cfg[action.dest]!r}, not a valid {action.option_strings[0]} value"
+
+    def ints(v: Any, n: int) -> bool:
+        return isinstance(v, list) and len(v) == n and all(isinstance(d, int) and d >= 1 for d in v)
+
+    if "dataset_shape" in cfg and not ints(cfg["dataset_shape"], 3):
+        return f"'dataset_shape' is {cfg['dataset_shape']!r}, expected [H, W, C]"
+    adapt = cfg.get("input_adaptation")
+    if adapt is not None and not (isinstance(adapt, dict) and adapt.get("mode") in ("pad", "resize")
+                                  and ints(adapt.get("to"), 2)):
+        return f"'input_adaptation' is {adapt!r}, expected null or {{\"mode\": \"pad\"|\"resize\", \"to\": [H, W]}}"
+    if not isinstance(cfg.get("data_dir"), (str, type(None))):
+        return f"'data_dir' is {cfg['data_dir']!r}, expected a path or null"
+    epochs = run.get("epochs", [])
+    if not isinstance(epochs, list) or not all(isinstance(r, dict) and isinstance(r.get("epoch"), int) for r in epochs):
+        return "'epochs' is not a list of epoch rows"
+    return None
 
 
 # --------------------------------------------------------------------------------------
