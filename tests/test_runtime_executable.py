@@ -250,6 +250,23 @@ def test_same_seed_gives_bit_identical_parameters(digits):
     assert not np.array_equal(a[0][1], c[0][1])
 
 
+@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "amp"])
+def test_same_seed_gives_bit_identical_conv_bn_runs(digits, amp):
+    """The same for a fused residual CNN (convolutions split across threads by the kernels, BN
+    statistics, AMP loss scaling): parameters and BN buffers bit for bit after an epoch."""
+    x, y = digits.train_x[:300], digits.train_y[:300]
+
+    def run():
+        task = tr_mlir.Task(zoo.resnet_tiny(10), (8, 8, 1), 10, 32, fuse=True, amp=amp, seed=0,
+                            optimizer=tr_mlir.optim.SGD(lr=0.05, momentum=0.9, weight_decay=5e-4))
+        task.fit((x, y), epochs=1)
+        return task.parameters() + task.buffers()
+
+    a, b = run(), run()
+    for (name, p), (_, q) in zip(a, b):
+        assert np.array_equal(p, q), name
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the overflows are the point
 def test_amp_overflow_halves_the_scale_and_skips_the_update():
     """AMP loss scaling on the device (facts 12.4): a gradient overflow sets has_nan, the scale
