@@ -509,3 +509,19 @@ def test_resume_from_a_damaged_run_state_is_an_error(damage, needle, tmp_path, c
     state.write_text(json.dumps(run))
     code, _, err = run_main(["--device", "cpu", "--resume", save, "--epochs", "2"], capsys)
     assert_error(code, err, f"--resume {save / 'last'}: tr_train.json is damaged: {needle}")
+
+
+def test_plot_marks_whole_epochs(tmp_path, monkeypatch):
+    """The x axes of a 3-epoch plot were ticked 1.00, 1.25, ..., 3.00."""
+    from matplotlib.figure import Figure
+
+    saved = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: saved.append(fig))
+    rows = [{"epoch": e, "train_loss": 1.0 / e, "val_loss": 1.1 / e, "train_top1": 0.3 * e,
+             "val_top1": 0.3 * e, "val_top5": 0.33 * e} for e in (1, 2, 3)]
+    tr_train.write_plot(tmp_path / "p.png", rows, "t")
+    (fig,) = saved
+    fig.canvas.draw()
+    for ax in fig.axes:
+        ticks = [t for t in ax.get_xticks() if 1 <= t <= 3]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks

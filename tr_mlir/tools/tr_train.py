@@ -732,9 +732,11 @@ def make_report(config: dict[str, Any], timings: dict[str, float], epochs: list[
 
 def write_plot(path: Path, epochs: list[dict[str, Any]], title: str) -> None:
     """Loss (train, val) and accuracy (train top-1, val top-1, val top-5, in %) per epoch, two
-    panels, drawn with matplotlib's Agg backend into ``path`` (format from the suffix)."""
+    panels (whole epochs on the x axes), drawn with matplotlib's Agg backend into ``path``
+    (format from the suffix)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(11, 4.2))
     FigureCanvasAgg(fig)
@@ -752,6 +754,7 @@ def write_plot(path: Path, epochs: list[dict[str, Any]], title: str) -> None:
     ax_acc.set_ylabel("accuracy (%)")
     ax_acc.set_title("accuracy")
     for ax in (ax_loss, ax_acc):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # not 1.25, 1.5, ... for a short run
         ax.grid(True, alpha=0.3)
         ax.legend()
     fig.suptitle(title)
