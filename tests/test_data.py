@@ -114,6 +114,10 @@ def test_mnist_missing_files_say_what_and_how(tmp_path):
     for stem in data.MNIST_FILES:
         assert stem + ".gz" in msg
     assert data.MNIST_MIRRORS[0] in msg and "--download" in msg
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    with pytest.raises(DatasetError, match=r"a_file \(a file, not a folder\)"):  # said 'no such folder'
+        load_dataset("mnist", a_file)
     paths = make_mnist(tmp_path)
     paths["t10k-labels-idx1-ubyte"].unlink()
     with pytest.raises(DatasetError, match=r"expected t10k-labels-idx1-ubyte\.gz \(gzip") as e:

@@ -307,7 +307,8 @@ def _load_mnist(data_dir: Path | None, *, download: bool = False) -> _Raw:
         download_mnist(data_dir)
     found, missing = _find_mnist(data_dir)
     if missing:
-        where = "" if data_dir.is_dir() else " (no such folder)"
+        where = ("" if data_dir.is_dir() else " (a file, not a folder)" if data_dir.exists()
+                 else " (no such folder)")
         raise DatasetError(
             f"MNIST files not found in {data_dir}{where}: expected "
             + ", ".join(s + ".gz" for s in missing) + " (gzip or uncompressed); download them from "
