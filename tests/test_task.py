@@ -281,6 +281,10 @@ def test_inference_on_any_number_of_samples(digits):
     assert m["loss"] == pytest.approx(float(np.mean(-np.log(probs[np.arange(37), y]))), rel=1e-4)
     top5 = np.mean([(probs[i] > probs[i, y[i]]).sum() < 5 for i in range(37)])
     assert m["top5"] == pytest.approx(top5)
+    empty = task.predict(x[:0])  # 'any number' includes none, as a torch model's empty batch
+    assert empty.shape == (0, 10) and empty.dtype == np.float32
+    with pytest.raises(TaskError, match="expected at least one sample, got 0"):  # a metric of nothing
+        task.evaluate(x[:0], y[:0])
 
 
 def test_bn_inference_parameters_are_refreshed_after_steps():

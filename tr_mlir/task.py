@@ -491,12 +491,14 @@ class Task:
 
     # -- data validation ---------------------------------------------------------------
 
-    def _x(self, x: Any, where: str) -> np.ndarray:
+    def _x(self, x: Any, where: str, *, allow_empty: bool = False) -> np.ndarray:
         h, w, c = self.input_shape
         if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 4 or x.shape[1:] != (h, w, c):
             got = f"{x.dtype} {x.shape}" if isinstance(x, np.ndarray) else type(x).__name__
             raise TaskError(f"{where}: expected x of shape (N, {h}, {w}, {c}) float32 (NHWC), got {got}")
         if x.shape[0] < 1:
+            if allow_empty:
+                return x
             raise TaskError(f"{where}: expected at least one sample, got 0")
         _check_finite(x, where)
         return x
@@ -604,9 +606,12 @@ class Task:
         return {"loss": m.loss, "top1": m.top1, "top5": m.top5}
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """Softmax probabilities ``(N, num_classes)`` float32 for any number of samples."""
+        """Softmax probabilities ``(N, num_classes)`` float32 for any number of samples (N = 0
+        gives an empty ``(0, num_classes)`` array, as a torch model does for an empty batch)."""
         self._ready()
-        x = self._x(x, "Task.predict")
+        x = self._x(x, "Task.predict", allow_empty=True)
+        if x.shape[0] == 0:
+            return np.zeros((0, self.num_classes), np.float32)
         self._refresh()
         return self.runner.predict(x)
 
