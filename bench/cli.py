@@ -39,6 +39,7 @@ class Mode:
     torch_peak_models: tuple[str, ...] = ()
     memory_extra: tuple[str, ...] = ()  # throughput models also planned for section 3
     peak_n: int = 2048
+    also_threads: tuple[int, ...] = ()  # section 2 repeated on these thread counts
 
 
 def _modes() -> dict[str, Mode]:
@@ -49,10 +50,11 @@ def _modes() -> dict[str, Mode]:
         "smoke": Mode(("mlp",), ("mlp",), ("mlp",), warmup=1, rounds=1, steps={"mlp": 2}, peak_n=256),
         "quick": Mode(ZOO_MODELS, ("mlp", "lenet5", "resnet18", "resnet50"), tp, warmup=2, rounds=3,
                       steps={"mlp": 6, "lenet5": 6, "resnet18_cifar": 2},
-                      torch_peak_models=("mlp", "lenet5", "resnet18_cifar", "resnet18"), memory_extra=tp),
+                      torch_peak_models=("mlp", "lenet5", "resnet18_cifar", "resnet18"), memory_extra=tp,
+                      also_threads=(1,)),
         "full": Mode(ZOO_MODELS, ZOO_MODELS, tp, warmup=3, rounds=5,
                      steps={"mlp": 10, "lenet5": 10, "resnet18_cifar": 4},
-                     torch_peak_models=(*tp, *ZOO_MODELS), memory_extra=tp),
+                     torch_peak_models=(*tp, *ZOO_MODELS), memory_extra=tp, also_threads=(1,)),
     }
 
 
@@ -98,7 +100,7 @@ def run(mode_name: str, sections: tuple[str, ...], *, log=print) -> dict[str, An
     if "throughput" in sections:
         log(f"[bench] section 2: CPU throughput ({', '.join(mode.throughput_models)})")
         res["throughput"] = throughput.run(list(mode.throughput_models), warmup=mode.warmup, rounds=mode.rounds,
-                                           steps=mode.steps, peak_n=mode.peak_n)
+                                           steps=mode.steps, peak_n=mode.peak_n, also_threads=mode.also_threads)
     if "memory" in sections:
         log("[bench] section 3: memory")
         from bench.models import THROUGHPUT_MODELS

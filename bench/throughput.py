@@ -35,7 +35,7 @@ LR, MOMENTUM = 0.01, 0.9
 
 def gemm_peak(n: int = 2048, repeats: int = 5) -> dict[str, float]:
     """fp32 GEMM rate (FLOP/s) of ``np.matmul`` and ``torch.mm`` on ``n x n`` matrices (best of
-    ``repeats``), under the thread limits in force."""
+    ``repeats``), under the thread limits in force (OpenBLAS's own threading for NumPy)."""
     import torch
 
     rng = np.random.default_rng(0)
@@ -150,7 +150,8 @@ def measure(m: BenchModel, *, warmup: int, rounds: int, steps: int, fuse: bool =
         "model": m.name, "batch": m.batch, "input_hwc": list(m.input_shape), "fuse": fuse,
         "tr_mlir_step_s": med_o, "torch_step_s": med_r,
         "tr_mlir_images_per_s": m.batch / med_o, "torch_images_per_s": m.batch / med_r,
-        "ratio": med_r / med_o, "step_flops": flops,
+        "ratio": med_r / med_o, "best_ratio": min(t_ref) / min(t_ours),
+        "tr_mlir_best_step_s": min(t_ours), "torch_best_step_s": min(t_ref), "step_flops": flops,
         "tr_mlir_gflops": flops / med_o / 1e9, "torch_gflops": flops / med_r / 1e9,
         "first_loss": first, "timed_steps": len(t_ours),
         "tr_mlir_step_times_s": t_ours, "torch_step_times_s": t_ref,
@@ -165,24 +166,37 @@ def _nodes_per_step(task) -> int:
 
 
 def run(names: list[str], *, warmup: int, rounds: int, steps: int | dict[str, int], threads: int = 2,
-        peak_n: int = 2048) -> dict[str, Any]:
+        peak_n: int = 2048, also_threads: tuple[int, ...] = ()) -> dict[str, Any]:
     """Section 2 for the models ``names`` (keys of :data:`THROUGHPUT_MODELS`) on ``threads``
     threads; ``steps``: timed steps per round (per model name when a dict). Adds each side's
-    fraction of the measured GEMM peak."""
+    fraction of the measured GEMM peak (the best of the peaks measured before and after the
+    models, so a busy moment does not lower it). ``also_threads``: the same measurement again
+    on these thread counts (``by_threads``; the 1-thread ratio is far less sensitive to other
+    processes on the machine)."""
     import torch
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    torch.set_num_threads(threads)
-    with threadpool_limits(limits=threads):
-        blas = [{k: d.get(k) for k in ("internal_api", "prefix", "version", "architecture", "num_threads")}
-                for d in threadpool_info()]
-        peak = gemm_peak(peak_n)
-        rows = []
-        for name in names:
-            n = steps[name] if isinstance(steps, dict) else steps
-            r = measure(THROUGHPUT_MODELS[name], warmup=warmup, rounds=rounds, steps=n)
+    def one(th: int) -> dict[str, Any]:
+        torch.set_num_threads(th)
+        with threadpool_limits(limits=th):
+            blas = [{k: d.get(k) for k in ("internal_api", "prefix", "version", "architecture", "num_threads")}
+                    for d in threadpool_info()]
+            before = gemm_peak(peak_n)
+            rows = []
+            for name in names:
+                n = steps[name] if isinstance(steps, dict) else steps
+                rows.append(measure(THROUGHPUT_MODELS[name], warmup=warmup, rounds=rounds, steps=n))
+            after = gemm_peak(peak_n)
+        peak = {"n": peak_n, "numpy_flops": max(before["numpy_flops"], after["numpy_flops"]),
+                "torch_flops": max(before["torch_flops"], after["torch_flops"]),
+                "numpy_flops_before_after": [before["numpy_flops"], after["numpy_flops"]]}
+        for r in rows:
             r["tr_mlir_peak_fraction"] = r["tr_mlir_gflops"] * 1e9 / peak["numpy_flops"]
             r["torch_peak_fraction"] = r["torch_gflops"] * 1e9 / peak["numpy_flops"]
-            rows.append(r)
-    return {"threads": threads, "torch_threads": torch.get_num_threads(), "blas": blas, "gemm_peak": peak,
-            "models": rows}
+        return {"threads": th, "torch_threads": torch.get_num_threads(), "blas": blas, "gemm_peak": peak,
+                "models": rows}
+
+    out = one(threads)
+    out["by_threads"] = {str(th): one(th) for th in also_threads}
+    torch.set_num_threads(threads)
+    return out

@@ -14,6 +14,10 @@ NumPy releases the GIL inside copies, ufuncs and BLAS calls, so the pieces run i
 (the planner sizes per-worker workspaces for that many). With one thread, or too little work to
 split (:data:`MIN_SPLIT_FLOPS`), a kernel runs exactly its serial code. The split is fixed by the
 shapes and ``T``, so results are reproducible run to run.
+
+Every GEMM of the kernels runs with OpenBLAS at one thread, split or not: an OpenBLAS call on
+several threads leaves its worker threads spinning for a while afterwards (OpenBLAS's thread
+timeout, about 0.1 s), which takes a core from the next kernel, and from any other process.
 """
 
 from __future__ import annotations
@@ -98,7 +102,17 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     t = workers()
     flops = 2.0 * m * n * k * (int(np.prod(a.shape[:-2])) if a.ndim > 2 else 1)
     if t == 1 or flops < MIN_SPLIT_FLOPS or m < 2 * t:
-        np.matmul(a, b, out=out)
+        blas = _controller()
+        if blas and t > 1:  # OpenBLAS at one thread for this call too (module doc)
+            get, put = blas
+            n = int(get())
+            put(1)
+            try:
+                np.matmul(a, b, out=out)
+            finally:
+                put(n)
+        else:
+            np.matmul(a, b, out=out)
         return
     bounds = [m * i // t for i in range(t + 1)]
     tasks = [(lambda lo=lo, hi=hi: np.matmul(a[..., lo:hi, :], b, out=out[..., lo:hi, :]))
