@@ -497,6 +497,22 @@ def test_softmax_ce_short_batch_masks_padding_rows():
     np.testing.assert_array_equal(dl2, dl)
 
 
+def test_softmax_ce_rows_with_nan_logits_are_misses():
+    """A diverged network (NaN logits) must not report top-1/top-5 hits."""
+    rng = np.random.default_rng(13)
+    n, k = 4, 10
+    logits = rnd(rng, (n, k))
+    labels = np.argmax(logits, axis=1).astype(np.int32)  # every finite row is a hit
+    logits[1, 3] = np.nan
+    logits[2, :] = np.nan
+    probs, loss, top1, top5 = np.zeros((n, k), F32), *(np.zeros(1, F32) for _ in range(3))
+    with np.errstate(invalid="ignore"):
+        run("softmax_ce_fwd", {}, logits=logits, labels=labels, probs=probs, loss=loss,
+            top1=top1, top5=top5)
+    assert top1[0] == pytest.approx(2 / n)
+    assert top5[0] == pytest.approx(2 / n)
+
+
 def test_softmax_ce_facts_formula_vs_torch():
     """The facts sheet's loss (12.4) with its 1e-8 epsilons equals torch's to ~1e-7 on ordinary
     logits; we implement torch's (log-sum-exp) form."""

@@ -90,9 +90,15 @@ def softmax_ce_fwd(logits, labels, probs, loss, top1, top5, pred=None, batch_siz
         lse = mx[v] + np.log(s[v])
         lb = lse - (1.0 - ls) * zy - ls * zv.mean(axis=1)
         loss_sum += float(lb.sum(dtype=np.float64))
-        hit1 = am[v] == y
+        # a row with a NaN/Inf logit is a miss: comparisons with NaN are False, so without
+        # this guard a diverged run would count every row as a top-5 hit
+        finite = np.isfinite(zv).all(axis=1)
+        hit1 = (am[v] == y) & finite
         correct1 += float(hit1.sum())
-        correct5 += float(((zv > zy[:, None]).sum(axis=1) < 5).sum()) if k >= 5 else float(hit1.sum())
+        if k >= 5:
+            correct5 += float((((zv > zy[:, None]).sum(axis=1) < 5) & finite).sum())
+        else:
+            correct5 += float(hit1.sum())
     inv = 1.0 / b if b else 0.0
     if inv_batch is not None:
         inv_batch.reshape(-1)[0] = inv
