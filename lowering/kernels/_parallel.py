@@ -118,3 +118,19 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     tasks = [(lambda lo=lo, hi=hi: np.matmul(a[..., lo:hi, :], b, out=out[..., lo:hi, :]))
              for lo, hi in zip(bounds, bounds[1:])]
     run(tasks)
+
+
+MIN_SPLIT_ELEMENTS = 1 << 18
+"""Smallest element-wise job (elements) worth splitting across threads (1 MiB of fp32)."""
+
+
+def split(n: int, fn: Callable[[int, int, int], None]) -> None:
+    """Run ``fn(lo, hi, share)`` over contiguous blocks ``[lo, hi)`` of ``range(n)``, one block per
+    kernel thread (one block under :data:`MIN_SPLIT_ELEMENTS`). ``share`` is the number of
+    blocks: a kernel that works in chunk temporaries divides its chunk size by it, so the
+    temporaries alive at once stay what they are on one thread. For element-wise work only
+    (each element's result independent of the split)."""
+    t = workers() if n >= MIN_SPLIT_ELEMENTS else 1
+    bounds = [n * i // t for i in range(t + 1)]
+    run([lambda w=w: fn(bounds[w], bounds[w + 1], t) for w in range(t)])
+

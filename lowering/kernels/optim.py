@@ -20,7 +20,9 @@ Semantics are ``torch.optim``'s (DESIGN section 7), per element:
 
 ``range_update_bias_*`` are the same updates without weight decay (BN gamma/beta and biases,
 the seed's convention; bind the ``weight`` kernel to them for ``decay_all``). Work runs in
-chunks of :data:`._util.CHUNK` elements, so temporaries stay small.
+chunks of :data:`._util.CHUNK` elements, so temporaries stay small; the SGD and Adam updates
+split their span among the kernel threads (:func:`._parallel.split`, element-wise, so the result
+does not depend on the split).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import math
 
 import numpy as np
 
-from ._util import chunks, flat, scalar
+from . import _parallel
+from ._util import CHUNK, chunks, flat, scalar
 from .registry import kernel
 
 
@@ -46,21 +49,26 @@ def sgd_update(w, g, m, lr: float, mu: float, wd: float, nesterov: bool, inv_sca
     """The SGD family on flat arrays (``m`` None: no momentum)."""
     wf, gf = flat(w), flat(g)
     mf = None if m is None else flat(m)
-    for sl in chunks(wf.size):
-        d = gf[sl] * inv_scale
-        ws = wf[sl]
-        if wd:
-            d += wd * ws
-        if mf is not None:
-            ms = mf[sl]
-            ms *= mu
-            ms += d
-            if nesterov:
-                d += mu * ms
-            else:
-                d[...] = ms
-        d *= lr
-        ws -= d
+
+    def block(lo: int, hi: int, share: int) -> None:
+        for c in chunks(hi - lo, CHUNK // share):
+            sl = slice(lo + c.start, lo + c.stop)
+            d = gf[sl] * inv_scale
+            ws = wf[sl]
+            if wd:
+                d += wd * ws
+            if mf is not None:
+                ms = mf[sl]
+                ms *= mu
+                ms += d
+                if nesterov:
+                    d += mu * ms
+                else:
+                    d[...] = ms
+            d *= lr
+            ws -= d
+
+    _parallel.split(wf.size, block)
 
 
 def adam_update(w, g, m, v, lr: float, b1: float, b2: float, eps: float, wd: float, decoupled: bool,
@@ -80,24 +88,28 @@ def adam_update(w, g, m, v, lr: float, b1: float, b2: float, eps: float, wd: flo
         t = max(step, 1.0)
         step_size = lr / (1.0 - b1**t)
         bc2_sqrt = math.sqrt(1.0 - b2**t)
-    for sl in chunks(wf.size):
-        ws, ms, vs = wf[sl], mf[sl], vf[sl]
-        d = gf[sl] * inv_scale
-        if wd and decoupled:
-            ws *= 1.0 - lr * wd
-        elif wd:
-            d += wd * ws
-        ms += (1.0 - b1) * (d - ms)
-        vs *= b2
-        d *= d
-        d *= 1.0 - b2
-        vs += d
-        den = np.sqrt(vs)
-        den *= 1.0 / bc2_sqrt
-        den += eps
-        np.divide(ms, den, out=den)
-        den *= step_size
-        ws -= den
+    def block(lo: int, hi: int, share: int) -> None:
+        for c in chunks(hi - lo, CHUNK // share):
+            sl = slice(lo + c.start, lo + c.stop)
+            ws, ms, vs = wf[sl], mf[sl], vf[sl]
+            d = gf[sl] * inv_scale
+            if wd and decoupled:
+                ws *= 1.0 - lr * wd
+            elif wd:
+                d += wd * ws
+            ms += (1.0 - b1) * (d - ms)
+            vs *= b2
+            d *= d
+            d *= 1.0 - b2
+            vs += d
+            den = np.sqrt(vs)
+            den *= 1.0 / bc2_sqrt
+            den += eps
+            np.divide(ms, den, out=den)
+            den *= step_size
+            ws -= den
+
+    _parallel.split(wf.size, block)
 
 
 def lars_trust_ratio(w: np.ndarray, g: np.ndarray, tc: float, wd: float, eps: float, inv_scale: float) -> float:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from . import _parallel
 from ._util import F32, chunks, flat, scalar
 from .registry import kernel
 
@@ -35,9 +36,10 @@ def _pairs(src: Ranges, dst: Ranges) -> list[tuple[np.ndarray, np.ndarray]]:
 
 @kernel("range_clear", writes=("out",), kind="range")
 def range_clear(out) -> None:
-    """memset 0 of every range (gradients, metric accumulators)."""
+    """memset 0 of every range (gradients, metric accumulators), split among the kernel threads."""
     for a in _seq(out):
-        a.fill(0)
+        f = a.reshape(-1)
+        _parallel.split(f.size, lambda lo, hi, share, f=f: f[lo:hi].fill(0))
 
 
 @kernel("range_d2d_copy", writes=("dst",), kind="range",
