@@ -96,29 +96,35 @@ def run(tasks: Sequence[Callable[[], None]]) -> None:
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """``np.matmul(a, b, out=out)`` for ``a`` (..., m, k), ``b`` (..., k, n), ``out`` (..., m, n),
-    split into row blocks of ``m`` across :func:`workers` threads when large enough."""
+    split across :func:`workers` threads when large enough: into row blocks of ``m`` or column
+    blocks of ``n``, whichever is larger (each thread then keeps the whole of the smaller side:
+    1.8-1.9x on 2 threads for the MLP's 200-row GEMMs split by columns, 1.7x by rows)."""
     m, k = a.shape[-2], a.shape[-1]
     n = b.shape[-1]
     t = workers()
     flops = 2.0 * m * n * k * (int(np.prod(a.shape[:-2])) if a.ndim > 2 else 1)
-    if t == 1 or flops < MIN_SPLIT_FLOPS or m < 2 * t:
+    if t == 1 or flops < MIN_SPLIT_FLOPS or max(m, n) < 2 * t:
         blas = _controller()
         if blas and t > 1:  # OpenBLAS at one thread for this call too (module doc)
             get, put = blas
-            n = int(get())
+            threads = int(get())
             put(1)
             try:
                 np.matmul(a, b, out=out)
             finally:
-                put(n)
+                put(threads)
         else:
             np.matmul(a, b, out=out)
         return
-    bounds = [m * i // t for i in range(t + 1)]
-    tasks = [(lambda lo=lo, hi=hi: np.matmul(a[..., lo:hi, :], b, out=out[..., lo:hi, :]))
-             for lo, hi in zip(bounds, bounds[1:])]
+    if m >= n:
+        bounds = [m * i // t for i in range(t + 1)]
+        tasks = [(lambda lo=lo, hi=hi: np.matmul(a[..., lo:hi, :], b, out=out[..., lo:hi, :]))
+                 for lo, hi in zip(bounds, bounds[1:])]
+    else:
+        bounds = [n * i // t for i in range(t + 1)]
+        tasks = [(lambda lo=lo, hi=hi: np.matmul(a, b[..., lo:hi], out=out[..., lo:hi]))
+                 for lo, hi in zip(bounds, bounds[1:])]
     run(tasks)
-
 
 MIN_SPLIT_ELEMENTS = 1 << 18
 """Smallest element-wise job (elements) worth splitting across threads (1 MiB of fp32)."""
