@@ -106,3 +106,23 @@ def test_chunk_rule_bounds_the_col_workspace():
     # per worker slot: one image's columns and its padded copy
     assert sizes["col"] == _parallel.MAX_WORKERS * (32 * 32 * 576 + 34 * 34 * 64)
     assert sizes["wbuf"] == 2 * _parallel.MAX_WORKERS * 64 * 576  # per worker: a partial sum and a product
+
+
+@pytest.mark.parametrize("s,p", [(1, 0), (1, 2), (2, 1)])
+def test_one_channel_conv_tap_major_matches_torch(s, p):
+    """One input channel: the tap-major im2col path (forward, weight gradient, input gradient)."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((6, 12, 12, 1)).astype(np.float32)
+    w = rng.standard_normal((6, 5, 5, 1)).astype(np.float32)
+    g = C.conv_geom(x.shape, w.shape, 5, s, p, 1)
+    assert C.tap_major(g)
+    dy = rng.standard_normal(g.y_shape).astype(np.float32)
+    y, dw, dx, _ = _run(x, w, dy, 5, s, p, 1)
+    tx = torch.tensor(x).permute(0, 3, 1, 2).requires_grad_()
+    tw = torch.tensor(w).permute(0, 3, 1, 2).requires_grad_()
+    ty = F.conv2d(tx, tw, stride=s, padding=p)
+    ty.backward(torch.tensor(dy).permute(0, 3, 1, 2))
+    for got, want in ((y, ty.detach().permute(0, 2, 3, 1)), (dw, tw.grad.permute(0, 2, 3, 1)),
+                      (dx, tx.grad.permute(0, 2, 3, 1))):
+        want = want.numpy()
+        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
