@@ -20,9 +20,9 @@ Semantics are ``torch.optim``'s (DESIGN section 7), per element:
 
 ``range_update_bias_*`` are the same updates without weight decay (BN gamma/beta and biases,
 the seed's convention; bind the ``weight`` kernel to them for ``decay_all``). Work runs in
-chunks of :data:`._util.CHUNK` elements, so temporaries stay small (SGD reuses one). The updates
-stay on one thread: split across two, their short NumPy calls spend more time handing the GIL
-back and forth than they save (measured 2x slower for the MLP's 1.46M parameters).
+chunks of :data:`._util.CHUNK` elements, so temporaries stay small (SGD reuses one). The SGD
+update of a large span (at least two :data:`SPLIT_CHUNK`) is split across the kernel threads in
+1 MiB chunks; the other updates stay on one thread.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import math
 
 import numpy as np
 
+from . import _parallel
 from ._util import CHUNK, chunks, flat, scalar
 from .registry import kernel
 
@@ -44,13 +45,20 @@ def _inv_scale(loss_scale) -> float:
     return 1.0 / s if s != 0 else 1.0
 
 
+SPLIT_CHUNK = 1 << 18
+"""Chunk (elements) of the SGD update when it is split across the kernel threads: long NumPy
+calls, so the threads do not spend their time handing the GIL back and forth (with 16K-element
+chunks two threads ran 2x slower than one)."""
+
+
 def sgd_update(w, g, m, lr: float, mu: float, wd: float, nesterov: bool, inv_scale: float) -> None:
-    """The SGD family on flat arrays (``m`` None: no momentum)."""
+    """The SGD family on flat arrays (``m`` None: no momentum); large spans are split across the
+    kernel threads (element-wise: the result does not depend on the split)."""
     wf, gf = flat(w), flat(g)
     mf = None if m is None else flat(m)
 
     def block(lo: int, hi: int, share: int) -> None:
-        step = CHUNK // share
+        step = CHUNK if share == 1 else SPLIT_CHUNK
         tmp = np.empty(min(step, hi - lo), np.float32)  # one chunk temporary per thread, reused
         plain = mf is not None and not nesterov and not wd and inv_scale == 1.0
         for c in chunks(hi - lo, step):
@@ -78,7 +86,10 @@ def sgd_update(w, g, m, lr: float, mu: float, wd: float, nesterov: bool, inv_sca
             d *= lr
             ws -= d
 
-    block(0, wf.size, 1)
+    if wf.size >= 2 * SPLIT_CHUNK:
+        _parallel.split(wf.size, block)
+    else:
+        block(0, wf.size, 1)
 
 
 def adam_update(w, g, m, v, lr: float, b1: float, b2: float, eps: float, wd: float, decoupled: bool,

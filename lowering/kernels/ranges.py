@@ -72,7 +72,11 @@ def range_check_nan(grads, has_nan, *, clip: float = 0.0) -> None:
         f = flat(g)
         if f.size == 0:
             continue
-        hi, lo = float(f.max()), float(f.min())
+        parts: list[tuple[float, float]] = []
+        _parallel.split(f.size, lambda a, b, share, f=f: parts.append((float(f[a:b].max()), float(f[a:b].min()))))
+        hi, lo = max(p[0] for p in parts), min(p[1] for p in parts)
+        if any(np.isnan(v) for p in parts for v in p):
+            hi = float("nan")
         if clip > 0:
             bad = bad or np.isnan(hi) or np.isnan(lo)
             np.clip(f, -clip, clip, out=f)
