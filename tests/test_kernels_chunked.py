@@ -126,3 +126,32 @@ def test_one_channel_conv_tap_major_matches_torch(s, p):
                       (dx, tx.grad.permute(0, 2, 3, 1))):
         want = want.numpy()
         assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_batch_norm_split_across_threads_matches_float64(threads):
+    """BN on an activation large enough to be split among the kernel threads (per-thread partial
+    sums): forward, running statistics and backward against a float64 reference."""
+    from tr_mlir.lowering.kernels import norm
+
+    rng = np.random.default_rng(3)
+    c = 64
+    x = (rng.standard_normal((norm.SPLIT_ELEMENTS // (16 * 16 * c) + 1, 16, 16, c)) * 2 + 1).astype(np.float32)
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    g, b = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    rm, rv = np.zeros(c, np.float32), np.ones(c, np.float32)
+    sm, si, y = np.zeros(c, np.float32), np.zeros(c, np.float32), np.empty_like(x)
+    dg, db, dx = np.zeros(c, np.float32), np.zeros(c, np.float32), np.empty_like(x)
+    with threadpool_limits(threads):
+        KERNELS["bn2d_fwd"](x=x, gamma=g, beta=b, running_mean=rm, running_var=rv, y=y, save_mean=sm, save_istd=si)
+        KERNELS["bn2d_bwd"](dy=dy, x=x, gamma=g, save_mean=sm, save_istd=si, dgamma=dg, dbeta=db, dx=dx)
+    x64, d64 = x.astype(np.float64).reshape(-1, c), dy.astype(np.float64).reshape(-1, c)
+    m = x64.shape[0]
+    mu, var = x64.mean(0), x64.var(0)
+    xh = (x64 - mu) / np.sqrt(var + 1e-5)
+    want = {"y": (y, xh * g + b), "rm": (rm, 0.1 * mu), "rv": (rv, 0.9 + 0.1 * var * m / (m - 1)),
+            "dg": (dg, (d64 * xh).sum(0)), "db": (db, d64.sum(0)),
+            "dx": (dx, g / np.sqrt(var + 1e-5) * (d64 - d64.mean(0) - xh * (d64 * xh).mean(0)))}
+    for name, (got, ref) in want.items():
+        err = np.abs(got.reshape(ref.shape) - ref).max() / np.abs(ref).max()
+        assert err < 2e-5, (name, err)

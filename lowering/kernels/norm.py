@@ -11,7 +11,9 @@ Statistics are per channel over every other axis (M = N*H*W values). PyTorch sem
 
 Inference uses the folded ``eq_scale = gamma / sqrt(rv + eps)``, ``eq_bias = beta - rm * eq_scale``
 (``bn_update_eq_params``). Every reduction and the normalization run in fp32 over row chunks, so
-fp16 (AMP) activations get fp32 statistics and no temporary of activation size exists. Parameters,
+fp16 (AMP) activations get fp32 statistics and no temporary of activation size exists. Large
+activations (:data:`SPLIT_ELEMENTS`) are shared out among the kernel threads by blocks of rows,
+each reduction keeping one C-element partial per thread, summed in thread order. Parameters,
 running statistics and saved statistics are fp32 arrays of C elements (any shape, e.g. (1, 1, 1, C)).
 """
 
@@ -19,12 +21,52 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._util import F32, row_chunks, rows2d, scalar
+from . import _parallel
+from ._util import CHUNK, F32, chunks, row_chunks, rows2d, scalar
 from .registry import kernel
+
+SPLIT_ELEMENTS = 1 << 20
+"""Activations of at least this many elements are normalized by all kernel threads, each over
+its block of rows in chunks of about :data:`SPLIT_CHUNK` elements (long NumPy calls: with short
+ones the threads spend their time handing the GIL back and forth); smaller ones run serially in
+:data:`._util.CHUNK` chunks."""
+
+SPLIT_CHUNK = 1 << 18
 
 
 def _vec(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1)
+
+
+def _blocks(m: int, c: int, fn) -> None:
+    """``fn(lo, hi, w, rows_per_chunk)`` over row blocks: one per kernel thread for a large
+    activation, else one block with :data:`._util.CHUNK`-sized chunks."""
+    if m * c < SPLIT_ELEMENTS:
+        fn(0, m, 0, max(1, CHUNK // max(c, 1)))
+        return
+    step = max(1, SPLIT_CHUNK // max(c, 1))
+    t = max(1, min(_parallel.workers(), m))
+    bounds = [m * i // t for i in range(t + 1)]
+    _parallel.run([lambda w=w: fn(bounds[w], bounds[w + 1], w, step) for w in range(t)])
+
+
+def _reduce(m: int, c: int, body, *outs: np.ndarray) -> None:
+    """``outs`` = sums over row blocks of what ``body(lo, hi, acc, rows_per_chunk)`` adds into
+    the zeroed C-element arrays ``acc`` (the first block sums into ``outs`` itself)."""
+    parts: dict[int, tuple[np.ndarray, ...]] = {}
+
+    def run(lo: int, hi: int, w: int, step: int) -> None:
+        acc = outs if w == 0 else tuple(np.empty_like(o) for o in outs)
+        for o in acc:
+            o.fill(0)
+        body(lo, hi, acc, step)
+        if w:
+            parts[w] = acc
+
+    _blocks(m, c, run)
+    for w in sorted(parts):
+        for o, a in zip(outs, parts[w]):
+            np.add(o, a, out=o)
 
 
 def bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps, momentum) -> None:
@@ -32,13 +74,20 @@ def bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, sa
     x2, y2 = rows2d(x), rows2d(y)
     m, c = x2.shape
     mean, istd = _vec(save_mean), _vec(save_istd)
-    np.add.reduce(x2, axis=0, dtype=F32, out=mean)
+
+    def total(lo: int, hi: int, acc, step: int) -> None:
+        np.add.reduce(x2[lo:hi], axis=0, dtype=F32, out=acc[0])
+
+    _reduce(m, c, total, mean)
     mean *= 1.0 / m
-    istd.fill(0)
-    for r in row_chunks(m, c):
-        t = x2[r] - mean
-        t *= t
-        istd += t.sum(axis=0, dtype=F32)
+
+    def squares(lo: int, hi: int, acc, step: int) -> None:
+        for r in chunks(hi - lo, step):
+            t = x2[lo + r.start:lo + r.stop] - mean
+            t *= t
+            np.add(acc[0], t.sum(axis=0, dtype=F32), out=acc[0])
+
+    _reduce(m, c, squares, istd)
     var = istd * (1.0 / m)
     mom = scalar(momentum)
     rm, rv = _vec(running_mean), _vec(running_var)
@@ -51,10 +100,15 @@ def bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, sa
     np.reciprocal(istd, out=istd)
     scale = _vec(gamma) * istd
     shift = _vec(beta) - mean * scale
-    for r in row_chunks(m, c):
-        t = x2[r] * scale
-        t += shift
-        y2[r] = t
+
+    def normalize(lo: int, hi: int, w: int, step: int) -> None:
+        for r in chunks(hi - lo, step):
+            sl = slice(lo + r.start, lo + r.stop)
+            t = x2[sl] * scale
+            t += shift
+            y2[sl] = t
+
+    _blocks(m, c, normalize)
 
 
 def bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta) -> None:
@@ -67,28 +121,36 @@ def bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta) -> None:
     m, c = x2.shape
     mean, istd = _vec(save_mean), _vec(save_istd)
     dg, db = _vec(dgamma), _vec(dbeta)
-    dg.fill(0)
-    db.fill(0)
-    for r in row_chunks(m, c):
-        xh = x2[r] - mean
-        xh *= istd
-        d = dy2[r].astype(F32, copy=False)
-        db += d.sum(axis=0, dtype=F32)
-        xh *= d
-        dg += xh.sum(axis=0, dtype=F32)
+
+    def grads(lo: int, hi: int, acc, step: int) -> None:
+        for r in chunks(hi - lo, step):
+            sl = slice(lo + r.start, lo + r.stop)
+            xh = x2[sl] - mean
+            xh *= istd
+            d = dy2[sl].astype(F32, copy=False)
+            np.add(acc[1], d.sum(axis=0, dtype=F32), out=acc[1])
+            xh *= d
+            np.add(acc[0], xh.sum(axis=0, dtype=F32), out=acc[0])
+
+    _reduce(m, c, grads, dg, db)
     if dx is None:
         return
     dx2 = rows2d(dx)
     k = _vec(gamma) * istd
     mdb, mdg = db * (1.0 / m), dg * (1.0 / m)
-    for r in row_chunks(m, c):
-        xh = x2[r] - mean
-        xh *= istd
-        xh *= mdg
-        t = dy2[r] - mdb
-        t -= xh
-        t *= k
-        dx2[r] = t
+
+    def input_grad(lo: int, hi: int, w: int, step: int) -> None:
+        for r in chunks(hi - lo, step):
+            sl = slice(lo + r.start, lo + r.stop)
+            xh = x2[sl] - mean
+            xh *= istd
+            xh *= mdg
+            t = dy2[sl] - mdb
+            t -= xh
+            t *= k
+            dx2[sl] = t
+
+    _blocks(m, c, input_grad)
 
 
 def bn_affine(x, scale, bias, y) -> None:
