@@ -25,7 +25,9 @@ CASES = [  # n, h, c, k_out, k, s, p, groups, dtype
     (6, 7, 8, 8, 1, 2, 0, 1, np.float32),   # 1x1 stride 2 (projection): kg >= kkc, direct orientation
     (5, 9, 4, 8, 3, 2, 1, 1, np.float16),   # AMP: fp16 x, w, y, dw, dx
     (5, 9, 4, 8, 3, 1, 1, 1, np.float16),   # AMP, dX as a convolution
-    (5, 14, 4, 7, 5, 1, 0, 1, np.float32),  # LeNet-like: 5x5, no padding, dX as a full convolution
+    (5, 14, 4, 7, 5, 1, 0, 1, np.float32),  # LeNet-like: 5x5, no padding, dX tap-major (C < 16)
+    (4, 9, 16, 8, 3, 1, 1, 1, np.float32),  # 16 channels, stride 1: dX as a convolution
+    (4, 9, 16, 8, 3, 1, 1, 1, np.float16),  # the same in AMP
     (5, 12, 3, 7, 5, 1, 0, 1, np.float32),  # 3 input channels: dX by col2im
     (5, 10, 4, 6, 5, 1, 2, 1, np.float32),  # 5x5 "same" padding
 ]
@@ -96,6 +98,19 @@ def test_fc_and_pointwise_gemm_split_across_threads(threads):
     for got, want in ((y.reshape(64, 200), x2 @ w2.T + b.reshape(200)), (dw.reshape(200, 300), dy2.T @ x2),
                       (dx.reshape(64, 300), dy2 @ w2)):
         assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def test_dgrad_paths_are_chosen_by_shape():
+    """Which input-gradient path a conv takes: tap-major for few channels, a convolution for
+    stride 1 on large maps, col2im otherwise."""
+    lenet2 = C.conv_geom((128, 14, 14, 6), (16, 5, 5, 6), 5, 1, 0, 1)
+    stage1 = C.conv_geom((64, 32, 32, 64), (64, 3, 3, 64), 3, 1, 1, 1)
+    stage4 = C.conv_geom((64, 4, 4, 512), (512, 3, 3, 512), 3, 1, 1, 1)
+    down = C.conv_geom((64, 32, 32, 64), (128, 3, 3, 64), 3, 2, 1, 1)
+    assert C.dgrad_tap_major(lenet2) and C.dgrad_geom(lenet2) is None
+    assert not C.dgrad_tap_major(stage1) and C.dgrad_geom(stage1) is not None
+    for g in (stage4, down):
+        assert not C.dgrad_tap_major(g) and C.dgrad_geom(g) is None
 
 
 def test_chunk_rule_bounds_the_col_workspace():
