@@ -170,3 +170,32 @@ def test_batch_norm_split_across_threads_matches_float64(threads):
     for name, (got, ref) in want.items():
         err = np.abs(got.reshape(ref.shape) - ref).max() / np.abs(ref).max()
         assert err < 2e-5, (name, err)
+
+
+def test_pool_and_relu_split_by_threads_equal_serial():
+    """Max pool (forward mask, backward) and ReLU on arrays large enough to be split among the
+    kernel threads give exactly the serial results (element-wise work)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((16, 64, 64, 8)).astype(np.float32)
+    assert x.size >= _parallel.MIN_SPLIT_ELEMENTS
+    x[0, 0, 0, 0] = x[0, 0, 1, 0]  # a tie: the first maximum in row-major order wins
+    out = {}
+    for threads in (1, 2):
+        y = np.empty((16, 32, 32, 8), np.float32)
+        mask = np.empty(y.shape, np.int8)
+        eq = np.empty(2 * y.size, bool)
+        dy = np.arange(y.size, dtype=np.float32).reshape(y.shape)
+        dx = np.empty_like(x)
+        r, rm, rdx = np.empty_like(x), np.empty(x.shape, np.int8), np.empty_like(x)
+        with threadpool_limits(threads):
+            KERNELS["maxpool_fwd"](x=x, y=y, mask=mask, eq=eq, k=2, s=2, p=0)
+            KERNELS["maxpool_bwd"](dy=dy, mask=mask, dx=dx, eq=eq, k=2, s=2, p=0)
+            KERNELS["relu_fwd"](x=x, y=r, mask=rm)
+            KERNELS["relu_bwd"](dy=x, mask=rm, dx=rdx)
+        out[threads] = (y, mask, dx, r, rm, rdx)
+    for a, b in zip(out[1], out[2]):
+        assert np.array_equal(a, b)
+    t = torch.tensor(x).permute(0, 3, 1, 2)
+    ref, idx = F.max_pool2d(t, 2, 2, return_indices=True)
+    assert np.array_equal(out[2][0], ref.permute(0, 2, 3, 1).numpy())
+    assert out[2][1][0, 0, 0, 0] == 0  # the tie went to tap (0, 0)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _parallel
 from ._util import F32, chunks, flat
 from .registry import kernel
 
@@ -127,11 +128,25 @@ for _name, _act in ACTIVATIONS.items():
     _register(_name, _act)
 
 
+def _halves(size: int, fn) -> None:
+    """``fn(lo, hi)`` over flat blocks, one per kernel thread for a large array (whole-block
+    NumPy calls, no temporaries)."""
+    t = _parallel.workers() if size >= _parallel.MIN_SPLIT_ELEMENTS else 1
+    bounds = [size * i // t for i in range(t + 1)]
+    _parallel.run([lambda w=w: fn(bounds[w], bounds[w + 1]) for w in range(t)])
+
+
 @kernel("relu_fwd", writes=("y", "mask"))
 def relu_fwd(x, y, mask) -> None:
-    """``y = max(x, 0)``, ``mask = (x > 0)`` as INT8 (same shape as x)."""
-    np.greater(x, 0, out=mask)
-    np.maximum(x, 0, out=y)
+    """``y = max(x, 0)``, ``mask = (x > 0)`` as INT8 (same shape as x); large arrays are split
+    among the kernel threads."""
+    xf, yf, mf = flat(x), flat(y), flat(mask)
+
+    def block(lo: int, hi: int) -> None:
+        np.greater(xf[lo:hi], 0, out=mf[lo:hi])
+        np.maximum(xf[lo:hi], 0, out=yf[lo:hi])
+
+    _halves(xf.size, block)
 
 
 @kernel("relu_inf", writes=("y",))
@@ -143,4 +158,5 @@ def relu_inf(x, y, mask=None) -> None:
 @kernel("relu_bwd", writes=("dx",))
 def relu_bwd(dy, mask, dx) -> None:
     """``dx = dy * mask`` (the INT8 mask of ``relu_fwd``); dx may be dy's buffer."""
-    np.multiply(dy, mask, out=dx)
+    dyf, mf, dxf = flat(dy), flat(mask), flat(dx)
+    _halves(dxf.size, lambda lo, hi: np.multiply(dyf[lo:hi], mf[lo:hi], out=dxf[lo:hi]))

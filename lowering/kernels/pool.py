@@ -11,16 +11,27 @@ formed; :meth:`KernelSpec.workspace_shapes` gives their sizes.
 Speed: masked NumPy calls (``where=``) run an order of magnitude slower than plain ones, so the
 mask is selected arithmetically (``mask += (t - mask) * eq`` in int8) and the backward of
 non-overlapping windows (k <= s, the usual 2x2/2) writes ``dy * (mask == t)`` straight into each
-tap's strided block of dx, with no fill where the windows tile the input exactly.
+tap's strided block of dx, with no fill where the windows tile the input exactly. Max pooling of
+a large batch (:data:`._parallel.MIN_SPLIT_ELEMENTS`) is split by images among the kernel threads
+(no temporaries: each thread uses its own rows of the ``eq`` workspace).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import _parallel
 from ._util import F32, nhwc, take
 from .registry import ArrayInfo, kernel
 from .window import Window, window
+
+
+def _by_images(n: int, size: int, fn) -> None:
+    """``fn(lo, hi)`` over image blocks, one per kernel thread when ``size`` elements is large."""
+    t = _parallel.workers() if size >= _parallel.MIN_SPLIT_ELEMENTS else 1
+    t = max(1, min(t, n))
+    bounds = [n * i // t for i in range(t + 1)]
+    _parallel.run([lambda w=w: fn(bounds[w], bounds[w + 1]) for w in range(t)])
 
 
 def _win(x_shape: tuple[int, ...], k: int, s: int, p: int, what: str) -> Window:
@@ -57,25 +68,30 @@ def maxpool_fwd(x, y, mask, eq, *, k: int, s: int, p: int = 0) -> None:
     win = _win(x.shape, k, s, p, "maxpool input")
     _check_out(y.shape, x.shape, win)
     both = take(eq, (2 * y.size,), np.dtype(bool))
-    e = both[:y.size].reshape(y.shape)
-    d = both[y.size:].view(np.int8).reshape(y.shape)
+    e_all = both[:y.size].reshape(y.shape)
+    d_all = both[y.size:].view(np.int8).reshape(y.shape)
     taps = [t for t in win.taps if not t.empty]
     full = taps[0].oh == slice(0, win.ho) and taps[0].ow == slice(0, win.wo)
-    if full:  # the first tap covers every output: start from it
-        np.copyto(y, x[:, taps[0].ih, taps[0].iw, :], casting="same_kind")
-    else:
-        y.fill(-np.inf)
-    for tap in taps[1:] if full else taps:
-        yv = y[:, tap.oh, tap.ow, :]
-        np.maximum(yv, x[:, tap.ih, tap.iw, :], out=yv)
-    mask.fill(0)
-    for tap in reversed(taps):  # the first maximum in row-major order wins: written last
-        sl = (slice(None), tap.oh, tap.ow, slice(None))
-        ev, dv, mv = e[sl], d[sl], mask[sl]
-        np.equal(x[:, tap.ih, tap.iw, :], y[sl], out=ev)
-        np.subtract(tap.t, mv, out=dv, casting="unsafe")
-        np.multiply(dv, ev, out=dv)
-        np.add(mv, dv, out=mv)
+
+    def block(lo: int, hi: int) -> None:
+        xb, yb, mb, e, d = x[lo:hi], y[lo:hi], mask[lo:hi], e_all[lo:hi], d_all[lo:hi]
+        if full:  # the first tap covers every output: start from it
+            np.copyto(yb, xb[:, taps[0].ih, taps[0].iw, :], casting="same_kind")
+        else:
+            yb.fill(-np.inf)
+        for tap in taps[1:] if full else taps:
+            yv = yb[:, tap.oh, tap.ow, :]
+            np.maximum(yv, xb[:, tap.ih, tap.iw, :], out=yv)
+        mb.fill(0)
+        for tap in reversed(taps):  # the first maximum in row-major order wins: written last
+            sl = (slice(None), tap.oh, tap.ow, slice(None))
+            ev, dv, mv = e[sl], d[sl], mb[sl]
+            np.equal(xb[:, tap.ih, tap.iw, :], yb[sl], out=ev)
+            np.subtract(tap.t, mv, out=dv, casting="unsafe")
+            np.multiply(dv, ev, out=dv)
+            np.add(mv, dv, out=mv)
+
+    _by_images(x.shape[0], x.size, block)
 
 
 @kernel("maxpool_bwd", writes=("dx",), workspaces=("eq", "acc"), workspace_fn=_ws_maxpool_bwd)
@@ -87,14 +103,20 @@ def maxpool_bwd(dy, mask, dx, eq, acc=None, *, k: int, s: int, p: int = 0) -> No
     _check_out(dy.shape, dx.shape, win)
     e = take(eq, dy.shape, np.dtype(bool))
     if not win.overlapping:  # each input element is in at most one window (module doc)
-        if not (p == 0 and k == s and win.ho * s == win.h and win.wo * s == win.w):
-            dx.fill(0)
-        for tap in win.taps:
-            if tap.empty:
-                continue
-            ev = e[:, tap.oh, tap.ow, :]
-            np.equal(mask[:, tap.oh, tap.ow, :], tap.t, out=ev)
-            np.multiply(dy[:, tap.oh, tap.ow, :], ev, out=dx[:, tap.ih, tap.iw, :], casting="same_kind")
+        tiled = p == 0 and k == s and win.ho * s == win.h and win.wo * s == win.w
+
+        def block(lo: int, hi: int) -> None:
+            dxb, eb, mb, dyb = dx[lo:hi], e[lo:hi], mask[lo:hi], dy[lo:hi]
+            if not tiled:
+                dxb.fill(0)
+            for tap in win.taps:
+                if tap.empty:
+                    continue
+                ev = eb[:, tap.oh, tap.ow, :]
+                np.equal(mb[:, tap.oh, tap.ow, :], tap.t, out=ev)
+                np.multiply(dyb[:, tap.oh, tap.ow, :], ev, out=dxb[:, tap.ih, tap.iw, :], casting="same_kind")
+
+        _by_images(dx.shape[0], dx.size, block)
         return
     a = dx if dx.dtype == F32 else take(acc, dx.shape)
     a.fill(0)
