@@ -178,7 +178,7 @@ def test_pool_and_relu_split_by_threads_equal_serial():
     rng = np.random.default_rng(4)
     x = rng.standard_normal((16, 64, 64, 8)).astype(np.float32)
     assert x.size >= _parallel.MIN_SPLIT_ELEMENTS
-    x[0, 0, 0, 0] = x[0, 0, 1, 0]  # a tie: the first maximum in row-major order wins
+    x[0, 0, 0, 0] = x[0, 0, 1, 0] = 10.0  # a tie for the maximum: the first in row-major order wins
     out = {}
     for threads in (1, 2):
         y = np.empty((16, 32, 32, 8), np.float32)
