@@ -98,3 +98,16 @@ def test_torch_twin_matches_the_plan():
     m = THROUGHPUT_MODELS["resnet18_cifar"]
     net = torch_model(m.blueprint(), m.input_shape, m.num_classes)
     assert sum(p.numel() for p in net.parameters()) == 11_173_962
+
+
+def test_openblas_env_is_unset_for_the_benchmark_alone(tmp_path):
+    """With OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE set, ``python -m bench`` re-executes itself once
+    without both and records which it unset."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(OPENBLAS_CORETYPE="Haswell", OPENBLAS_L2_SIZE="512")
+    proc = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--sections", "gpu", "--out-dir", str(tmp_path),
+                           "--name", "env"], cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads((tmp_path / "env.json").read_text())
+    assert res["openblas_env_unset"] == ["OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"]
+    assert set(res) >= {"gpu", "machine"} and "throughput" not in res
