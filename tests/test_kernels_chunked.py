@@ -199,3 +199,25 @@ def test_pool_and_relu_split_by_threads_equal_serial():
     ref, idx = F.max_pool2d(t, 2, 2, return_indices=True)
     assert np.array_equal(out[2][0], ref.permute(0, 2, 3, 1).numpy())
     assert out[2][1][0, 0, 0, 0] == 0  # the tie went to tap (0, 0)
+
+
+def test_activation_split_by_threads_equals_serial():
+    """tanh forward/backward on an array large enough to be split among the kernel threads
+    equals the serial result and torch."""
+    from tr_mlir.lowering.kernels import activation
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(activation.SPLIT_ELEMENTS + 1000).astype(np.float32).reshape(-1, 1, 1, 8)
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    out = {}
+    for threads in (1, 2):
+        y, dx = np.empty_like(x), np.empty_like(x)
+        with threadpool_limits(threads):
+            KERNELS["tanh_fwd"](x=x, y=y)
+            KERNELS["tanh_bwd"](dy=dy, x=x, dx=dx)
+        out[threads] = (y, dx)
+    assert np.array_equal(out[1][0], out[2][0]) and np.array_equal(out[1][1], out[2][1])
+    t = torch.tensor(x).requires_grad_()
+    torch.tanh(t).backward(torch.tensor(dy))
+    assert np.abs(out[2][0] - torch.tanh(torch.tensor(x)).numpy()).max() < 1e-6
+    assert np.abs(out[2][1] - t.grad.numpy()).max() < 1e-5
