@@ -93,20 +93,51 @@ ACTIVATIONS: dict[str, Activation] = {
 """Activation name (the compute op stem) -> its math. ReLU is separate (mask)."""
 
 
+SPLIT_ELEMENTS = 1 << 19
+"""Arrays of at least this many elements are shared out among the kernel threads by halves, in
+chunks of :data:`SPLIT_CHUNK` (long NumPy calls, so the threads do not fight over the GIL); the
+temporaries of both threads together stay under half the array."""
+
+SPLIT_CHUNK = 1 << 16
+
+
+def _chunked(size: int, fn) -> None:
+    """``fn(slice)`` over chunks of ``range(size)``: serially in :data:`._util.CHUNK` chunks, or
+    split among the kernel threads for a large array."""
+    t = _parallel.workers() if size >= SPLIT_ELEMENTS else 1
+    if t == 1:
+        for sl in chunks(size):
+            fn(sl)
+        return
+    bounds = [size * i // t for i in range(t + 1)]
+
+    def block(lo: int, hi: int) -> None:
+        for c in chunks(hi - lo, SPLIT_CHUNK):
+            fn(slice(lo + c.start, lo + c.stop))
+
+    _parallel.run([lambda w=w: block(bounds[w], bounds[w + 1]) for w in range(t)])
+
+
 def apply_forward(act: Activation, x: np.ndarray, y: np.ndarray) -> None:
     """``y = f(x)`` chunk by chunk; ``y`` may be ``x``'s buffer."""
     xf, yf = flat(x), flat(y)
-    for sl in chunks(xf.size):
+
+    def one(sl: slice) -> None:
         yf[sl] = act.f(xf[sl].astype(F32, copy=False))
+
+    _chunked(xf.size, one)
 
 
 def apply_backward(act: Activation, dy: np.ndarray, x: np.ndarray, dx: np.ndarray) -> None:
     """``dx = dy * f'(x)`` chunk by chunk; ``dx`` may be ``x``'s or ``dy``'s buffer."""
     xf, dyf, dxf = flat(x), flat(dy), flat(dx)
-    for sl in chunks(xf.size):
+
+    def one(sl: slice) -> None:
         g = act.df(xf[sl].astype(F32, copy=False))
         g *= dyf[sl]
         dxf[sl] = g
+
+    _chunked(xf.size, one)
 
 
 def _register(name: str, act: Activation) -> None:
