@@ -25,29 +25,19 @@ from xdsl.passes import ModulePass
 from tr_mlir.passes.memplan_build_atlas import MemplanBuildAtlasPass
 from tr_mlir.passes.memplan_build_graph import MemplanBuildGraphPass
 from tr_mlir.passes.memplan_create_plans import MemplanCreatePlansPass
-from tr_mlir.passes.memplan_derive_shapes import MemplanDeriveShapesPass
+from tr_mlir.passes.memplan_derive_shapes import CompileSpecOptions, MemplanDeriveShapesPass
 from tr_mlir.passes.memplan_max_slots import MemplanMaxSlotsPass
 from tr_mlir.passes.memplan_share_variants import MemplanShareVariantsPass
 
-SPEC_OPTIONS: tuple[str, ...] = tuple(f.name for f in fields(MemplanDeriveShapesPass))
+SPEC_OPTIONS: tuple[str, ...] = tuple(f.name for f in fields(CompileSpecOptions))
 """The compile-spec options (those of ``memplan-derive-shapes``)."""
 
 
 @dataclass(frozen=True)
-class MemplanCompilePass(ModulePass):
+class MemplanCompilePass(CompileSpecOptions, ModulePass):
     """Phases 1..5 and the atlas; see the module docstring for the options."""
 
     name = "memplan-compile"
-
-    batch_size: int | None = None
-    train_size: int | None = None
-    val_size: int | None = None
-    train_res: int | None = None
-    train_res_end: int | None = None
-    val_res: int | None = None
-    world_size: int | None = None
-    optimizer: str | None = None
-    target: str | None = None
 
     def phases(self) -> list[ModulePass]:
         """The passes this pipeline runs, in order, with the spec options on phase 1."""

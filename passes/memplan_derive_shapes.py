@@ -96,10 +96,10 @@ def variant_specs(spec: SpecOp, channels: int) -> list[VariantSpec]:
 
 
 @dataclass(frozen=True)
-class MemplanDeriveShapesPass(ModulePass):
-    """Phase 1: compile spec, six variants, per-layer tensor descriptors (see the module doc)."""
-
-    name = "memplan-derive-shapes"
+class CompileSpecOptions:
+    """The compile-spec options shared by ``memplan-derive-shapes``, ``memplan-compile`` and
+    ``tr-compile`` (``None``: take the value from the spec already in the module, or the
+    default; see the module docstring)."""
 
     batch_size: int | None = None
     train_size: int | None = None
@@ -110,6 +110,13 @@ class MemplanDeriveShapesPass(ModulePass):
     world_size: int | None = None
     optimizer: str | None = None
     target: str | None = None
+
+
+@dataclass(frozen=True)
+class MemplanDeriveShapesPass(CompileSpecOptions, ModulePass):
+    """Phase 1: compile spec, six variants, per-layer tensor descriptors (see the module doc)."""
+
+    name = "memplan-derive-shapes"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for model, program in model_programs(op, self.name, need_program=False):

@@ -23,10 +23,11 @@ from xdsl.passes import ModulePass
 
 from tr_mlir.passes.arch_plan import ArchPlanPass
 from tr_mlir.passes.memplan_compile import SPEC_OPTIONS, MemplanCompilePass
+from tr_mlir.passes.memplan_derive_shapes import CompileSpecOptions
 
 
 @dataclass(frozen=True)
-class TrCompilePass(ModulePass):
+class TrCompilePass(CompileSpecOptions, ModulePass):
     """``arch-plan`` + ``memplan-compile``; see the module docstring for the options."""
 
     name = "tr-compile"
@@ -35,15 +36,6 @@ class TrCompilePass(ModulePass):
     amp: bool | None = None
     num_classes: int | None = None
     cbrp: bool = False
-    batch_size: int | None = None
-    train_size: int | None = None
-    val_size: int | None = None
-    train_res: int | None = None
-    train_res_end: int | None = None
-    val_res: int | None = None
-    world_size: int | None = None
-    optimizer: str | None = None
-    target: str | None = None
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         ArchPlanPass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, cbrp=self.cbrp).apply(ctx, op)
