@@ -1,0 +1,181 @@
+"""Kernels compiled for their static shapes: C source -> shared library -> ``ctypes`` call.
+
+The memplan fixes every shape before the first step, so a kernel can be generated for exactly
+the shapes it will run: loop bounds, strides and channel counts become compile-time constants,
+which lets the C compiler unroll the small loops and keep accumulators in vector registers.
+That matters where NumPy is call- and memory-bound: convolutions and pooling with a few
+channels (LeNet's 1, 6 and 16), where an im2col GEMM has 6 or 16 output columns. The approach is
+tinygrad's CPU backend (generated C, the system compiler, ``ctypes``); the kernels themselves
+are ours (see the callers in :mod:`.conv` and :mod:`.pool`).
+
+* :func:`available` says whether compiled kernels can be used: a C compiler (``$CC``, else
+  ``cc``) that builds and loads a probe library, and ``TR_MLIR_CC`` not set to ``0``. Without
+  one every kernel runs its NumPy code; results agree to float rounding.
+* :func:`load` compiles a source once per process and caches the library on disk under
+  :func:`cache_dir`, keyed by a SHA-256 of the source, the compiler's version line, the flags
+  and the machine, so a later process loads it in about a millisecond. Libraries are written
+  to a temporary name and renamed into place, so concurrent processes never load a half-written
+  file.
+* ``ctypes`` releases the GIL for the duration of a call, so :mod:`._parallel` can run pieces of
+  one kernel (image ranges) on several threads.
+
+Flags: ``-O3 -march=native -fPIC -shared`` (ISO float semantics: no ``-ffast-math``, so a
+kernel's results do not depend on re-association; the compiler may still fuse multiply-adds).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-std=c99")
+"""Compiler flags of every kernel library."""
+
+ENV_SWITCH = "TR_MLIR_CC"
+"""Environment variable: ``0`` disables compiled kernels (the NumPy code runs instead)."""
+
+ENV_CACHE = "TR_MLIR_CACHE_DIR"
+"""Environment variable: the directory for compiled libraries (default: :func:`cache_dir`)."""
+
+_PROBE = "int tr_mlir_probe(int a) { return a + 1; }\n"
+
+_lock = threading.Lock()
+_libs: dict[str, ctypes.CDLL] = {}
+_state: dict[str, object] = {}
+
+
+class CompileError(RuntimeError):
+    """The C compiler rejected a generated kernel source (a bug in tr-mlir: the message holds
+    the compiler's diagnostics and the first lines of the source)."""
+
+
+def compiler() -> str | None:
+    """Path of the C compiler to use (``$CC`` or ``cc``), or None when there is none."""
+    cc = (os.environ.get("CC") or "cc").split()
+    return shutil.which(cc[0]) if cc else None
+
+
+def cache_dir() -> Path:
+    """Where compiled kernel libraries are kept: ``$TR_MLIR_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/tr-mlir/cc``, else ``~/.cache/tr-mlir/cc`` (created on first use)."""
+    if os.environ.get(ENV_CACHE):
+        return Path(os.environ[ENV_CACHE])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tr-mlir" / "cc"
+
+
+def _version(cc: str) -> str:
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30)
+        return (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) else cc
+    except (OSError, subprocess.SubprocessError):
+        return cc
+
+
+def _key(source: str, cc: str) -> str:
+    h = hashlib.sha256()
+    for part in (source, _version(cc), " ".join(FLAGS), platform.machine(), _cpu_model()):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
+def _cpu_model() -> str:
+    """The CPU model line (``-march=native`` code is only valid on a CPU like this one)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(("model name", "flags")):
+                    return line.strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _compile(source: str, cc: str, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tr-mlir-cc-") as tmp:
+        src = Path(tmp) / "kernel.c"
+        src.write_text(source, encoding="utf-8")
+        out = Path(tmp) / "kernel.so"
+        proc = subprocess.run([cc, *FLAGS, str(src), "-o", str(out), "-lm"], capture_output=True, text=True,
+                              timeout=300)
+        if proc.returncode != 0:
+            head = "\n".join(source.splitlines()[:20])
+            raise CompileError(f"{cc} failed on a generated kernel (exit {proc.returncode}):\n"
+                               f"{proc.stderr.strip()}\n--- source (first lines) ---\n{head}")
+        fd, partial = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".part")
+        os.close(fd)
+        shutil.copyfile(out, partial)
+        os.replace(partial, target)
+
+
+def load(source: str) -> ctypes.CDLL:
+    """The shared library built from C ``source`` (compiled on first use, then cached in this
+    process and on disk). Raises :class:`CompileError` when the compiler rejects the source and
+    ``RuntimeError`` when there is no usable compiler (check :func:`available` first)."""
+    cc = compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler found (set CC or install cc); compiled kernels are unavailable")
+    key = _key(source, cc)
+    lib = _libs.get(key)
+    if lib is not None:
+        return lib
+    with _lock:
+        lib = _libs.get(key)
+        if lib is None:
+            path = cache_dir() / f"k{key}.so"
+            if not path.exists():
+                try:
+                    _compile(source, cc, path)
+                except OSError:  # an unwritable cache: build in a private directory instead
+                    path = Path(tempfile.mkdtemp(prefix="tr-mlir-cc-")) / f"k{key}.so"
+                    _compile(source, cc, path)
+            lib = ctypes.CDLL(str(path))
+            _libs[key] = lib
+    return lib
+
+
+def function(source: str, name: str, argtypes: Sequence[type]) -> ctypes._CFuncPtr:
+    """Function ``name`` of the library built from ``source``, with ``argtypes`` set and a
+    ``void`` result (the kernels write their outputs through pointers)."""
+    fn = getattr(load(source), name)
+    fn.argtypes = list(argtypes)
+    fn.restype = None
+    return fn
+
+
+def available() -> bool:
+    """Whether compiled kernels can be used here: ``TR_MLIR_CC`` is not ``0`` and a probe source
+    compiles, loads and runs (checked once per process; :func:`reason` says why not)."""
+    if os.environ.get(ENV_SWITCH, "1").strip() == "0":
+        _state["reason"] = f"disabled by {ENV_SWITCH}=0"
+        return False
+    if "ok" not in _state:
+        try:
+            probe = function(_PROBE, "tr_mlir_probe", [ctypes.c_int])
+            probe.restype = ctypes.c_int
+            _state["ok"] = probe(41) == 42
+            _state["reason"] = "" if _state["ok"] else "the probe kernel returned a wrong value"
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            _state["ok"] = False
+            _state["reason"] = str(e).splitlines()[0]
+    return bool(_state["ok"])
+
+
+def reason() -> str:
+    """Why :func:`available` is False ('' when it is True or has not been asked)."""
+    return str(_state.get("reason", ""))
+
+
+def ptr(a) -> ctypes.c_void_p:
+    """The data pointer of a NumPy array, for a ``ctypes.c_void_p`` argument."""
+    return ctypes.c_void_p(a.ctypes.data)

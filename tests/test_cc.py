@@ -1,0 +1,85 @@
+"""lowering/kernels/_cc.py: compiled kernels (C source -> shared library -> ctypes)."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from tr_mlir.lowering.kernels import _cc
+
+needs_cc = pytest.mark.skipif(_cc.compiler() is None, reason="no C compiler on this machine: compiled kernels untested")
+
+SRC = """
+void scale(const float* restrict x, float* restrict y, int n, float a) {
+  for (int i = 0; i < n; i++) y[i] = a * x[i];
+}
+"""
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """A private cache directory and a process state as if nothing was compiled yet."""
+    monkeypatch.setenv(_cc.ENV_CACHE, str(tmp_path))
+    monkeypatch.setattr(_cc, "_libs", {})
+    monkeypatch.setattr(_cc, "_state", {})
+    return tmp_path
+
+
+@needs_cc
+def test_compile_call_and_disk_cache(fresh):
+    fn = _cc.function(SRC, "scale", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_float])
+    x = np.arange(10, dtype=np.float32)
+    y = np.zeros_like(x)
+    fn(_cc.ptr(x), _cc.ptr(y), 10, 2.5)
+    np.testing.assert_array_equal(y, 2.5 * x)
+    libs = list(fresh.glob("k*.so"))
+    assert len(libs) == 1
+    # a new process state loads the cached library instead of compiling again
+    _cc._libs.clear()
+    before = libs[0].stat().st_mtime_ns
+    _cc.function(SRC, "scale", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_float])
+    assert libs[0].stat().st_mtime_ns == before
+    assert not list(fresh.glob("*.part"))
+
+
+@needs_cc
+def test_available_and_switch(fresh, monkeypatch):
+    assert _cc.available()
+    assert _cc.reason() == ""
+    monkeypatch.setenv(_cc.ENV_SWITCH, "0")
+    assert not _cc.available()
+    assert "TR_MLIR_CC=0" in _cc.reason()
+
+
+def test_no_compiler(fresh, monkeypatch):
+    monkeypatch.setenv("CC", "/nonexistent/tr-mlir-cc")
+    assert _cc.compiler() is None
+    assert not _cc.available()
+    assert "no C compiler" in _cc.reason()
+    with pytest.raises(RuntimeError, match="no C compiler"):
+        _cc.load(SRC)
+
+
+@needs_cc
+def test_compile_error_names_compiler_output(fresh):
+    with pytest.raises(_cc.CompileError, match="failed on a generated kernel") as e:
+        _cc.load("void broken( { }\n")
+    assert "void broken" in str(e.value)
+
+
+@needs_cc
+def test_unwritable_cache_falls_back(fresh, monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv(_cc.ENV_CACHE, str(blocker / "sub"))
+    fn = _cc.function(SRC, "scale", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_float])
+    x = np.ones(3, np.float32)
+    y = np.zeros(3, np.float32)
+    fn(_cc.ptr(x), _cc.ptr(y), 3, 3.0)
+    np.testing.assert_array_equal(y, 3.0)
+
+
+def test_cache_dir_default(monkeypatch, tmp_path):
+    monkeypatch.delenv(_cc.ENV_CACHE, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert _cc.cache_dir() == tmp_path / "tr-mlir" / "cc"
