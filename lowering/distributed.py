@@ -127,7 +127,7 @@ class TcpStore:
             srv.bind(("", port))
             srv.listen(64)
             self._server = srv
-            threading.Thread(target=self._serve, daemon=True).start()
+            threading.Thread(target=self._serve, args=(srv,), daemon=True).start()
 
     @staticmethod
     def _recv(c: socket.socket, n: int) -> bytes:
@@ -139,12 +139,12 @@ class TcpStore:
             buf += part
         return buf
 
-    def _serve(self) -> None:
-        assert self._server is not None
+    def _serve(self, srv: socket.socket) -> None:
+        """Answer set/get requests until :meth:`close` closes ``srv`` (the thread then ends)."""
         while True:
             try:
-                c, _ = self._server.accept()
-            except OSError:
+                c, _ = srv.accept()
+            except OSError:  # closed by close(): the normal way out
                 return
             with c:
                 try:
