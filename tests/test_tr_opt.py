@@ -708,3 +708,36 @@ def test_cli_success_and_errors(tmp_path: Path) -> None:
     bad = run_cli([write(tmp_path, MODEL.replace("k = 3 p = 1", "k = 3 s = 0 p = 1"))])
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert bad.stderr.startswith("tr-opt: error: ")
+
+
+def test_long_module_dump_cut_to_the_failing_op(capsys) -> None:
+    """A pass failing on a big module prints the lines around the marked op, not the module."""
+    code, _, err = run_main([str(EXAMPLES / "resnet50.mlir"), "-p", "tr-compile"], capsys)
+    assert code == 1
+    lines = err.splitlines()
+    assert lines[0].endswith("memplan-derive-shapes needs the option batch_size (no 'memplan.spec' to take it from)")
+    assert any("| memplan-derive-shapes needs the option batch_size" in line for line in lines)
+    assert lines[-1].startswith("... (") and lines[-1].endswith("lines of the module left out)")
+    assert len(lines) < 2 + tr_opt.DUMP_LINES
+
+
+@pytest.mark.parametrize("n, mark", [(30, 10), (200, 3), (200, 100), (200, 196)])
+def test_trim_dump_window(n: int, mark: int) -> None:
+    lines = [f"line {i}" for i in range(n)]
+    lines[mark] = "  ^^^^----"
+    out = tr_opt._trim_dump(lines)
+    if n <= tr_opt.DUMP_LINES:
+        assert out == lines
+        return
+    assert "  ^^^^----" in out
+    kept = [line for line in out if not line.startswith("... (")]
+    assert kept == lines[max(0, mark - 9):mark + 7]
+    dropped = sum(int(line.split("(")[1].split()[0]) for line in out if line.startswith("... ("))
+    assert dropped + len(kept) == n
+
+
+def test_trim_dump_without_marker() -> None:
+    lines = [f"line {i}" for i in range(100)]
+    out = tr_opt._trim_dump(lines)
+    assert out[:tr_opt.DUMP_LINES] == lines[:tr_opt.DUMP_LINES]
+    assert out[-1] == f"... ({100 - tr_opt.DUMP_LINES} more lines of the module left out)"

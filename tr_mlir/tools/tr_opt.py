@@ -811,7 +811,8 @@ class TrOptMain(xDSLOptMain):
         pass_note = [f"{PROG}: note: in pass '{self._pass.name}'"] if self._pass else []
         if self._stage == "verifying" and self._pass is not None:
             pass_note = [f"{PROG}: note: the IR does not verify after pass '{self._pass.name}'"]
-        notes: list[str] = list(getattr(e, "__notes__", ()))
+        # xDSL's Diagnostic adds the whole module, failing op marked, as one note
+        notes: list[str] = _trim_dump([line for n in getattr(e, "__notes__", ()) for line in n.splitlines()])
         match e:
             case TrOptError():
                 _emit(f"{PROG}: error: {e}", e.notes)
@@ -823,7 +824,7 @@ class TrOptMain(xDSLOptMain):
                 else:
                     where = self._where(getattr(e, "op", None) or self._failing_op(e))
                 head, *rest = (str(e) or type(e).__name__).splitlines() or [""]
-                _emit(f"{PROG}: error: {where}: {head}", [*rest, *pass_note, *notes])
+                _emit(f"{PROG}: error: {where}: {head}", [*_trim_dump(rest), *pass_note, *notes])
             case RecursionError():
                 _emit(
                     f"{PROG}: error: {self._where()}: IR nested too deeply while {self._stage} "
@@ -860,6 +861,30 @@ class TrOptMain(xDSLOptMain):
                 if str(again) == message:
                     return op
         return None
+
+
+DUMP_LINES = 40
+"""Longest module dump a verifier error prints whole; a longer one (a compiled ResNet's memplan
+module runs to megabytes) is cut to the lines around the failing op."""
+
+
+def _trim_dump(lines: list[str], before: int = 8, after: int = 4) -> list[str]:
+    """xDSL's verifier message prints the whole module with the failing op marked
+    (``^^^^`` and ``| Operation does not verify``). Above :data:`DUMP_LINES` lines, keep
+    ``before`` lines above the marked op and ``after`` below its marker box, and say how many
+    lines were left out on each side."""
+    if len(lines) <= DUMP_LINES:
+        return lines
+    mark = next((i for i, line in enumerate(lines) if line.lstrip().startswith("^^^")), None)
+    if mark is None:
+        return [*lines[:DUMP_LINES], f"... ({len(lines) - DUMP_LINES} more lines of the module left out)"]
+    lo = max(0, mark - 1 - before)
+    hi = min(len(lines), mark + 3 + after)
+    out = [f"... ({lo} lines of the module left out)"] if lo else []
+    out += lines[lo:hi]
+    if hi < len(lines):
+        out.append(f"... ({len(lines) - hi} lines of the module left out)")
+    return out
 
 
 def _spec_error(e: ArgSpecParseError, what: str, spec: str) -> TrOptError:
