@@ -376,11 +376,14 @@ def test_short_run_writes_report_plot_checkpoints_and_ir(tmp_path, capsys):
     assert r2["epochs"][:2] == r["epochs"]
     assert r2["config"]["start_epoch"] == 2 and r2["config"]["resume"] == str(save / "last")
     assert r2["epochs"][2]["lr"] == pytest.approx(0.05 * 0.5 * (1 + math.cos(math.pi * 2 / 3)))
+    # resuming DIR/last without --save-dir goes on checkpointing into DIR
+    assert f"checkpoints go on into {save}" in out
+    assert json.loads((save / "last" / "tr_train.json").read_text())["epochs"] == r2["epochs"]
     # a resumed run keeps its configuration; more epochs than asked is an error
     code, _, err = run_main(["--resume", save, "--epochs", "3", "--lr", "0.2"], capsys)
     assert_error(code, err, "--lr 0.2 differs from the checkpoint's 0.05")
     code, _, err = run_main(["--resume", save / "last", "--epochs", "2"], capsys)
-    assert_error(code, err, "has trained 2 epochs", "more than 2")
+    assert_error(code, err, "has trained 3 epochs", "more than 3")
 
     # every dumped pass replays with tr-opt into the next dump, byte for byte
     from tr_mlir.tools.tr_opt import main as tr_opt

@@ -73,7 +73,8 @@ continues that run: ``--epochs`` is the total, so training resumes at the epoch 
 checkpoint's; the model and the training configuration come from the checkpoint (giving
 ``--model``, ``--lr``, ... with another value is an error), the dataset is loaded again as the
 run did (``--data-dir`` may point elsewhere); a larger ``--epochs`` stretches the cosine
-schedule to the new total.
+schedule to the new total. Resuming ``DIR/last`` without ``--save-dir`` goes on checkpointing
+into ``DIR``; resuming ``DIR/best`` or another folder saves only with ``--save-dir``.
 
 Report (``--report-json FILE``, rewritten after every epoch), schema version
 :data:`REPORT_SCHEMA_VERSION` = 1::
@@ -954,6 +955,11 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         if "dataset" not in explicit and "data_dir" not in explicit and cfg.get("data_dir"):
             args.data_dir = Path(cfg["data_dir"])
         history = list(saved.get("epochs", []))
+        if args.save_dir is None and resume_folder.name == "last":
+            # continuing DIR/last: keep checkpointing into DIR, as the run did (docs/tr-train.md)
+            args.save_dir = resume_folder.parent
+            _say(f"resuming {resume_folder}: checkpoints go on into {args.save_dir} "
+                 f"(--save-dir {args.save_dir}; pass --save-dir to write them elsewhere)")
     _check_args(args)
     device, device_text = resolve_device(args.device)
     choice = OPTIMIZERS[args.optimizer]
