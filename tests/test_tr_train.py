@@ -261,6 +261,9 @@ def huge_kernel(num_classes):
 def not_a_layer(num_classes):
     return 42
 
+def seven_classes(num_classes):
+    return seq(fc(32, True), relu(), fc(7, True))
+
 def raises(num_classes):
     return 1 / 0
 
@@ -288,10 +291,13 @@ def blueprint_file(tmp_path):
     ("rgb", ["reads 3 channel(s)", "the dataset has 1"]),
     ("huge_kernel", ["cannot take the digits input (8x8x1)", "'arch.conv' op expected kernel size 9",
                      "zoo models that take 8x8x1 input:", "resnet_tiny"]),
+    ("seven_classes", ["does not fit the digits classes", "the last layer must produce 10 logits"]),
 ])
 def test_bad_blueprints_exit_1(blueprint_file, func, needles, capsys):
     code, _, err = run_main(["--blueprint", f"{blueprint_file}:{func}", "--epochs", "1"], capsys)
     assert_error(code, err, *needles)
+    if func == "seven_classes":  # the input is not the problem: no list of models that take it
+        assert "zoo models that take" not in err
 
 
 def test_blueprint_file_that_does_not_import(tmp_path, capsys):

@@ -922,6 +922,21 @@ def _load_data(args: argparse.Namespace, source: ModelSource, *, pad_to: Sequenc
                         download=args.download, **options)
 
 
+CLASSIFIER_OP = "'arch.softmax_ce'"
+"""How the compiler's messages name the classifier's loss op: an error there is about the class
+count, not the input shape, so it gets no list of zoo models that take the input."""
+
+
+def _rejected(label: str, ds: Any, why: str, suffix: str = "") -> TrainError:
+    """The error for a model the compiler rejects (``why``): a class-count mismatch at the
+    classifier, or an input the model cannot take, with the zoo models that can take it."""
+    if CLASSIFIER_OP in why:
+        return TrainError(f"{label} does not fit the {ds.name} classes: {why}{suffix}")
+    h, w, c = ds.input_shape
+    return TrainError(f"{label} cannot take the {ds.name} input ({h}x{w}x{c}): {why}{suffix}"
+                      f"{_fits_hint(ds.input_shape)}")
+
+
 def _fits_hint(data_shape: tuple[int, int, int]) -> str:
     """Zoo models that compile for ``data_shape`` (for the error message of a model that does not)."""
     try:
@@ -1070,8 +1085,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         except OSError as e:
             raise TrainError(f"--dump-ir {args.dump_ir}: {e}") from None
         except Exception as e:
-            raise TrainError(f"{source.label} cannot take the {ds.name} input ({h}x{w}x{c}): {e}"
-                             f"{_fits_hint(ds.input_shape)} (IR up to the failing pass in {args.dump_ir})") from None
+            raise _rejected(source.label, ds, str(e), f" (IR up to the failing pass in {args.dump_ir})") from None
         timings["dump_ir_s"] = time.perf_counter() - t0
         _say(f"IR after each of {len(files) - 2} passes: {args.dump_ir}/ ({files[1].name} .. {files[-2].name}); "
              f"replay: sh {args.dump_ir / 'replay.sh'}")
@@ -1081,9 +1095,8 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     except ArenaTooLargeError as e:
         raise TrainError(f"{source.label} does not fit in memory: {e}; lower --batch-size") from None
     except TaskError as e:
-        raise TrainError(f"{source.label} cannot take the {ds.name} input ({h}x{w}x{c}): "
-                         f"{str(e).removeprefix('Task.compile: the compiler rejected the model: ')}"
-                         f"{_fits_hint(ds.input_shape)}") from None
+        raise _rejected(source.label, ds, str(e).removeprefix("Task.compile: the compiler rejected the model: ")
+                        ) from None
     timings["compile_s"] = time.perf_counter() - t0
     n_params = sum(int(a.size) for _, a in task.parameters())
     _say(f"compiled in {timings['compile_s']:.2f} s (ArchPlan, memory plan, {len(task.exe.graphs)} graphs captured); "
