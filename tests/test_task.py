@@ -436,3 +436,15 @@ def test_learning_rate_is_stepped_per_batch():
     assert np.allclose(seen, expect, rtol=1e-6)
     task.fit((x, y), epochs=1)
     assert task.steps == 7 and task.lr == pytest.approx(0.2 * (1 + math.cos(math.pi * (7 / 3) / 3)) / 2)
+
+
+def test_naming_table_covers_every_trained_region():
+    """Every trainable region (W_*, except the BN-folded W_EQ_* of inference) and the BN running
+    statistics (B_NEXT_*) have a naming rule; nothing else does."""
+    from tr_mlir.dialects.memplan import MemRegion
+    from tr_mlir.task import _NAMING
+
+    trained = {r for r in MemRegion if r.name.startswith("W_") and not r.name.startswith("W_EQ_")}
+    stats = {MemRegion.B_NEXT_MEAN, MemRegion.B_NEXT_VAR}
+    assert set(_NAMING) == trained | stats
+    assert {r for r, rule in _NAMING.items() if rule.buffer} == stats

@@ -87,6 +87,65 @@ def _layer_of(name: str) -> int | None:
     return None
 
 
+def _vector(t: Any, user_c: int) -> tuple[tuple[int, ...], tuple[slice, ...]]:
+    """A C-element parameter stored as (1, 1, 1, C): shown as (C,)."""
+    c = t.shape[3]
+    return (c,), (slice(0, c),)
+
+
+def _conv_weight(t: Any, user_c: int) -> tuple[tuple[int, ...], tuple[slice, ...]]:
+    """KRSC conv weights. The first conv's weight may hold more input channels than the data
+    has (the plan pads the input's channels, ``arch-align-amp-input``); the user sees only the
+    data's ``user_c`` channels."""
+    full = tuple(slice(0, d) for d in t.shape)
+    if t.region is R.W_FIRST_CONV and t.shape[3] > user_c:
+        return tuple(t.shape), (*full[:3], slice(0, user_c))
+    return tuple(t.shape), full
+
+
+def _fc_weight(t: Any, user_c: int) -> tuple[tuple[int, ...], tuple[slice, ...]]:
+    """FC weights (out, H*W*C) over the NHWC-flattened input."""
+    o, f = t.shape[0], int(np.prod(t.shape[1:]))
+    return (o, f), (slice(0, o), slice(0, f))
+
+
+def _fc_has_bias(t: Any, ops: Sequence[Any]) -> bool:
+    """The FC bias slot is planned for every FC; it is a parameter only when the op has ``bias``."""
+    layer = _layer_of(t.name)
+    return layer is not None and bool(ops[layer].params().get("bias"))
+
+
+@dataclass(frozen=True)
+class _Naming:
+    """How the DTensors of one region get their canonical names (``conv0.weight``,
+    ``bn3.running_var``, ...): the counter they number by (``starts``: 1 when a tensor of this
+    region begins the next layer of that counter, 0 when it belongs to the current one), the name
+    prefix and field, whether it is a buffer (BN statistics) rather than a parameter, its user
+    view, and an optional filter."""
+
+    counter: str
+    starts: int
+    prefix: str
+    field: str
+    view: Callable[[Any, int], tuple[tuple[int, ...], tuple[slice, ...]]]
+    buffer: bool = False
+    keep: Callable[[Any, Sequence[Any]], bool] | None = None
+
+
+_NAMING: dict[MemRegion, _Naming] = {
+    R.W_FIRST_CONV: _Naming("conv", 1, "conv", "weight", _conv_weight),
+    R.W_DEEP_CONV: _Naming("conv", 1, "conv", "weight", _conv_weight),
+    R.W_BN_WEIGHT: _Naming("bn", 1, "bn", "weight", _vector),
+    R.W_BN_BIAS: _Naming("bn", 0, "bn", "bias", _vector),
+    R.W_FC_WEIGHT: _Naming("fc", 1, "fc", "weight", _fc_weight),
+    R.W_FC_BIAS: _Naming("fc", 0, "fc", "bias", _vector, keep=_fc_has_bias),
+    R.B_NEXT_MEAN: _Naming("bn_stats", 1, "bn", "running_mean", _vector, buffer=True),
+    R.B_NEXT_VAR: _Naming("bn_stats", 0, "bn", "running_var", _vector, buffer=True),
+}
+"""The canonical names of the Task view (module doc), keyed by the region of a DTensor, in the
+plan's tensor order."""
+
+
 def _tapped(items: Iterable[Any], tap: Callable[[int], None]) -> Iterable[Any]:
     """``items`` unchanged, calling ``tap(i)`` just before the ``i``-th is handed out."""
     for i, item in enumerate(items):
@@ -333,43 +392,21 @@ class Task:
         ops = layers(exe.model)
         params: list[_Entry] = []
         buffers: list[_Entry] = []
-        counters = {"conv": -1, "bn": -1, "fc": -1}
-        bn_stats = -1
-        user_c = self.input_shape[2]
+        counters = {kind: -1 for kind in ("conv", "bn", "fc", "bn_stats")}
         for t in exe.tensors:
-            if not t.slot:
+            rule = _NAMING.get(t.region)
+            if not t.slot or rule is None:
                 continue
-            state = tuple((s, exe.ids[t.name + s]) for s in (".m", ".v") if exe.has(t.name + s))
-            full = tuple(slice(0, d) for d in t.shape)
-            if t.region in (R.W_FIRST_CONV, R.W_DEEP_CONV):
-                counters["conv"] += 1
-                index = full
-                if t.region is R.W_FIRST_CONV and t.shape[3] > user_c:
-                    index = (*full[:3], slice(0, user_c))
-                params.append(_Entry(f"conv{counters['conv']}.weight", t.id, tuple(t.shape), index, state))
-            elif t.region is R.W_BN_WEIGHT:
-                counters["bn"] += 1
-                c = t.shape[3]
-                params.append(_Entry(f"bn{counters['bn']}.weight", t.id, (c,), (slice(0, c),), state))
-            elif t.region is R.W_BN_BIAS:
-                c = t.shape[3]
-                params.append(_Entry(f"bn{counters['bn']}.bias", t.id, (c,), (slice(0, c),), state))
-            elif t.region is R.W_FC_WEIGHT:
-                counters["fc"] += 1
-                o, f = t.shape[0], int(np.prod(t.shape[1:]))
-                params.append(_Entry(f"fc{counters['fc']}.weight", t.id, (o, f), (slice(0, o), slice(0, f)), state))
-            elif t.region is R.W_FC_BIAS:
-                layer = _layer_of(t.name)
-                if layer is not None and ops[layer].params().get("bias"):
-                    c = t.shape[3]
-                    params.append(_Entry(f"fc{counters['fc']}.bias", t.id, (c,), (slice(0, c),), state))
-            elif t.region is R.B_NEXT_MEAN:
-                bn_stats += 1
-                c = t.shape[3]
-                buffers.append(_Entry(f"bn{bn_stats}.running_mean", t.id, (c,), (slice(0, c),)))
-            elif t.region is R.B_NEXT_VAR:
-                c = t.shape[3]
-                buffers.append(_Entry(f"bn{bn_stats}.running_var", t.id, (c,), (slice(0, c),)))
+            if rule.keep is not None and not rule.keep(t, ops):
+                continue
+            counters[rule.counter] += rule.starts
+            store, index = rule.view(t, self.input_shape[2])
+            name = f"{rule.prefix}{counters[rule.counter]}.{rule.field}"
+            if rule.buffer:
+                buffers.append(_Entry(name, t.id, store, index))
+            else:
+                state = tuple((s, exe.ids[t.name + s]) for s in (".m", ".v") if exe.has(t.name + s))
+                params.append(_Entry(name, t.id, store, index, state))
         self._params = params
         self._buffers = buffers
         self._prev = {e.name: exe.ids[exe.tensors[e.tid].name.replace("bn_next_", "bn_prev_")] for e in buffers}
