@@ -11,6 +11,10 @@ Options (MLIR syntax, e.g. ``arch-plan{fuse=true amp=true num_classes=1000}``): 
 ``amp`` and ``num_classes`` first rewrite the model attributes they name (DESIGN section 1),
 so a module emitted with ``amp=false`` can be planned with AMP; ``cbrp`` (default false)
 adds the quadruple merge.
+
+A module that already holds a ``memplan.program`` (the output of ``memplan-*`` / ``tr-compile``)
+is rejected: the program was compiled from the model as it is, and re-planning the model would
+leave it stale without a word.
 """
 
 from __future__ import annotations
@@ -99,6 +103,14 @@ class ArchPlanPass(ModulePass):
     cbrp: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from tr_mlir.dialects.memplan import ProgramOp
+        from tr_mlir.passes._model import fail
+
+        program = next((o for o in op.walk() if isinstance(o, ProgramOp)), None)
+        if program is not None:
+            fail(program, "arch-plan: the module already holds a memplan program compiled from its model; "
+                          "re-planning the model would leave that program stale: run arch-plan on the arch IR "
+                          "(before the memplan-* passes)")
         models = set_model_options(op, fuse=self.fuse, amp=self.amp, num_classes=self.num_classes)
         fused = {model.fuse is not None for model in models}
         # Every model of one module is planned with its own fuse flag; run the steps of the

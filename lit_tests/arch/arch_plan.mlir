@@ -6,6 +6,11 @@
 // Facts sheet 7(a): ResNet-50 from the zoo's example file.
 // RUN: tr-opt %S/../../examples/resnet50.mlir --pass-pipeline='builtin.module(arch-plan{fuse=true amp=true num_classes=1000})' -t archplan-yaml | filecheck %s --check-prefix=R50
 // RUN: tr-opt %S/../../examples/resnet50.mlir -p 'arch-plan{fuse=false}' | filecheck %s --check-prefix=R50U
+// A compiled module (it holds a memplan.program) is not re-planned: the program would go stale.
+// RUN: not tr-opt %S/../../examples/mlp_digits.mlir -p 'tr-compile{batch_size=8 train_size=80 val_size=16},arch-plan{fuse=false}' 2>&1 | filecheck %s --check-prefix=STALE
+// STALE: tr-opt: error: {{.*}}arch-plan: the module already holds a memplan program compiled from its model; re-planning the model would leave that program stale
+// STALE-NEXT: tr-opt: note: in pass 'arch-plan'
+// STALE-NOT: Traceback
 
 // A small residual net: cbrp stem, one basic block with identity shortcut, gap_fc head.
 arch.model @tiny input(8, 8, 3) num_classes = 10 {
