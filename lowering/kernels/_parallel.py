@@ -22,9 +22,9 @@ timeout, about 0.1 s), which takes a core from the next kernel, and from any oth
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -37,8 +37,56 @@ MIN_SPLIT_FLOPS = 4e6
 (tens of microseconds) than the second core saves."""
 
 _lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
+_workers: list[_Worker] | None = None
 _blas = None  # (get_num_threads, set_num_threads) of OpenBLAS, False when there is none
+
+
+class _Worker:
+    """One persistent kernel thread, handed a task through two locks used as binary semaphores
+    (``go``: a task is ready, ``done``: it finished). A hand-off is a lock release and a
+    lock acquire on each side: about half the latency of a ``ThreadPoolExecutor`` submit and
+    ``Future.result`` (which build a future, a queue entry and a condition per call)."""
+
+    def __init__(self, index: int):
+        self._go = threading.Lock()
+        self._go.acquire()
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._task: Callable[[], None] | None = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._loop, name=f"tr-mlir-kernel-{index}", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            self._go.acquire()
+            task, self._task = self._task, None
+            try:
+                task()
+            except BaseException as e:  # noqa: BLE001 - handed back to the caller by wait()
+                self._error = e
+            self._done.release()
+
+    def start(self, task: Callable[[], None]) -> None:
+        """Hand ``task`` to the thread (it must not hold one: :meth:`wait` came first)."""
+        self._task = task
+        self._go.release()
+
+    def wait(self) -> BaseException | None:
+        """Block until the task handed over has finished; returns its exception (or None)."""
+        self._done.acquire()
+        err, self._error = self._error, None
+        return err
+
+
+def _after_fork() -> None:
+    """A forked child has none of the parent's threads: make it start its own."""
+    global _lock, _workers
+    _lock = threading.Lock()
+    _workers = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def _controller():
@@ -73,58 +121,109 @@ def workers() -> int:
 
 def run(tasks: Sequence[Callable[[], None]]) -> None:
     """Run ``tasks`` (at most :data:`MAX_WORKERS`) concurrently, OpenBLAS held at one thread;
-    the first runs on the calling thread. Exceptions propagate."""
-    global _pool
+    the first runs on the calling thread, the others on persistent kernel threads. Returns when
+    all have finished; the first exception raised (calling thread first) then propagates.
+    Raises ``ValueError`` for more than :data:`MAX_WORKERS` tasks."""
+    global _workers
     if len(tasks) <= 1:
         for t in tasks:
             t()
         return
-    get, put = _controller()
-    n = int(get())
+    if len(tasks) > MAX_WORKERS:
+        raise ValueError(f"expected at most MAX_WORKERS = {MAX_WORKERS} tasks, got {len(tasks)}")
+    blas = _controller()
     with _lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=MAX_WORKERS - 1, thread_name_prefix="tr-mlir-kernel")
-        put(1)
+        if _workers is None:
+            _workers = [_Worker(i + 1) for i in range(MAX_WORKERS - 1)]
+        if blas:
+            get, put = blas
+            n = int(get())
+            put(1)
         try:
-            futures = [_pool.submit(t) for t in tasks[1:]]
-            tasks[0]()
-            for f in futures:
-                f.result()
+            helpers = _workers[:len(tasks) - 1]
+            for w, t in zip(helpers, tasks[1:]):
+                w.start(t)
+            error: BaseException | None = None
+            try:
+                tasks[0]()
+            except BaseException as e:  # noqa: BLE001 - raised once the helpers are done
+                error = e
+            for w in helpers:  # always wait: the helpers' tasks use the caller's arrays
+                err = w.wait()
+                error = error or err
+            if error is not None:
+                raise error
         finally:
-            put(n)
+            if blas:
+                put(n)
 
 
-def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+def serial_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``np.matmul(a, b, out=out)`` on the calling thread with OpenBLAS at one thread (module
+    doc: a threaded OpenBLAS call leaves its threads spinning)."""
+    blas = _controller()
+    threads = int(blas[0]()) if blas else 1
+    if threads > 1:
+        blas[1](1)
+        try:
+            np.matmul(a, b, out=out)
+        finally:
+            blas[1](threads)
+    else:
+        np.matmul(a, b, out=out)
+
+
+def split_axis(m: int, n: int) -> int:
+    """The axis a split GEMM with an ``m x n`` output is cut along: ``-2`` (row blocks) when
+    ``m >= n``, else ``-1`` (column blocks): each thread then keeps the whole of the smaller
+    side (1.8-1.9x on 2 threads for the MLP's 200-row GEMMs split by columns, 1.7x by rows)."""
+    return -2 if m >= n else -1
+
+
+def blocks(size: int, t: int) -> list[tuple[int, int]]:
+    """``t`` contiguous blocks ``(lo, hi)`` covering ``range(size)``, sizes differing by at most 1."""
+    bounds = [size * i // t for i in range(t + 1)]
+    return list(zip(bounds, bounds[1:]))
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = None,
+           epilogue: Callable[[slice, slice], None] | None = None) -> None:
     """``np.matmul(a, b, out=out)`` for ``a`` (..., m, k), ``b`` (..., k, n), ``out`` (..., m, n),
-    split across :func:`workers` threads when large enough: into row blocks of ``m`` or column
-    blocks of ``n``, whichever is larger (each thread then keeps the whole of the smaller side:
-    1.8-1.9x on 2 threads for the MLP's 200-row GEMMs split by columns, 1.7x by rows)."""
+    split across :func:`workers` threads when large enough (:data:`MIN_SPLIT_FLOPS`): into row
+    blocks of ``m`` (``axis=-2``) or column blocks of ``n`` (``axis=-1``); ``None`` chooses by
+    :func:`split_axis`. Each output element is computed by one OpenBLAS call over all of ``k``
+    either way, so the split does not change the result.
+
+    ``epilogue(rows, cols)``, when given, runs on the thread that computed the output block
+    ``out[..., rows, cols]`` right after it (while the block is in cache): e.g. a bias add. It
+    must touch only that block; unsplit, it is called once with the whole output."""
     m, k = a.shape[-2], a.shape[-1]
     n = b.shape[-1]
     t = workers()
     flops = 2.0 * m * n * k * (int(np.prod(a.shape[:-2])) if a.ndim > 2 else 1)
-    if t == 1 or flops < MIN_SPLIT_FLOPS or max(m, n) < 2 * t:
-        blas = _controller()
-        if blas and t > 1:  # OpenBLAS at one thread for this call too (module doc)
-            get, put = blas
-            threads = int(get())
-            put(1)
-            try:
-                np.matmul(a, b, out=out)
-            finally:
-                put(threads)
-        else:
-            np.matmul(a, b, out=out)
+    if axis is None:
+        axis = split_axis(m, n)
+    if axis not in (-2, -1):
+        raise ValueError(f"expected split axis -2 (rows) or -1 (columns), got {axis}")
+    size = m if axis == -2 else n
+    whole = slice(None)
+    if t == 1 or flops < MIN_SPLIT_FLOPS or size < 2 * t:
+        serial_matmul(a, b, out)
+        if epilogue is not None:
+            epilogue(whole, whole)
         return
-    if m >= n:
-        bounds = [m * i // t for i in range(t + 1)]
-        tasks = [(lambda lo=lo, hi=hi: np.matmul(a[..., lo:hi, :], b, out=out[..., lo:hi, :]))
-                 for lo, hi in zip(bounds, bounds[1:])]
-    else:
-        bounds = [n * i // t for i in range(t + 1)]
-        tasks = [(lambda lo=lo, hi=hi: np.matmul(a, b[..., lo:hi], out=out[..., lo:hi]))
-                 for lo, hi in zip(bounds, bounds[1:])]
-    run(tasks)
+
+    def piece(lo: int, hi: int) -> None:
+        s = slice(lo, hi)
+        if axis == -2:
+            np.matmul(a[..., s, :], b, out=out[..., s, :])
+        else:
+            np.matmul(a, b[..., s], out=out[..., s])
+        if epilogue is not None:
+            epilogue(s, whole) if axis == -2 else epilogue(whole, s)
+
+    run([(lambda lo=lo, hi=hi: piece(lo, hi)) for lo, hi in blocks(size, t)])
+
 
 MIN_SPLIT_ELEMENTS = 1 << 18
 """Smallest element-wise job (elements) worth splitting across threads (1 MiB of fp32)."""
