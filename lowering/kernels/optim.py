@@ -31,8 +31,10 @@ import math
 
 import numpy as np
 
-from . import _parallel
-from ._util import CHUNK, chunks, flat, scalar
+import ctypes
+
+from . import _cc, _parallel
+from ._util import CHUNK, F32, chunks, flat, scalar
 from .registry import kernel
 
 
@@ -51,11 +53,87 @@ calls, so the threads do not spend their time handing the GIL back and forth (wi
 chunks two threads ran 2x slower than one)."""
 
 
+SGD_C_SOURCE = r"""
+/* The SGD family in one pass over w, g, m (optim.py's sgd_update; NumPy's float32 rounding:
+   every operation rounded on its own, no contraction into fused multiply-adds under -std=c99). */
+void tr_sgd(float *restrict w, const float *restrict g, float *restrict m, long n, float lr, float mu,
+            float wd, float inv, int nesterov) {
+    if (m && !nesterov && wd == 0.0f && inv == 1.0f) {
+        for (long i = 0; i < n; i++) {
+            float mi = m[i] * mu;
+            mi = mi + g[i];
+            m[i] = mi;
+            float d = mi * lr;
+            w[i] = w[i] - d;
+        }
+        return;
+    }
+    for (long i = 0; i < n; i++) {
+        float d = g[i] * inv;
+        if (wd != 0.0f) {
+            float t = wd * w[i];
+            d = d + t;
+        }
+        if (m) {
+            float mi = m[i] * mu;
+            mi = mi + d;
+            m[i] = mi;
+            if (nesterov) {
+                float t = mu * mi;
+                d = d + t;
+            } else {
+                d = mi;
+            }
+        }
+        d = d * lr;
+        w[i] = w[i] - d;
+    }
+}
+"""
+"""C source of the one-pass SGD update (:func:`sgd_update`); compiled through :mod:`._cc`."""
+
+_sgd_fn: list = []
+
+
+def _sgd_c():
+    """The compiled ``tr_sgd`` (None when :func:`._cc.available` is False)."""
+    if not _sgd_fn:
+        fn = None
+        if _cc.available():
+            fp = ctypes.c_void_p
+            fn = _cc.function(SGD_C_SOURCE, "tr_sgd", [fp, fp, fp, ctypes.c_long, ctypes.c_float, ctypes.c_float,
+                                                         ctypes.c_float, ctypes.c_float, ctypes.c_int])
+        _sgd_fn.append(fn)
+    return _sgd_fn[0]
+
+
 def sgd_update(w, g, m, lr: float, mu: float, wd: float, nesterov: bool, inv_scale: float) -> None:
     """The SGD family on flat arrays (``m`` None: no momentum); large spans are split across the
-    kernel threads (element-wise: the result does not depend on the split)."""
+    kernel threads (element-wise: the result does not depend on the split).
+
+    fp32 arrays with a C compiler (:func:`._cc.available`): one compiled pass reads w, g, m and
+    writes w, m (NumPy needs four to six passes with a temporary); every float operation is
+    NumPy's float32 operation in the same order, so both give the same bits. Otherwise NumPy
+    in chunks."""
     wf, gf = flat(w), flat(g)
     mf = None if m is None else flat(m)
+    fn = _sgd_c() if wf.dtype == F32 and gf.dtype == F32 and (mf is None or mf.dtype == F32) else None
+    if fn is not None:
+        if gf.size < wf.size or (mf is not None and mf.size < wf.size):
+            raise ValueError(f"expected gradient and momentum spans of >= {wf.size} elements, got "
+                             f"{gf.size} and {None if mf is None else mf.size}")
+        args = tuple(float(F32.type(v)) for v in (lr, mu, wd, inv_scale))
+        pw, pg = wf.ctypes.data, gf.ctypes.data
+        pm = None if mf is None else mf.ctypes.data
+
+        def cblock(lo: int, hi: int, share: int) -> None:
+            fn(pw + 4 * lo, pg + 4 * lo, None if pm is None else pm + 4 * lo, hi - lo, *args, int(nesterov))
+
+        if wf.size >= 2 * SPLIT_CHUNK:
+            _parallel.split(wf.size, cblock)
+        else:
+            cblock(0, wf.size, 1)
+        return
 
     def block(lo: int, hi: int, share: int) -> None:
         step = CHUNK if share == 1 else SPLIT_CHUNK

@@ -7,11 +7,12 @@ node carries several ranges (paired element-wise by position). Scalars are 1-ele
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 
 import numpy as np
 
-from . import _parallel
+from . import _cc, _parallel
 from ._util import F32, chunks, flat, scalar
 from .registry import kernel
 
@@ -59,12 +60,66 @@ def range_cast(src, dst) -> None:
         np.copyto(b, a, casting="same_kind")
 
 
+NONFINITE_C_SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+/* 1 if any of the n floats is NaN or +-Inf (exponent bits all set), else 0: one read-only pass,
+   an integer OR reduction the compiler vectorizes. */
+int tr_nonfinite(const float *x, long n) {
+    const uint32_t *u = (const uint32_t *)x;
+    uint32_t bad = 0;
+    for (long i = 0; i < n; i++)
+        bad |= ((u[i] & 0x7f800000u) == 0x7f800000u);
+    return (int)bad;
+}
+/* The same over n fp16 values (exponent bits 0x7c00). */
+int tr_nonfinite16(const uint16_t *x, long n) {
+    uint16_t bad = 0;
+    for (long i = 0; i < n; i++)
+        bad |= ((x[i] & 0x7c00u) == 0x7c00u);
+    return (int)bad;
+}
+"""
+"""C source of the NaN/Inf test of :func:`range_check_nan` (compiled through :mod:`._cc`)."""
+
+_nonfinite_fns: list = []
+
+
+def _nonfinite_c() -> dict | None:
+    """``{dtype: compiled test}`` for fp32 and fp16 (None when :func:`._cc.available` is False)."""
+    if not _nonfinite_fns:
+        fns = None
+        if _cc.available():
+            args = [ctypes.c_void_p, ctypes.c_long]
+            fns = {}
+            for dt, name in ((F32, "tr_nonfinite"), (np.dtype(np.float16), "tr_nonfinite16")):
+                fn = _cc.function(NONFINITE_C_SOURCE, name, args)
+                fn.restype = ctypes.c_int
+                fns[dt] = fn
+        _nonfinite_fns.append(fns)
+    return _nonfinite_fns[0]
+
+
+def _any_nonfinite(f: np.ndarray) -> bool:
+    """Whether the flat array ``f`` holds a NaN or an Inf (split among the kernel threads)."""
+    fns = _nonfinite_c()
+    fn = None if fns is None else fns.get(f.dtype)
+    parts: list = []
+    if fn is not None:
+        p, size = f.ctypes.data, f.dtype.itemsize
+        _parallel.split(f.size, lambda a, b, share: parts.append(fn(p + size * a, b - a)))
+        return any(parts)
+    _parallel.split(f.size, lambda a, b, share: parts.append((float(f[a:b].max()), float(f[a:b].min()))))
+    return not all(np.isfinite(v) for p in parts for v in p)
+
+
 @kernel("range_check_nan", writes=("has_nan", "grads"), kind="range")
 def range_check_nan(grads, has_nan, *, clip: float = 0.0) -> None:
     """``has_nan = 1`` if any NaN or Inf in the gradient ranges, else 0 (facts 12.4).
 
     With ``clip > 0``: gradients are clamped to [-clip, clip] in place, NaN sets the flag and
-    Inf does not (it is clamped). Uses the max/min reductions (NaN and Inf propagate), so no
+    Inf does not (it is clamped). The test reads each range once: a compiled pass over the bits
+    (:mod:`._cc`) or, without a C compiler, the max/min reductions (NaN and Inf propagate); no
     temporary of gradient size is made.
     """
     bad = False
@@ -72,16 +127,14 @@ def range_check_nan(grads, has_nan, *, clip: float = 0.0) -> None:
         f = flat(g)
         if f.size == 0:
             continue
-        parts: list[tuple[float, float]] = []
-        _parallel.split(f.size, lambda a, b, share, f=f: parts.append((float(f[a:b].max()), float(f[a:b].min()))))
-        hi, lo = max(p[0] for p in parts), min(p[1] for p in parts)
-        if any(np.isnan(v) for p in parts for v in p):
-            hi = float("nan")
         if clip > 0:
-            bad = bad or np.isnan(hi) or np.isnan(lo)
+            parts: list[tuple[float, float]] = []
+            _parallel.split(f.size, lambda a, b, share, f=f: parts.append((float(f[a:b].max()),
+                                                                              float(f[a:b].min()))))
+            bad = bad or any(np.isnan(v) for p in parts for v in p)
             np.clip(f, -clip, clip, out=f)
         else:
-            bad = bad or not (np.isfinite(hi) and np.isfinite(lo))
+            bad = bad or _any_nonfinite(f)
     has_nan.reshape(-1)[0] = 1 if bad else 0
 
 
