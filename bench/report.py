@@ -88,11 +88,21 @@ def memory_table(m: dict[str, Any]) -> str:
                      "torch RSS delta MiB"])
 
 
-def gpu_table(g: dict[str, Any]) -> str:
-    """Section 4: the smoke script's timing (CUDA-graph replay vs torch eager), or why it was skipped."""
-    if g.get("skipped"):
-        return f"Skipped: {g['reason']}."
-    t = g["timing"]
+def _gpu_ms(side: dict[str, Any], key: str = "step_ms") -> str:
+    if key in side:
+        return f"{side[key]:.2f}"
+    return "error" if "error" in side else "skipped" if "skipped" in side else "-"
+
+
+def _gpu_ips(side: dict[str, Any], key: str = "img_per_s") -> str:
+    return f"{side[key]:,.0f}" if key in side else "-"
+
+
+def _gpu_ratio(r: float | None) -> str:
+    return "-" if r is None else f"**{r:.2f}**"
+
+
+def _gpu_resnet8(t: dict[str, Any]) -> str | None:
     rows = []
     for key in ("fp32", "amp"):
         ours, ref = t.get(f"ours_{key}") or {}, t.get(f"torch_eager_{key}") or {}
@@ -101,8 +111,68 @@ def gpu_table(g: dict[str, Any]) -> str:
         rows.append([t.get("model", "?"), str(t.get("batch", "?")), key, f"{ours['graph_replay_ms']:.2f}",
                      f"{ours['train_step_ms']:.2f}", f"{ref['step_ms']:.2f}" if "step_ms" in ref else "-",
                      f"{ref['step_ms'] / ours['train_step_ms']:.2f}" if "step_ms" in ref else "-"])
-    return f"Device: {g['device']}.\n\n" + _t(rows, ["model", "batch", "precision", "CUDA graphs ms",
-                                                    "Task.train_step ms", "torch eager ms", "ratio (torch / ours)"])
+    if not rows:
+        return None
+    return _t(rows, ["model", "batch", "precision", "CUDA graphs ms", "Task.train_step ms", "torch eager ms",
+                     "ratio (torch / ours)"])
+
+
+def _gpu_comparisons(t: dict[str, Any]) -> tuple[str, list[str]]:
+    rows, notes = [], []
+    for c in t.get("comparisons") or []:
+        tr, ea, co = c.get("tr_mlir") or {}, c.get("torch_eager") or {}, c.get("torch_compile") or {}
+        rows.append([c["model"], str(c["batch"]), c["precision"] + (" fused" if c.get("fuse") else ""),
+                     _gpu_ms(tr, "graph_replay_ms"), _gpu_ms(tr, "train_step_ms"), _gpu_ms(ea), _gpu_ms(co),
+                     _gpu_ips(tr), _gpu_ips(ea), _gpu_ips(co), _gpu_ratio(c.get("ratio_vs_eager")), _gpu_ratio(c.get("ratio_vs_compile")),
+                     f"{co['first_step_s']:.1f}" if "first_step_s" in co else "-",
+                     "/".join(str(s.get("timed_steps", "-")) for s in (tr, ea, co))])
+        where = f"{c['model']} batch {c['batch']}"
+        for side, d in (("tr-mlir", tr), ("torch eager", ea), ("torch.compile", co)):
+            if "error" in d:
+                notes.append(f"{where}, {side}: error: {d['error']}")
+            elif "skipped" in d:
+                notes.append(f"{where}, {side}: skipped: {d['skipped']}")
+    head = ["model", "batch", "precision", "tr-mlir graphs ms", "tr-mlir Task.train_step ms", "torch eager ms",
+            "torch.compile ms", "tr-mlir img/s", "eager img/s", "compile img/s", "tr-mlir / eager",
+            "tr-mlir / compile", "torch.compile first step s", "timed steps (tr-mlir/eager/compile)"]
+    return (_t(rows, head) if rows else ""), notes
+
+
+def gpu_table(g: dict[str, Any]) -> str:
+    """Section 4: the smoke script's timing -- resnet8_cifar (CUDA-graph replay vs torch eager)
+    and the comparisons (MLP, ResNet-50 AMP: graph replay vs torch eager and torch.compile, the
+    ratios being tr-mlir images/s over torch images/s from the graph-replay time) -- with every
+    error and skip listed, or why the section was skipped."""
+    if g.get("skipped"):
+        return f"Skipped: {g['reason']}."
+    t = g["timing"]
+    parts = [f"Device: {g['device']}."]
+    if g.get("ok") is False:
+        parts.append(f"**The smoke script reported a failure** (exit {g.get('exit_code')})"
+                     + (f": {g['error']}" if g.get("error") else "") + "; the failures are listed below.")
+    r8 = _gpu_resnet8(t)
+    if r8:
+        parts.append("resnet8_cifar, CUDA-graph replay vs PyTorch eager (channels-last):\n\n" + r8)
+    if t.get("resnet8_error"):
+        parts.append("resnet8_cifar: error: " + t["resnet8_error"].strip().splitlines()[-1])
+    table, notes = _gpu_comparisons(t)
+    if table:
+        st = t.get("torch_settings") or {}
+        comp = t.get("compile") or {}
+        parts.append(
+            "Per training step, tr-mlir CUDA-graph replay vs PyTorch eager and `torch.compile` (median ms of the "
+            "timed steps; img/s from the median; ratios = tr-mlir img/s (graph replay) / torch img/s, above 1 "
+            "tr-mlir is faster):\n\n" + table
+            + f"\n\ntorch {t.get('torch_version', '?')}, {st.get('memory_format', '?')}, cudnn.benchmark "
+              f"{st.get('cudnn_benchmark', '?')}, TF32 matmul {st.get('allow_tf32_matmul', '?')} / cuDNN "
+              f"{st.get('allow_tf32_cudnn', '?')}; torch.compile "
+            + (f"backend {comp.get('backend')}, mode {comp.get('mode')}, budget "
+               + ", ".join(f"{k} {v:.0f} s" for k, v in (comp.get("budget_s") or {}).items())
+               if comp.get("enabled") else "not run (--no-compile)")
+            + f"; {t.get('warmup', '?')} warm-up steps, up to {t.get('steps', '?')} timed steps.")
+    if notes:
+        parts.append("\n".join(f"- {n}" for n in notes))
+    return "\n\n".join(parts)
 
 
 def render(res: dict[str, Any]) -> str:

@@ -111,3 +111,138 @@ def test_openblas_env_is_unset_for_the_benchmark_alone(tmp_path):
     res = json.loads((tmp_path / "env.json").read_text())
     assert res["openblas_env_unset"] == ["OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"]
     assert set(res) >= {"gpu", "machine"} and "throughput" not in res
+
+
+# -- section 4 (GPU): the rendering of a recorded timing, without a GPU ----------------------
+
+# FIXTURE, hand-written for the renderer: the shape of scripts/gpu_smoke.py's report (its
+# docstring), with made-up numbers. It is NOT a measurement; no GPU has run the comparison yet.
+GPU_REPORT_FIXTURE = {
+    "fixture": "hand-written for tests/test_bench.py; not a measurement",
+    "gpu": "NVIDIA H200 (1 device)", "seconds": 201.5, "sections": {"timing": {"ok": True, "seconds": 190.0}},
+    "timing": {
+        "models": ["resnet8", "mlp", "resnet50"], "steps": 20, "warmup": 5, "time_budget_s": 20.0,
+        "compile": {"enabled": True, "backend": "inductor", "mode": "default",
+                    "budget_s": {"mlp": 90.0, "resnet50": 150.0}},
+        "model": "resnet8_cifar", "batch": 256,
+        "ours_fp32": {"graph_replay_ms": 4.0, "train_step_ms": 5.0, "graphs_per_step": 14, "img_per_s": 51200.0},
+        "ours_amp": {"graph_replay_ms": 3.0, "train_step_ms": 4.0, "graphs_per_step": 16, "img_per_s": 64000.0},
+        "torch_eager_fp32": {"step_ms": 6.0, "img_per_s": 42666.7},
+        "torch_eager_amp": {"step_ms": 8.0, "img_per_s": 32000.0},
+        "torch_version": "2.11.0+cu130",
+        "torch_settings": {"memory_format": "NCHW", "cudnn_benchmark": True, "allow_tf32_matmul": False,
+                           "allow_tf32_cudnn": True},
+        "comparisons": [
+            {"model": "mlp", "zoo_model": "mlp", "input_hwc": [28, 28, 1], "num_classes": 10, "batch": 200,
+             "precision": "fp32", "fuse": False,
+             "tr_mlir": {"compile_s": 1.0, "graph_replay_ms": 0.25, "train_step_ms": 0.5, "img_per_s": 800000.0,
+                         "train_step_img_per_s": 400000.0, "graphs_per_step": 9, "kernel_nodes_per_step": 30,
+                         "timed_steps": 20, "graph_replay_ms_each": [0.25] * 20, "train_step_ms_each": [0.5] * 20},
+             "torch_eager": {"step_ms": 1.0, "img_per_s": 200000.0, "first_step_s": 0.5, "timed_steps": 20,
+                             "step_ms_each": [1.0] * 20},
+             "torch_compile": {"step_ms": 0.5, "img_per_s": 400000.0, "first_step_s": 20.0, "timed_steps": 20,
+                               "step_ms_each": [0.5] * 20, "backend": "inductor", "mode": "default",
+                               "process_s": 40.0},
+             "ratio_vs_eager": 4.0, "ratio_vs_compile": 2.0, "train_step_ratio_vs_eager": 2.0},
+            {"model": "mlp", "zoo_model": "mlp", "input_hwc": [28, 28, 1], "num_classes": 10, "batch": 2048,
+             "precision": "fp32", "fuse": False,
+             "tr_mlir": {"error": "CudaLaunchError: made-up failure for the fixture"},
+             "torch_eager": {"step_ms": 2.0, "img_per_s": 1024000.0, "first_step_s": 0.1, "timed_steps": 20,
+                             "step_ms_each": [2.0] * 20},
+             "torch_compile": {"step_ms": 1.6, "img_per_s": 1280000.0, "first_step_s": 5.0, "timed_steps": 20,
+                               "step_ms_each": [1.6] * 20, "backend": "inductor", "mode": "default",
+                               "process_s": 40.0},
+             "ratio_vs_eager": None, "ratio_vs_compile": None, "train_step_ratio_vs_eager": None},
+            {"model": "resnet50", "zoo_model": "resnet50", "input_hwc": [224, 224, 3], "num_classes": 1000,
+             "batch": 64, "precision": "amp", "fuse": True,
+             "tr_mlir": {"compile_s": 9.0, "graph_replay_ms": 200.0, "train_step_ms": 220.0, "img_per_s": 320.0,
+                         "train_step_img_per_s": 290.9, "graphs_per_step": 14, "kernel_nodes_per_step": 900,
+                         "timed_steps": 10, "graph_replay_ms_each": [200.0] * 10, "train_step_ms_each": [220.0] * 10},
+             "torch_eager": {"step_ms": 40.0, "img_per_s": 1600.0, "first_step_s": 3.0, "timed_steps": 10,
+                             "step_ms_each": [40.0] * 10},
+             "torch_compile": {"skipped": "torch.compile exceeded its time budget of 150 s", "process_s": 150.2},
+             "ratio_vs_eager": 0.2, "ratio_vs_compile": None, "train_step_ratio_vs_eager": 40.0 / 220.0},
+        ],
+    },
+}
+
+
+def test_gpu_section_renders_a_recorded_timing():
+    from bench.gpu import from_report
+    from bench.report import gpu_table
+
+    g = from_report(GPU_REPORT_FIXTURE, 0, "unused")
+    assert g["skipped"] is False and g["ok"] is True and g["device"] == "NVIDIA H200 (1 device)"
+    assert g["timing"] is GPU_REPORT_FIXTURE["timing"] and g["smoke_seconds"] == 201.5
+    md = gpu_table(g)
+    assert md.startswith("Device: NVIDIA H200 (1 device).") and "reported a failure" not in md
+    # resnet8_cifar as before
+    assert "| resnet8_cifar | 256 | fp32 | 4.00 | 5.00 | 6.00 | 1.20 |" in md
+    assert "| resnet8_cifar | 256 | amp | 3.00 | 4.00 | 8.00 | 2.00 |" in md
+    # the comparisons: ms, img/s, ratios, torch.compile's first step, timed steps
+    assert ("| mlp | 200 | fp32 | 0.25 | 0.50 | 1.00 | 0.50 | 800,000 | 200,000 | 400,000 | **4.00** | **2.00** "
+            "| 20.0 | 20/20/20 |") in md
+    assert "| mlp | 2048 | fp32 | error | error | 2.00 | 1.60 | - | 1,024,000 | 1,280,000 | - | - | 5.0 | -/20/20 |" in md
+    assert ("| resnet50 | 64 | amp fused | 200.00 | 220.00 | 40.00 | skipped | 320 | 1,600 | - | **0.20** | - | - "
+            "| 10/10/- |") in md
+    assert "- mlp batch 2048, tr-mlir: error: CudaLaunchError: made-up failure for the fixture" in md
+    assert "- resnet50 batch 64, torch.compile: skipped: torch.compile exceeded its time budget of 150 s" in md
+    assert "torch 2.11.0+cu130, NCHW, cudnn.benchmark True" in md and "budget mlp 90 s, resnet50 150 s" in md
+    # a markdown table: every row has the header's column count
+    rows = [line for line in md.splitlines() if line.startswith("| mlp") or line.startswith("| resnet50")]
+    head = next(line for line in md.splitlines() if line.startswith("| model | batch | precision | tr-mlir"))
+    assert len(rows) == 3 and all(r.count("|") == head.count("|") for r in rows)
+
+
+def test_gpu_section_keeps_a_failed_runs_timing_and_says_so():
+    from bench.gpu import from_report
+    from bench.report import gpu_table
+
+    failed = {**GPU_REPORT_FIXTURE, "sections": {"timing": {"ok": False, "seconds": 100.0}}}
+    g = from_report(failed, 1, "unused")
+    assert g["skipped"] is False and g["ok"] is False and g["exit_code"] == 1
+    md = gpu_table(g)
+    assert "**The smoke script reported a failure** (exit 1)" in md and "| mlp | 200 |" in md
+
+    only_mlp = {"gpu": "G", "timing": {**{k: v for k, v in GPU_REPORT_FIXTURE["timing"].items()
+                                          if not k.startswith(("ours_", "torch_eager_", "model", "batch"))},
+                                       "compile": {"enabled": False, "backend": "inductor", "mode": "default",
+                                                   "budget_s": {}},
+                                       "comparisons": GPU_REPORT_FIXTURE["timing"]["comparisons"][:1]}}
+    md = gpu_table(from_report(only_mlp, 0, "unused"))
+    assert "resnet8_cifar" not in md and "torch.compile not run (--no-compile)" in md and "| mlp | 200 |" in md
+
+
+@pytest.mark.parametrize("report, rc, reason", [
+    (None, 1, "scripts/gpu_smoke.py failed (exit 1): Traceback line"),
+    (None, 0, "scripts/gpu_smoke.py wrote no timing section"),
+    ({"gpu": "G", "sections": {"timing": "skipped"}}, 0, "scripts/gpu_smoke.py wrote no timing section"),
+])
+def test_gpu_section_skips_without_a_timing(report, rc, reason):
+    from bench.gpu import from_report
+    from bench.report import gpu_table
+
+    g = from_report(report, rc, "G", "Traceback line")
+    assert g == {"skipped": True, "reason": reason} and gpu_table(g) == f"Skipped: {reason}."
+
+
+def test_gpu_section_command_line():
+    from bench.gpu import OTHER_SECTIONS, smoke_command
+
+    cmd = smoke_command("s.py", "r.json", steps=7)
+    assert cmd[1:6] == ["s.py", "--report", "r.json", "--steps", "7"]
+    assert all(f"--skip {s}" in " ".join(cmd) for s in OTHER_SECTIONS) and "--no-compile" not in cmd
+    assert "--timing-models" not in cmd  # the script's default: all of them
+    cmd = smoke_command("s.py", "r.json", models=("mlp", "resnet50"), compile=False)
+    assert cmd[-3:] == ["--timing-models", "mlp,resnet50", "--no-compile"]
+
+
+def test_gpu_section_runs_the_smoke_script(monkeypatch):
+    """With the GPU check forced (this machine has none), section 4 runs the real script, which
+    finds no GPU, prints its one line and writes no report: a skip that says so."""
+    import bench.gpu as G
+
+    if G.gpu_present()[0]:
+        pytest.skip("a GPU is present: the script would time the models")
+    monkeypatch.setattr(G, "gpu_present", lambda: (True, "forced"))
+    assert G.run(str(REPO), timeout=120) == {"skipped": True, "reason": "scripts/gpu_smoke.py wrote no timing section"}
