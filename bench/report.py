@@ -123,7 +123,8 @@ def _gpu_comparisons(t: dict[str, Any]) -> tuple[str, list[str]]:
         tr, ea, co = c.get("tr_mlir") or {}, c.get("torch_eager") or {}, c.get("torch_compile") or {}
         rows.append([c["model"], str(c["batch"]), c["precision"] + (" fused" if c.get("fuse") else ""),
                      _gpu_ms(tr, "graph_replay_ms"), _gpu_ms(tr, "train_step_ms"), _gpu_ms(ea), _gpu_ms(co),
-                     _gpu_ips(tr), _gpu_ips(ea), _gpu_ips(co), _gpu_ratio(c.get("ratio_vs_eager")), _gpu_ratio(c.get("ratio_vs_compile")),
+                     _gpu_ips(tr), _gpu_ips(ea), _gpu_ips(co), _gpu_ratio(c.get("ratio_vs_eager")),
+                     _gpu_ratio(c.get("ratio_vs_compile")),
                      f"{co['first_step_s']:.1f}" if "first_step_s" in co else "-",
                      "/".join(str(s.get("timed_steps", "-")) for s in (tr, ea, co))])
         where = f"{c['model']} batch {c['batch']}"

@@ -436,7 +436,8 @@ def time_tr_mlir(m: TimingModel, batch: int, *, device: Any = "gpu", steps: int,
                  budget_s: float, seed: int = 0) -> dict:
     """tr-mlir's side of one comparison (module doc): a :class:`tr_mlir.Task` of ``m`` at
     ``batch`` on ``device`` (``'gpu'``, a backend object, or a zero-argument callable returning
-    one), compiled for one batch; ``warmup`` ``Task.train_step`` calls, then the step's captured
+    one), compiled for one batch; ``warmup`` ``Task.train_step`` calls (at least 2, fewer than
+    ``warmup`` once they took a quarter of ``budget_s``: the graphs are static), then the step's captured
     graphs (zero grad, forward, backward, optimizer of input buffer A) replayed and timed with
     :func:`device_timer`, then ``Task.train_step`` (staging, upload, replay, loss read-back) timed
     on the host. Returns the ``tr_mlir`` entry (module doc). Raises whatever the Task raises."""
@@ -455,11 +456,14 @@ def time_tr_mlir(m: TimingModel, batch: int, *, device: Any = "gpu", steps: int,
     t0 = time.perf_counter()
     task.compile(batch, batch)
     compile_s = time.perf_counter() - t0
-    last = 0.0
-    for _ in range(max(warmup, 1)):
+    last = spent = 0.0
+    for i in range(max(warmup, 1)):
         t0 = time.perf_counter()
         task.train_step(x, y)
         last = time.perf_counter() - t0
+        spent += last
+        if i >= 1 and spent > budget_s / 4:  # slow steps: the graphs are static, two warm-up steps do
+            break
     n = fit_steps(last, min(steps, m.max_steps), budget_s / 2)
     run = task.runner
     seq = run._pre[(R.TRAIN_BASE, "a")] + run._post[(R.TRAIN_BASE, "a", False)]
@@ -655,26 +659,28 @@ def torch_compile_substep(m: TimingModel, batches: Sequence[int], *, device: str
         spec = {"model": m.to_json(), "batches": list(batches), "device": device, "backend": backend,
                 "steps": steps, "warmup": warmup, "budget_s": budget_s, "out": str(out)}
         cmd = [sys.executable, str(Path(__file__).resolve()), "--torch-child", json.dumps(spec)]
+        log = Path(tmp) / "compile.log"
         t0 = time.perf_counter()
         reason = None
-        try:
-            proc = subprocess.Popen(cmd, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    start_new_session=True)
-        except OSError as e:
-            proc, reason = None, f"the torch.compile process did not start ({_error(e)})"
-        if proc is not None:
+        with log.open("w") as log_f:  # a file, not a pipe: a lingering compile worker cannot block the wait
             try:
-                text, _ = proc.communicate(timeout=limit_s)
-                if proc.returncode != 0:
-                    tail = " | ".join((text or "").strip().splitlines()[-3:]) or "no output"
-                    reason = f"the torch.compile process exited with status {proc.returncode}: {tail}"
-            except subprocess.TimeoutExpired:
+                proc = subprocess.Popen(cmd, cwd=str(ROOT), stdout=log_f, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+            except OSError as e:
+                proc, reason = None, f"the torch.compile process did not start ({_error(e)})"
+            if proc is not None:
                 try:
+                    proc.wait(timeout=limit_s)
+                    if proc.returncode != 0:
+                        tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:]) or "no output"
+                        reason = f"the torch.compile process exited with status {proc.returncode}: {tail}"
+                except subprocess.TimeoutExpired:
+                    reason = f"torch.compile exceeded its time budget of {limit_s:g} s"
+                try:  # the child, or what is left of its group (inductor's compile workers)
                     os.killpg(proc.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
-                    proc.kill()
-                proc.communicate()
-                reason = f"torch.compile exceeded its time budget of {limit_s:g} s"
+                    pass
+                proc.wait()
         wall = time.perf_counter() - t0
         if out.is_file():
             for line in out.read_text().splitlines():
