@@ -125,7 +125,17 @@ class Plan:
         return _cdiv(need, VL) * VL
 
     @property
+    def bcast(self) -> bool:
+        """K a multiple of 16: every 16-lane block of an output row is one pixel, so the input
+        operand is a broadcast scalar of the zero-padded NHWC image instead of an expanded row."""
+        return self.kout % VL == 0
+
+    @property
     def xe_size(self) -> int:
+        """Floats of the per-image input copy: the padded image (HP, WP, C) when :attr:`bcast`,
+        else the expanded rows (HP, C, s, XR)."""
+        if self.bcast:
+            return self.hp * self.wp * self.c
         return self.hp * self.c * self.s * self.xr
 
     @property
@@ -162,16 +172,20 @@ class Plan:
 
     @property
     def de_size(self) -> int:
-        return self.ho * self.kout * self.dr
+        """Floats of the expanded dy of one image (none for the K-lane dgrad)."""
+        return 0 if self.bcast else self.ho * self.kout * self.dr
 
     @property
     def wd_size(self) -> int:
-        return self.k * self.k * self.kout * self.pc
+        """Floats of the dgrad weights: (k, k, C, K) for the K-lane dgrad, else (k, k, K, lcm(C, 16))."""
+        return self.k * self.k * self.c * self.kout if self.bcast else self.k * self.k * self.kout * self.pc
 
     @property
     def trow(self) -> int:
         """Temporary dx row of one phase (stride > 1 only)."""
-        return 0 if self.s == 1 else max(_cdiv(self.ld(ph), VL) * VL for ph in range(self.s))
+        if self.bcast or self.s == 1:
+            return 0
+        return max(_cdiv(self.ld(ph), VL) * VL for ph in range(self.s))
 
     @property
     def g_size(self) -> int:
@@ -225,6 +239,16 @@ static inline vf ld(const float* p) { vf v; memcpy(&v, p, sizeof v); return v; }
 static inline void st(float* p, vf v) { memcpy(p, &v, sizeof v); }
 static inline vf ldn(const float* p, int n) { vf v = {0}; memcpy(&v, p, (size_t)n * 4); return v; }
 static inline void stn(float* p, vf v, int n) { memcpy(p, &v, (size_t)n * 4); }
+static inline vf bc(const float* p) {
+  const float s = *p;
+  return (vf){s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s};
+}
+typedef int vi __attribute__((vector_size(64)));
+#if defined(__clang__)
+#define SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SHUF(a, b, ...) __builtin_shuffle(a, b, (vi){__VA_ARGS__})
+#endif
 static inline int imax(int a, int b) { return a > b ? a : b; }
 static inline int imin(int a, int b) { return a < b ? a : b; }
 """
@@ -261,14 +285,23 @@ def _fwd_source(pl: Plan) -> str:
         jlo, jhi = _valid_j_fwd(pl, b0, b1)
         lines = ["      {", "        " + " ".join(f"vf {a} = {{0}};" for a in accs)]
         if jhi > jlo:
-            fma = "\n".join(f"              {a} += ld(xp + {b * VL}) * ld(wp + {(b * VL) % pl.pk});"
-                            for a, b in zip(accs, range(b0, b1)))
+            if pl.bcast:
+                kv = pl.kout // VL
+                fma = "\n".join(f"              {a} += bc(xp + {(b // kv) * pl.s * pl.c}) * ld(wp + {(b % kv) * VL});"
+                                for a, b in zip(accs, range(b0, b1)))
+                xrow = "xe + (long)(oh * S + i) * WP * C"
+                xptr = "xr + j * C + c"
+            else:
+                fma = "\n".join(f"              {a} += ld(xp + {b * VL}) * ld(wp + {(b * VL) % pl.pk});"
+                                for a, b in zip(accs, range(b0, b1)))
+                xrow = "xe + (long)(oh * S + i) * C * S * XR"
+                xptr = "xr + (long)(c * S + j % S) * XR + (j / S) * K"
             lines.append(f"""        for (int i = ilo; i < ihi; i++) {{
-          const float* xr = xe + (long)(oh * S + i) * C * S * XR;
+          const float* xr = {xrow};
           const float* wr = we + (long)i * KS * C * PK;
           for (int j = {jlo}; j < {jhi}; j++) {{
             for (int c = 0; c < C; c++) {{
-              const float* xp = xr + (long)(c * S + j % S) * XR + (j / S) * K;
+              const float* xp = {xptr};
               const float* wp = wr + (long)(j * C + c) * PK;
 {fma}
             }}
@@ -278,20 +311,29 @@ def _fwd_source(pl: Plan) -> str:
         lines.append("      }")
         out.append("\n".join(lines))
     tiles = "\n".join(out)
-    return f"""
-static void expand_x(const float* restrict xn, float* restrict xe) {{
-  /* interior only: the padding of xe is zeroed once per call (clear_xe) */
+    if pl.bcast:
+        expand = """
+static void expand_x(const float* restrict xn, float* restrict xe) {
+  /* the zero-padded image (HP, WP, C); the padding is zeroed once per call (clear_xe) */
+  for (int h = 0; h < H; h++) memcpy(xe + ((long)(h + PD) * WP + PD) * C, xn + (long)h * W * C, sizeof(float) * W * C);
+}
+"""
+    else:
+        expand = """
+static void expand_x(const float* restrict xn, float* restrict xe) {
+  /* every value repeated K times, by column phase; the padding is zeroed once per call (clear_xe) */
   for (int h = 0; h < H; h++)
-    for (int col = 0; col < W; col++) {{
+    for (int col = 0; col < W; col++) {
       const int u = (col + PD) / S, ph = (col + PD) % S;
-      for (int c = 0; c < C; c++) {{
+      for (int c = 0; c < C; c++) {
         const float v = xn[((long)h * W + col) * C + c];
         float* d = xe + ((long)((h + PD) * C + c) * S + ph) * XR + u * K;
         for (int kk = 0; kk < K; kk++) d[kk] = v;
-      }}
-    }}
-}}
-
+      }
+    }
+}
+"""
+    return expand + f"""
 static void clear_xe(float* restrict xe) {{
   memset(xe, 0, sizeof(float) * (size_t)XE_SIZE);
 }}
@@ -341,13 +383,26 @@ def _wgrad_source(pl: Plan) -> str:
         lines.append("          const int rp = oh * S + i;")
         lines.append("          if (rp < PD || rp >= PD + H) continue;")
         lines.append("          const float* dr = dyn + (long)oh * WO * K;")
-        lines.append("          const float* xr = xe + (long)rp * C * S * XR;")
-        if nfl:
+        if pl.bcast:
+            lines.append("          const float* xr = xe + (long)rp * WP * C;")
+            lines.append("          for (int ow = 0; ow < WO; ow++) {")
+            lines.append("            const float* xo = xr + ow * S * C;")
+            lines.append("            const float* d0 = dr + ow * K;")
+            for t in range(npat):
+                lines.append(f"            {{ const vf d = ld(d0 + {t * VL});")
+                lines += [f"              {acc[j, c, t]} += d * bc(xo + {j * pl.c + c});" for j, c in chunk]
+                lines.append("            }")
+            lines.append("          }")
+        else:
+            lines.append("          const float* xr = xe + (long)rp * C * S * XR;")
+        if pl.bcast:
+            pass
+        elif nfl:
             lines.append(f"          for (int bb = 0; bb < {nfl * VL}; bb += {npat * VL}) {{")
             for t in range(npat):
                 lines.append(block(f"bb + {t * VL}", t, f"ld(dr + bb + {t * VL})"))
             lines.append("          }")
-        for b in range(nfl, nf):
+        for b in (range(nfl, nf) if not pl.bcast else ()):
             lines.append(block(str(b * VL), b % npat, f"ld(dr + {b * VL})"))
         if rem:
             lines.append(block(str(nf * VL), nf % npat, f"ldn(dr + {nf * VL}, {rem})"))
@@ -462,6 +517,114 @@ void tr_dgrad(const float* restrict dy, const float* restrict w, float* restrict
 """
 
 
+def _reduce_tree() -> tuple[list[tuple[list[int], list[int]]], list[int]]:
+    """Shuffle masks of a 4-level tree that sums 16 vectors lane-wise into one vector of their
+    16 totals, and ``slot[l]``: the input position whose total lands in lane ``l``."""
+    levels = []
+    for h in (8, 4, 2, 1):
+        lo = [(16 if (l // h) % 2 else 0) + ((l // h) // 2) * 2 * h + l % h for l in range(VL)]
+        levels.append((lo, [v + h for v in lo]))
+    owners = [[s] * VL for s in range(VL)]
+    for lo, hi in levels:
+        nxt = []
+        for a, b in zip(owners[::2], owners[1::2]):
+            cat = a + b
+            assert all(cat[x] == cat[y] for x, y in zip(lo, hi))
+            nxt.append([cat[x] for x in lo])
+        owners = nxt
+    return levels, owners[0]
+
+
+def _reduce_code(accs: list[str], dst: str, indent: str, tag: str) -> list[str]:
+    """C lines storing the 16-lane totals of ``accs`` (at most 16) contiguously at ``dst``."""
+    levels, slot = _reduce_tree()
+    vecs = ["zero"] * VL
+    for lane, acc in enumerate(accs):
+        vecs[slot[lane]] = acc
+    lines, n = [], 0
+    for lo, hi in levels:
+        nxt = []
+        for a, b in zip(vecs[::2], vecs[1::2]):
+            if a == "zero" and b == "zero":
+                nxt.append("zero")
+                continue
+            name = f"r{tag}_{n}"
+            n += 1
+            lines.append(f"{indent}const vf {name} = SHUF({a}, {b}, {', '.join(map(str, lo))}) + "
+                         f"SHUF({a}, {b}, {', '.join(map(str, hi))});")
+            nxt.append(name)
+        vecs = nxt
+    store = f"st({dst}, {vecs[0]});" if len(accs) == VL else f"stn({dst}, {vecs[0]}, {len(accs)});"
+    return lines + [indent + store]
+
+
+TILE_D = 24
+"""Most accumulators (pixels x input channels) of a K-lane input-gradient tile."""
+
+
+def _dgrad_klane_source(pl: Plan) -> str:
+    """Input gradient for K a multiple of 16: one 16-lane accumulator per (dx pixel, channel)
+    summing ``dy[oh, ow, k-block] * w[k-block, i, j, c]`` over the taps that reach it, then a
+    shuffle tree turns 16 accumulators into 16 totals stored contiguously (NHWC dx)."""
+    if pl.c <= TILE_D:
+        groups = [(w0, w1, 0, pl.c) for w0, w1 in _tiles(pl.w, max(1, TILE_D // pl.c))]
+    else:
+        groups = [(w, w + 1, c0, min(pl.c, c0 + VL)) for w in range(pl.w) for c0 in range(0, pl.c, VL)]
+    out = []
+    for w0, w1, c0, c1 in groups:
+        pix = list(range(w0, w1))
+        accs = {(x, c): f"a{x - w0}_{c}" for x in pix for c in range(c0, c1)}
+        lines = ["      {", "        " + " ".join(f"vf {a} = {{0}};" for a in accs.values())]
+        body = []
+        for j in range(pl.k):
+            valid = [(x, (x + pl.p - j) // pl.s) for x in pix
+                     if (x + pl.p - j) % pl.s == 0 and 0 <= (x + pl.p - j) // pl.s < pl.wo]
+            if not valid:
+                continue
+            body.append("            {")
+            body += [f"              const vf d{x - w0} = ld(dr + {ow * pl.kout} + kb);" for x, ow in valid]
+            body.append(f"              const float* wj = wr + {j * pl.c * pl.kout} + kb;")
+            for c in range(c0, c1):
+                body.append(f"              {{ const vf wv = ld(wj + {c * pl.kout});")
+                body += [f"                {accs[x, c]} += d{x - w0} * wv;" for x, _ in valid]
+                body.append("              }")
+            body.append("            }")
+        if body:
+            lines.append("""        for (int oh = ohlo; oh <= ohhi; oh++) {
+          const int i = rp - oh * S;
+          const float* dr = dyn + (long)oh * WO * K;
+          const float* wr = wd + (long)i * KS * C * K;
+          for (int kb = 0; kb < K; kb += 16) {""")
+            lines += body
+            lines.append("          }\n        }")
+        names = list(accs.values())
+        for g0 in range(0, len(names), VL):
+            lines += _reduce_code(names[g0:g0 + VL], f"xr + {w0 * pl.c + c0 + g0}", "        ", str(g0 // VL))
+        lines.append("      }")
+        out.append("\n".join(lines))
+    tiles = "\n".join(out)
+    return f"""
+void tr_dgrad(const float* restrict dy, const float* restrict w, float* restrict dx, float* restrict scratch,
+              long n0, long n1) {{
+  float* restrict wd = scratch;
+  const vf zero = {{0}};
+  for (int t = 0; t < KS * KS; t++)
+    for (int c = 0; c < C; c++)
+      for (int kk = 0; kk < K; kk++) wd[((long)t * C + c) * K + kk] = w[((long)kk * KS * KS + t) * C + c];
+  for (long n = n0; n < n1; n++) {{
+    const float* dyn = dy + n * HO * WO * K;
+    for (int h = 0; h < H; h++) {{
+      const int rp = h + PD;
+      const int ohlo = rp - KS + 1 <= 0 ? 0 : (rp - KS + S) / S;
+      const int ohhi = imin(HO - 1, rp / S);
+      float* xr = dx + (n * H + h) * (long)(W * C);
+{tiles}
+    }}
+  }}
+}}
+"""
+
+
 def source(pl: Plan) -> str:
     """The C source of the forward, weight-gradient (+ fold) and input-gradient kernels of ``pl``."""
     consts = dict(H=pl.h, W=pl.w, C=pl.c, K=pl.kout, KS=pl.k, S=pl.s, PD=pl.p, HP=pl.hp, WP=pl.wp, HO=pl.ho,
@@ -469,7 +632,7 @@ def source(pl: Plan) -> str:
                   DR=pl.dr, PC=pl.pc, DE_SIZE=pl.de_size, WD_SIZE=pl.wd_size)
     head = "".join(f"#define {k} {v}\n" for k, v in consts.items())
     return "/* tr-mlir compiled conv: " + repr(pl) + " */\n" + _PRELUDE + head + _fwd_source(pl) \
-        + _wgrad_source(pl) + _dgrad_source(pl)
+        + _wgrad_source(pl) + (_dgrad_klane_source(pl) if pl.bcast else _dgrad_source(pl))
 
 
 @dataclass(frozen=True)
