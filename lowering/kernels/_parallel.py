@@ -22,6 +22,7 @@ timeout, about 0.1 s), which takes a core from the next kernel, and from any oth
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -158,6 +159,49 @@ def run(tasks: Sequence[Callable[[], None]]) -> None:
                 put(n)
 
 
+def run_dynamic(tasks: Sequence[Callable[[], None]]) -> None:
+    """Run any number of independent ``tasks`` on up to :func:`workers` threads (the calling
+    thread and the kernel threads, OpenBLAS held at one thread), each thread taking the next
+    task not yet started: a thread slowed down by another process on its core simply does
+    fewer of them, where a fixed share per thread would make everyone wait for it. Which thread
+    runs a task varies; what a task computes must not depend on that. Exceptions propagate as
+    in :func:`run` (the other thread finishes the remaining tasks first)."""
+    t = min(workers(), len(tasks))
+    if t <= 1:
+        blas = _controller()
+        threads = int(blas[0]()) if blas else 1
+        if threads > 1:
+            blas[1](1)
+        try:
+            for task in tasks:
+                task()
+        finally:
+            if threads > 1:
+                blas[1](threads)
+        return
+    counter = itertools.count()  # next() is atomic under the GIL
+    n = len(tasks)
+
+    def loop() -> None:
+        while True:
+            i = next(counter)
+            if i >= n:
+                return
+            tasks[i]()
+
+    run([loop] * t)
+
+
+BLOCK_FLOPS = 60e6
+"""Split GEMMs of at least this many FLOPs per thread are cut into two blocks per thread and
+scheduled dynamically (:func:`run_dynamic`). On this project's 2-core machine, shared with
+other processes, one kernel thread often ran at half speed (its core shared with another
+process: the calling thread's half of an MLP GEMM took 2x the worker's), so with one fixed half
+per thread the GEMM took twice its time; with two blocks per thread the faster thread takes
+three of four. A block costs one more packing of the shared operand (about 1-2% measured on
+the MLP's GEMMs on an idle core)."""
+
+
 def serial_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """``np.matmul(a, b, out=out)`` on the calling thread with OpenBLAS at one thread (module
     doc: a threaded OpenBLAS call leaves its threads spinning)."""
@@ -213,6 +257,24 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
             epilogue(whole, whole)
         return
 
+    run_dynamic(matmul_tasks(a, b, out, axis, gemm_blocks(flops, size, t), epilogue))
+
+
+def gemm_blocks(flops: float, size: int, t: int) -> int:
+    """Blocks a split GEMM of ``flops`` is cut into along an axis of ``size``, on ``t`` threads:
+    ``t``, or ``2 t`` from :data:`BLOCK_FLOPS` per thread on (each block at least 2 wide)."""
+    per = 2 if flops >= BLOCK_FLOPS * t else 1
+    return max(1, min(t * per, size // 2))
+
+
+def matmul_tasks(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, count: int,
+                 epilogue: Callable[[slice, slice], None] | None = None) -> list[Callable[[], None]]:
+    """``np.matmul(a, b, out=out)`` as ``count`` independent tasks: row blocks (``axis=-2``) or
+    column blocks (``axis=-1``) of ``out``, each followed by ``epilogue(rows, cols)`` of its
+    block (see :func:`matmul`). For :func:`run` / :func:`run_dynamic`."""
+    size = out.shape[axis]
+    whole = slice(None)
+
     def piece(lo: int, hi: int) -> None:
         s = slice(lo, hi)
         if axis == -2:
@@ -222,7 +284,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
         if epilogue is not None:
             epilogue(s, whole) if axis == -2 else epilogue(whole, s)
 
-    run([(lambda lo=lo, hi=hi: piece(lo, hi)) for lo, hi in blocks(size, t)])
+    return [(lambda lo=lo, hi=hi: piece(lo, hi)) for lo, hi in blocks(size, count)]
 
 
 MIN_SPLIT_ELEMENTS = 1 << 18

@@ -8,6 +8,8 @@ shape of that size, e.g. the seed's (out, 1, 1, F)), optional bias (out), y (N, 
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from . import _parallel
@@ -86,14 +88,7 @@ def fc_backward(dy, w, x, dw, db, dx, ws: dict[str, np.ndarray]) -> None:
     dy2 = as32(dy, ws, "ybuf", (n, o))
     x2 = as32(x, ws, "xbuf", (n, f))
     dw2 = out32(dw, ws, "wbuf", (o, f))
-    epilogue = None
-    if db is not None:
-        db2 = db.reshape(o)
-
-        def epilogue(rows: slice, cols: slice) -> None:
-            if cols.start is None or cols.start == 0:  # one thread per row block sums db
-                np.add.reduce(dy2[:, rows], axis=0, out=db2[rows])
-
+    epilogue = None if db is None else _db_epilogue(dy2, db.reshape(o))
     _parallel.matmul(dy2.T, x2, out=dw2, epilogue=epilogue)
     finish(dw, dw2)
     if dx is not None:
@@ -101,6 +96,15 @@ def fc_backward(dy, w, x, dw, db, dx, ws: dict[str, np.ndarray]) -> None:
         dx2 = out32(dx, ws, "xbuf", (n, f))
         _parallel.matmul(dy2, w2, out=dx2)
         finish(dx, dx2)
+
+
+def _db_epilogue(dy2: np.ndarray, db: np.ndarray):
+    """The epilogue of a dw block (rows, cols): ``db[rows]`` = column sums of ``dy2[:, rows]``,
+    by the block holding column 0 of dw (so once per row block)."""
+    def epilogue(rows: slice, cols: slice) -> None:
+        if cols.start is None or cols.start == 0:
+            np.add.reduce(dy2[:, rows], axis=0, out=db[rows])
+    return epilogue
 
 
 def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> bool:
@@ -120,12 +124,11 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> 
             return False
         target = buf[:n * f].reshape(n, f)
 
-    def weight_grad() -> None:
-        np.matmul(dy2.T, x2, out=dw2)
-        if db is not None:
-            np.add.reduce(dy2, axis=0, out=db.reshape(o))
-
-    _parallel.run([weight_grad, lambda: np.matmul(dy2, w2, out=target)])
+    epilogue = None if db is None else _db_epilogue(dy2, db.reshape(o))
+    per = 2 if 2.0 * n * f * o >= _parallel.BLOCK_FLOPS else 1  # blocks per GEMM (one thread's share)
+    dws = _parallel.matmul_tasks(dy2.T, x2, dw2, _parallel.split_axis(o, f), min(per, max(o, f) // 2), epilogue)
+    dxs = _parallel.matmul_tasks(dy2, w2, target, _parallel.split_axis(n, f), min(per, max(n, f) // 2))
+    _parallel.run_dynamic([t for pair in itertools.zip_longest(dws, dxs) for t in pair if t is not None])
     if target is not dx2:
         np.copyto(dx2, target)
     return True

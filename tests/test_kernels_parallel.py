@@ -1,0 +1,331 @@
+"""Thread use of the NumPy kernels (lowering/kernels/_parallel.py) and the kernels that rely on
+it most: FC forward/backward strategies (dense.py), the compiled SGD update (optim.py) and the
+compiled NaN/Inf check (ranges.py). Every strategy must give the same bits as the serial code."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+from tr_mlir.lowering.kernels import KERNELS, _cc, _parallel, dense, optim, ranges
+
+F32 = np.float32
+two_threads = pytest.mark.skipif(not _parallel._controller(), reason="needs OpenBLAS + threadpoolctl for 2 threads")
+
+
+def rnd(rng, shape, dtype=F32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+# -- run / run_dynamic ---------------------------------------------------------------------
+
+@two_threads
+def test_run_uses_a_second_thread_and_returns_after_both():
+    seen, barrier = [], threading.Barrier(2, timeout=10)
+
+    def task():
+        barrier.wait()  # deadlocks (BrokenBarrierError after 10 s) unless both run at once
+        seen.append(threading.get_ident())
+
+    with threadpool_limits(2):
+        for _ in range(50):
+            seen.clear()
+            _parallel.run([task, task])
+            assert len(seen) == 2 and seen[0] != seen[1]
+
+
+@two_threads
+@pytest.mark.parametrize("which", [0, 1])
+def test_run_propagates_errors_after_waiting_for_the_other_task(which):
+    done = []
+
+    def slow():
+        threading.Event().wait(0.05)
+        done.append(True)
+
+    def bad():
+        raise KeyError("boom")
+
+    tasks = [bad, slow] if which == 0 else [slow, bad]
+    with threadpool_limits(2):
+        with pytest.raises(KeyError, match="boom"):
+            _parallel.run(tasks)
+        assert done == [True]  # the other task had finished when the error came out
+        out = []
+        _parallel.run([lambda: out.append(1), lambda: out.append(2)])  # the worker survived
+        assert sorted(out) == [1, 2]
+
+
+def test_run_rejects_more_tasks_than_workers():
+    with pytest.raises(ValueError, match="at most MAX_WORKERS"):
+        _parallel.run([lambda: None] * (_parallel.MAX_WORKERS + 1))
+
+
+@two_threads
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("count", [0, 1, 3, 8])
+def test_run_dynamic_runs_every_task_once(threads, count):
+    hits = [0] * count
+    lock = threading.Lock()
+
+    def make(i):
+        def task():
+            with lock:
+                hits[i] += 1
+        return task
+
+    with threadpool_limits(threads):
+        _parallel.run_dynamic([make(i) for i in range(count)])
+    assert hits == [1] * count
+
+
+@two_threads
+def test_run_dynamic_lets_the_free_thread_take_the_remaining_tasks():
+    """One thread blocked on a long task: the other runs all the rest."""
+    release = threading.Event()
+    idents: list[int] = []
+
+    def long():
+        release.wait(10)
+        idents.append(-1)
+
+    def short():
+        idents.append(threading.get_ident())
+        if sum(1 for i in idents if i != -1) == 5:
+            release.set()
+
+    with threadpool_limits(2):
+        _parallel.run_dynamic([long] + [short] * 5)
+    shorts = [i for i in idents if i != -1]
+    assert len(shorts) == 5 and len(set(shorts)) == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@two_threads
+def test_run_works_in_a_forked_child():
+    with threadpool_limits(2):
+        _parallel.run([lambda: None, lambda: None])  # the parent's worker exists
+        pid = os.fork()
+        if pid == 0:  # child: a fresh worker must be started, not the parent's (absent) thread
+            code = 1
+            try:
+                out = []
+                t = threading.Thread(target=lambda: _parallel.run([lambda: out.append(1), lambda: out.append(2)]))
+                t.start()
+                t.join(20)
+                code = 0 if sorted(out) == [1, 2] else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_blocks_cover_the_range():
+    for size, t in ((10, 3), (7, 7), (1024, 4), (5, 2)):
+        b = _parallel.blocks(size, t)
+        assert len(b) == t and b[0][0] == 0 and b[-1][1] == size
+        assert all(hi == lo2 for (_, hi), (lo2, _) in zip(b, b[1:]))
+        assert max(hi - lo for lo, hi in b) - min(hi - lo for lo, hi in b) <= 1
+
+
+# -- matmul ---------------------------------------------------------------------------------
+
+SHAPES = [(200, 784, 1024), (1024, 200, 784), (200, 1024, 512), (200, 512, 256), (256, 200, 512), (37, 300, 91),
+          (3, 5, 2)]
+
+
+@two_threads
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_matmul_splits_give_the_serial_bits(m, k, n):
+    rng = np.random.default_rng(m + k + n)
+    a, b = rnd(rng, (m, k)), rnd(rng, (k, n))
+    want = np.empty((m, n), F32)
+    with threadpool_limits(1):
+        np.matmul(a, b, out=want)
+    at = np.ascontiguousarray(a.T).T  # a transposed operand (the FC weight gradient's dy.T)
+    with threadpool_limits(2):
+        for lhs in (a, at):
+            for axis in (None, -2, -1):
+                got = np.full((m, n), np.nan, F32)
+                _parallel.matmul(lhs, b, got, axis=axis)
+                assert np.array_equal(got, want), (axis, lhs is at)
+
+
+@two_threads
+def test_matmul_batched_and_epilogue_blocks():
+    rng = np.random.default_rng(3)
+    a, b = rnd(rng, (3, 300, 200)), rnd(rng, (3, 200, 400))
+    want = np.matmul(a, b)
+    for axis in (-2, -1):
+        seen = np.zeros((300, 400), np.int32)
+        got = np.empty_like(want)
+
+        def epi(rows, cols, got=got, seen=seen):
+            seen[rows, cols] += 1
+            got[..., rows, cols] += 1.0
+
+        with threadpool_limits(2):
+            _parallel.matmul(a, b, got, axis=axis, epilogue=epi)
+        assert (seen == 1).all()  # blocks cover the output exactly once
+        assert np.array_equal(got, want + F32(1.0))
+    with pytest.raises(ValueError, match="split axis"):
+        _parallel.matmul(a, b, got, axis=0)
+
+
+def test_gemm_blocks_rule():
+    assert _parallel.gemm_blocks(1e6, 1024, 2) == 2
+    assert _parallel.gemm_blocks(2 * _parallel.BLOCK_FLOPS, 1024, 2) == 4
+    assert _parallel.gemm_blocks(1e12, 5, 2) == 2  # blocks at least 2 wide
+    assert _parallel.gemm_blocks(1e12, 3, 2) == 1
+
+
+# -- FC kernels -----------------------------------------------------------------------------
+
+def _fc_case(rng, n, f, o):
+    return (rnd(rng, (n, 1, 1, f)), rnd(rng, (o, 1, 1, f)), rnd(rng, (1, 1, 1, o)), rnd(rng, (n, 1, 1, o)))
+
+
+def _fc_step(x, w, b, dy, threads, alias, keep_ws=True):
+    """fc_fwd then fc_bwd through the registry; returns y, dw, db, dx."""
+    x = x.copy()
+    y = np.zeros((x.shape[0], 1, 1, w.shape[0]), F32)
+    dw, db = np.zeros_like(w), np.zeros_like(b)
+    dx = x if alias else np.zeros_like(x)
+    spec = KERNELS["fc_bwd"]
+    arrays = dict(dy=dy, w=w, x=x, dw=dw, db=db, dx=dx)
+    ws = spec.allocate_workspaces(arrays) if keep_ws else {}
+    with threadpool_limits(threads):
+        KERNELS["fc_fwd"].bind(dict(x=x, w=w, b=b, y=y), {})()
+        spec.bind({**arrays, **ws}, {})()
+    return y, dw, db, dx
+
+
+@two_threads
+@pytest.mark.parametrize("n,f,o", [(200, 1024, 512), (200, 512, 256), (64, 300, 200), (200, 784, 1024), (4, 6, 5)])
+def test_fc_strategies_give_the_serial_bits(n, f, o):
+    """Concurrent dw || dx (into dx, or through xbuf when dx is x's buffer), the split
+    fallback without xbuf, the bias and db epilogues: all equal the 1-thread result."""
+    rng = np.random.default_rng(n * f + o)
+    x, w, b, dy = _fc_case(rng, n, f, o)
+    want = _fc_step(x, w, b, dy, 1, alias=False)
+    x2, w2, dy2 = x.reshape(n, f), w.reshape(o, f), dy.reshape(n, o)
+    ref = (x2 @ w2.T + b.reshape(o), dy2.T @ x2, dy2.sum(0), dy2 @ w2)
+    for got, r in zip(want, ref):
+        assert np.abs(got.reshape(r.shape) - r).max() <= 1e-5 * max(1.0, np.abs(r).max())
+    for alias in (False, True):
+        for keep_ws in (True, False):
+            got = _fc_step(x, w, b, dy, 2, alias=alias, keep_ws=keep_ws)
+            for g, wnt in zip(got, want):
+                assert np.array_equal(g, wnt), (alias, keep_ws)
+
+
+def test_fc_workspace_rule():
+    spec = KERNELS["fc_bwd"]
+    f32 = np.dtype(F32)
+    big = {"dy": ((200, 1, 1, 512), f32), "w": ((512, 1, 1, 1024), f32), "x": ((200, 1, 1, 1024), f32),
+           "dw": ((512, 1, 1, 1024), f32), "db": ((1, 1, 1, 512), f32)}
+    assert spec.workspace_shapes({**big, "dx": ((200, 1, 1, 1024), f32)}) == {"xbuf": ((200 * 1024,), f32)}
+    assert spec.workspace_shapes(big) == {}  # no dx (first layer): no buffer
+    tiny = {"dy": ((2, 1, 1, 3), f32), "w": ((3, 1, 1, 4), f32), "x": ((2, 1, 1, 4), f32),
+            "dw": ((3, 1, 1, 4), f32), "dx": ((2, 1, 1, 4), f32)}
+    assert spec.workspace_shapes(tiny) == {}
+    assert KERNELS["fc_fwd"].workspace_shapes({"x": big["x"], "w": big["w"], "y": ((200, 1, 1, 512), f32)}) == {}
+    assert dense.concurrent_backward(200, 1024, 512) and not dense.concurrent_backward(2, 4, 3)
+
+
+@two_threads
+def test_fc_backward_amp_keeps_its_sequential_path():
+    """fp16 operands share the cast workspaces: never the concurrent path; same bits as 1 thread."""
+    rng = np.random.default_rng(5)
+    n, f, o = 64, 300, 200
+    x, w, dy = (rnd(rng, s, np.float16) for s in ((n, 1, 1, f), (o, 1, 1, f), (n, 1, 1, o)))
+    outs = []
+    for threads in (1, 2):
+        xx = x.copy()
+        dw, db = np.zeros((o, 1, 1, f), F32), np.zeros((1, 1, 1, o), F32)
+        spec = KERNELS["fc_bwd"]
+        arrays = dict(dy=dy, w=w, x=xx, dw=dw, db=db, dx=xx)
+        ws = spec.allocate_workspaces(arrays)
+        with threadpool_limits(threads):
+            spec.bind({**arrays, **ws}, {})()
+        outs.append((dw, db, xx))
+    for a, b in zip(*outs):
+        assert np.array_equal(a, b)
+
+
+# -- compiled SGD and NaN check -------------------------------------------------------------
+
+needs_cc = pytest.mark.skipif(not _cc.available(), reason="no C compiler")
+
+SGD_CASES = [(0.9, 0.0, False, 1.0, True), (0.9, 1e-4, False, 1.0, True), (0.9, 1e-4, True, 1 / 1024, True),
+             (0.0, 5e-4, False, 0.5, False), (0.8, 0.0, True, 1.0, True)]
+
+
+@needs_cc
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("mu,wd,nesterov,inv,mom", SGD_CASES)
+def test_compiled_sgd_gives_numpy_bits(monkeypatch, threads, mu, wd, nesterov, inv, mom):
+    rng = np.random.default_rng(7)
+    n = 2 * optim.SPLIT_CHUNK + 12345  # split across the threads
+    w0, g, m0 = rnd(rng, n), rnd(rng, n), rnd(rng, n)
+    m0[:100] = 0.0  # a fresh momentum buffer
+    g[5] = np.inf
+    res = []
+    for compiled in (True, False):
+        monkeypatch.setattr(optim, "_sgd_fn", [] if compiled else [None])
+        w, m = w0.copy(), m0.copy()
+        with threadpool_limits(threads), np.errstate(all="ignore"):  # the Inf: NumPy warns, C does not
+            for _ in range(3):
+                optim.sgd_update(w, g, m if mom else None, 0.01, mu, wd, nesterov, inv)
+        res.append((w, m))
+    assert np.array_equal(res[0][0], res[1][0], equal_nan=True)
+    assert np.array_equal(res[0][1], res[1][1], equal_nan=True)
+
+
+@needs_cc
+def test_compiled_sgd_kernel_through_the_registry_and_nan_skip():
+    rng = np.random.default_rng(8)
+    n = 1000
+    w, g, m = rnd(rng, n), rnd(rng, n), np.zeros(n, F32)
+    w_ref, m_ref = w.copy(), m.copy()
+    for _ in range(2):
+        m_ref = m_ref * F32(0.9) + g
+        w_ref = w_ref - m_ref * F32(0.1)
+        KERNELS["range_update_weight_momentum"].bind(
+            dict(w=w, g=g, m=m, lr=np.array([0.1], F32), momentum=np.array([0.9], F32),
+                 weight_decay=np.array([0.0], F32)), {})()
+    assert np.array_equal(w, w_ref) and np.array_equal(m, m_ref)
+    before = w.copy()
+    KERNELS["range_update_weight_momentum"].bind(
+        dict(w=w, g=g, m=m, lr=np.array([0.1], F32), momentum=np.array([0.9], F32),
+             weight_decay=np.array([0.0], F32), has_nan=np.array([1], F32)), {})()
+    assert np.array_equal(w, before)
+    with pytest.raises(ValueError, match="spans"):
+        optim.sgd_update(w, g[:10], m, 0.1, 0.9, 0.0, False, 1.0)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_nan_check_finds_every_nonfinite(monkeypatch, compiled, dtype, threads):
+    if compiled and not _cc.available():
+        pytest.skip("no C compiler")
+    monkeypatch.setattr(ranges, "_nonfinite_fns", [] if compiled else [None])
+    rng = np.random.default_rng(9)
+    n = 2 * _parallel.MIN_SPLIT_ELEMENTS + 3
+    base = rnd(rng, n, dtype)
+    big = np.finfo(dtype).max
+    flag = np.zeros(1, F32)
+    with threadpool_limits(threads):
+        ranges.range_check_nan([base, base[:7]], flag)
+        assert flag[0] == 0
+        for pos in (0, n // 2 - 1, n // 2, n - 1):
+            for val, bad in ((np.nan, 1), (np.inf, 1), (-np.inf, 1), (big, 0), (-big, 0)):
+                x = base.copy()
+                x[pos] = val
+                ranges.range_check_nan([base[:7], x], flag)
+                assert flag[0] == bad, (pos, val)
