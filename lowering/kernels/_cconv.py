@@ -53,6 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _cc, _parallel
+from ._util import take
 
 VL = 16
 """Floats per vector (one 512-bit register)."""
@@ -662,14 +663,14 @@ def kernels(pl: Plan) -> Kernels:
 # ------------------------------------------------------------------------------------------
 
 
-def _split(g, tmp: np.ndarray) -> tuple[list[tuple[int, int]], int, np.ndarray]:
-    """Image ranges of the threads, the slot size and the flat scratch (checked large enough)."""
+def _split(g, tmp: np.ndarray | None) -> tuple[list[tuple[int, int]], int, np.ndarray]:
+    """Image ranges of the threads, the slot size and the scratch (:func:`._util.take` checks that
+    ``tmp`` is a large enough contiguous fp32 workspace, raising ``ValueError`` otherwise)."""
     t = max(1, min(_parallel.workers(), slots(g)))
     size = slot_elements(g)
-    flat = tmp.reshape(-1)
-    if flat.dtype != np.float32 or flat.size < t * size or not tmp.flags.c_contiguous:
-        raise ValueError(f"expected a contiguous fp32 tmp workspace of >= {t * size} elements for a compiled "
-                         f"conv, got {flat.size} {flat.dtype.name}")
+    if tmp is None:
+        raise ValueError(f"expected a workspace of >= {t * size} float32 elements (tmp) for a compiled conv, got None")
+    flat = take(tmp, (t * size,))
     bounds = [g.n * i // t for i in range(t + 1)]
     return list(zip(bounds, bounds[1:])), size, flat
 
