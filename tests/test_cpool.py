@@ -257,3 +257,107 @@ def test_threads_reproducible_and_no_allocation():
         finally:
             tracemalloc.stop()
     assert peak < 64 * 1024, peak
+
+
+# --------------------------------------------------------------------------------------
+# tanh: NumPy ufunc forward on whole blocks, compiled fused backward (activation.py)
+# --------------------------------------------------------------------------------------
+
+from tr_mlir.lowering.kernels import activation  # noqa: E402
+from tr_mlir.lowering.kernels.registry import KERNELS  # noqa: E402
+
+
+def tanh_bwd(dy, x, dx=None):
+    dx = np.empty_like(x) if dx is None else dx
+    KERNELS["tanh_bwd"](dy=dy, x=x, dx=dx)
+    return dx
+
+
+def test_tanh_c_accuracy():
+    """The derivative 1 - t^2 (dy = 1) against float64 over a dense sweep of x, and specials."""
+    x = np.concatenate([np.linspace(-12, 12, 400_001, dtype=np.float32),
+                        np.logspace(-30, 1.2, 100_000).astype(np.float32)])
+    x = np.concatenate([x, -x])
+    dx = tanh_bwd(np.ones_like(x), x)
+    ref = 1.0 - np.tanh(x.astype(np.float64)) ** 2
+    # |error| of 1 - t^2 is 2|t| * error(t) + the rounding of t^2 and of the subtraction
+    err = np.abs(dx - ref) / np.spacing(np.maximum(np.abs(ref), 1e-30).astype(np.float32))
+    assert err[np.abs(x) < 0.3].max() <= 1.0
+    assert np.abs(dx - ref).max() < 2.5e-7
+    special = np.array([0.0, -0.0, np.inf, -np.inf, 30.0, np.nan], np.float32)
+    got = tanh_bwd(np.full(6, 2.0, np.float32), special)
+    np.testing.assert_array_equal(got[:5], [2.0, 2.0, 0.0, 0.0, 0.0])
+    assert np.isnan(got[5])
+
+
+@pytest.mark.parametrize("alias", ["none", "x", "dy"])
+def test_tanh_bwd_c_vs_torch_and_numpy(monkeypatch, alias):
+    rng = np.random.default_rng(20)
+    x = (3 * rng.standard_normal((4, 7, 9, 6))).astype(np.float32)
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    assert activation.use_c_tanh(dy, x, x)
+    xt = torch.tensor(x).requires_grad_()
+    torch.tanh(xt).backward(torch.tensor(dy))
+    ref = xt.grad.numpy()
+    numpy_dx = numpy_path(monkeypatch, tanh_bwd, dy, x)
+    xc, dyc = x.copy(), dy.copy()
+    out = {"none": None, "x": xc, "dy": dyc}[alias]
+    dx = tanh_bwd(dyc, xc, out)
+    # 1 - t^2 cancels where |t| is near 1: a one-ulp difference in t (6e-8) moves it by up to
+    # 1.2e-7, times |dy| (< 5 here); torch's own t is rounded to fp32 as well
+    np.testing.assert_allclose(dx, ref, rtol=2e-6, atol=6e-7)
+    np.testing.assert_allclose(dx, numpy_dx, rtol=2e-6, atol=6e-7)
+    assert np.abs(dx - ref).mean() < 3e-8
+
+
+def test_tanh_dispatch_and_forward(monkeypatch):
+    """The C backward runs for fp32 contiguous arrays unless TR_MLIR_CC=0; fp16 and strided
+    arrays keep NumPy; the fp32 forward (whole-block np.tanh) equals np.tanh."""
+    x = np.linspace(-4, 4, 64, dtype=np.float32).reshape(2, 4, 4, 2)
+    assert activation.use_c_tanh(x, x, x)
+    assert not activation.use_c_tanh(x.astype(np.float16), x, x)
+    assert not activation.use_c_tanh(x[:, ::2], x, x)
+    calls = []
+    monkeypatch.setitem(activation._C_BACKWARD, "tanh", (activation.use_c_tanh, lambda *a: calls.append(1)))
+    dx = np.full_like(x, 9.0)
+    tanh_bwd(x, x, dx)
+    assert calls == [1]
+    tanh_bwd(x.astype(np.float16), x.astype(np.float16))  # fp16: NumPy
+    monkeypatch.setenv(_cc.ENV_SWITCH, "0")
+    assert not activation.use_c_tanh(x, x, x)
+    np.testing.assert_allclose(tanh_bwd(x, x, dx), x * (1 - np.tanh(x) ** 2), rtol=1e-6, atol=1e-7)
+    assert calls == [1]
+    monkeypatch.delenv(_cc.ENV_SWITCH)
+    y = np.empty_like(x)
+    KERNELS["tanh_fwd"](x=x, y=y)
+    np.testing.assert_array_equal(y, np.tanh(x))
+    h = x.astype(np.float16)
+    yh = np.empty_like(h)
+    KERNELS["tanh_fwd"](x=h, y=yh)
+    np.testing.assert_allclose(yh, np.tanh(x), atol=1e-3)
+
+
+def test_tanh_threads_reproducible_and_no_allocation():
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal(3 * activation.C_SPLIT_ELEMENTS + 5).astype(np.float32)
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    outs = []
+    for threads in (1, 2, 2):
+        with threadpool_limits(threads):
+            y = np.empty_like(x)
+            KERNELS["tanh_fwd"](x=x, y=y)
+            outs.append((y, tanh_bwd(dy, x)))
+    for other in outs[1:]:
+        np.testing.assert_array_equal(outs[0][0], other[0])
+        np.testing.assert_array_equal(outs[0][1], other[1])
+    y, dx = np.empty_like(x), np.empty_like(x)
+    with threadpool_limits(2):
+        tanh_bwd(dy, x, dx)
+        tracemalloc.start()
+        try:
+            KERNELS["tanh_fwd"](x=x, y=y)
+            tanh_bwd(dy, x, dx)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 64 * 1024, peak
