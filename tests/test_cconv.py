@@ -1,0 +1,232 @@
+"""lowering/kernels/_cconv.py: conv kernels compiled for their shapes, and conv.py's dispatch rule.
+
+The compiled forward, weight gradient and input gradient are checked against PyTorch's conv2d
+(forward and autograd) over a table of geometries, against the NumPy path (TR_MLIR_CC=0), in
+place (dx over x), run to run (bit-identical) and across thread counts; the dispatch rule
+(conv.compiled) is checked case by case; a replayed call allocates nothing large.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from threadpoolctl import threadpool_limits
+
+from tr_mlir.lowering.kernels import KERNELS, _cc, _cconv, _parallel
+from tr_mlir.lowering.kernels import conv as C
+
+needs_cc = pytest.mark.skipif(_cc.compiler() is None,
+                              reason="no C compiler on this machine: the compiled conv kernels are untested")
+
+torch.set_num_threads(1)
+
+GEOMS = [  # n, h, w, c, k_out, k, s, p
+    (4, 32, 32, 1, 6, 5, 1, 0),    # LeNet conv1: one input channel, K = 6 (expanded-weight path)
+    (5, 14, 14, 6, 16, 5, 1, 0),   # LeNet conv2: K = 16 (broadcast forward, K-lane input gradient)
+    (3, 9, 11, 3, 5, 3, 2, 1),     # stride 2, padding 1, odd non-square sizes
+    (3, 10, 10, 4, 7, 5, 1, 2),    # 5x5 "same" padding 2, K = 7 (lane period 112)
+    (3, 11, 13, 2, 8, 3, 2, 0),    # stride 2 without padding, K = 8
+    (2, 13, 12, 3, 4, 4, 3, 2),    # even window, stride 3 (three column phases)
+    (3, 8, 8, 16, 16, 3, 1, 1),    # 16 -> 16 channels, 3x3
+    (3, 9, 9, 3, 16, 3, 2, 1),     # K = 16, stride 2 (K-lane input gradient with phases)
+    (2, 9, 10, 5, 16, 4, 3, 2),    # K = 16, stride 3, padding 2
+    (3, 12, 12, 16, 12, 1, 2, 0),  # 1x1 stride 2 (a projection shortcut)
+    (2, 7, 7, 1, 1, 3, 1, 1),      # a single channel in and out
+    (1, 5, 5, 2, 3, 5, 1, 0),      # window as large as the input: a 1x1 output
+]
+
+OUTSIDE_RULE = [  # geometries the rule sends to NumPy; the kernels themselves must still be right
+    (2, 7, 7, 5, 3, 1, 1, 0),      # pointwise
+    (2, 8, 8, 20, 16, 3, 1, 1),    # 20 input channels: K-lane input gradient with P = 1 pixel tiles
+    (2, 8, 8, 3, 32, 3, 2, 1),     # K = 32: two 16-lane blocks per pixel
+    (2, 6, 6, 40, 16, 3, 1, 1),    # 40 input channels: channel groups of 16 in the input gradient
+]
+
+
+def _ids(geom):
+    return "n{}h{}w{}c{}k{}_k{}s{}p{}".format(*geom)
+
+
+def _data(geom, seed=0):
+    n, h, w, c, kout, k, s, p = geom
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, h, w, c)).astype(np.float32)
+    wt = rng.standard_normal((kout, k, k, c)).astype(np.float32)
+    g = C.conv_geom(x.shape, wt.shape, k, s, p, 1)
+    dy = rng.standard_normal(g.y_shape).astype(np.float32)
+    return x, wt, dy, g
+
+
+def _torch(x, w, dy, s, p):
+    tx = torch.tensor(x).permute(0, 3, 1, 2).requires_grad_()
+    tw = torch.tensor(w).permute(0, 3, 1, 2).requires_grad_()
+    ty = F.conv2d(tx, tw, stride=s, padding=p)
+    ty.backward(torch.tensor(dy).permute(0, 3, 1, 2))
+    return (ty.detach().permute(0, 2, 3, 1).numpy(), tw.grad.permute(0, 2, 3, 1).numpy(),
+            tx.grad.permute(0, 2, 3, 1).numpy())
+
+
+def _close(got, want, tol=2e-5):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape
+    assert np.isfinite(got).all()
+    err = np.abs(got - want).max()
+    assert err <= tol * max(1.0, np.abs(want).max()), err
+
+
+def _registry(x, w, dy, k, s, p, dx_is_x=False):
+    """conv_fwd then conv_bwd through the kernel registry with planned workspaces (NaN-filled,
+    as a shared workspace would hold garbage)."""
+    f, b = KERNELS["conv_fwd"], KERNELS["conv_bwd"]
+    g = C.conv_geom(x.shape, w.shape, k, s, p, 1)
+    y = np.full(g.y_shape, np.nan, np.float32)
+    arrays = dict(x=x, w=w, y=y)
+    ws = {n: np.full_like(a, np.nan) for n, a in f.allocate_workspaces(arrays, k=k, s=s, p=p, groups=1).items()}
+    f(**arrays, **ws, k=k, s=s, p=p, groups=1)
+    dw = np.full(w.shape, np.nan, np.float32)
+    dx = x if dx_is_x else np.full(x.shape, np.nan, np.float32)
+    arrays = dict(dy=dy, x=x, w=w, dw=dw, dx=dx)
+    ws = {n: np.full_like(a, np.nan) for n, a in b.allocate_workspaces(arrays, k=k, s=s, p=p, groups=1).items()}
+    b(**arrays, **ws, k=k, s=s, p=p, groups=1)
+    return y, dw, dx
+
+
+@needs_cc
+@pytest.mark.parametrize("geom", GEOMS, ids=_ids)
+def test_compiled_matches_torch(geom):
+    x, w, dy, g = _data(geom)
+    assert C.compiled(g, x, w), "the table's geometries are inside the dispatch rule"
+    want = _torch(x, w, dy, g.win.s, g.win.p)
+    with threadpool_limits(2):
+        got = _registry(x, w, dy, g.win.k, g.win.s, g.win.p)
+    for a, b in zip(got, want):
+        _close(a, b)
+
+
+@needs_cc
+@pytest.mark.parametrize("geom", OUTSIDE_RULE, ids=_ids)
+def test_kernels_outside_the_rule_are_right_too(geom):
+    x, w, dy, g = _data(geom)
+    assert not C.compiled(g, x, w)
+    want = _torch(x, w, dy, g.win.s, g.win.p)
+    tmp = np.full(_cconv.workspace_elements(g), np.nan, np.float32)
+    y, dw, dx = (np.full(a.shape, np.nan, np.float32) for a in (dy, w, x))
+    with threadpool_limits(2):
+        _cconv.forward(x, w, y, g, tmp)
+        _cconv.wgrad(dy, x, dw, g, tmp)
+        _cconv.dgrad(dy, w, dx, g, tmp)
+    for a, b in zip((y, dw, dx), want):
+        _close(a, b)
+
+
+@needs_cc
+@pytest.mark.parametrize("geom", [GEOMS[1], GEOMS[2], GEOMS[7]], ids=_ids)
+def test_dx_in_place_over_x(geom):
+    x, w, dy, g = _data(geom)
+    want = _torch(x, w, dy, g.win.s, g.win.p)
+    buf = x.copy()
+    with threadpool_limits(2):
+        y, dw, dx = _registry(buf, w, dy, g.win.k, g.win.s, g.win.p, dx_is_x=True)
+    assert dx is buf
+    _close(y, want[0])
+    _close(dw, want[1])  # computed from x before dx overwrote it
+    _close(dx, want[2])
+
+
+@needs_cc
+@pytest.mark.parametrize("geom", [GEOMS[0], GEOMS[1], GEOMS[3], GEOMS[7]], ids=_ids)
+def test_compiled_equals_numpy_path(geom, monkeypatch):
+    x, w, dy, g = _data(geom)
+    with threadpool_limits(2):
+        compiled = _registry(x, w, dy, g.win.k, g.win.s, g.win.p)
+        monkeypatch.setenv(_cc.ENV_SWITCH, "0")
+        assert not C.compiled(g, x, w)
+        numpy_path = _registry(x, w, dy, g.win.k, g.win.s, g.win.p)
+    for a, b in zip(compiled, numpy_path):
+        _close(a, b)
+
+
+@needs_cc
+@pytest.mark.parametrize("geom", [GEOMS[0], GEOMS[1], GEOMS[5]], ids=_ids)
+def test_reproducible_and_thread_split(geom):
+    x, w, dy, g = _data(geom)
+    with threadpool_limits(2):
+        assert _parallel.workers() == min(2, _parallel.MAX_WORKERS)
+        first = _registry(x, w, dy, g.win.k, g.win.s, g.win.p)
+        second = _registry(x, w, dy, g.win.k, g.win.s, g.win.p)
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)  # bit-identical run to run (fixed partial-sum order)
+    with threadpool_limits(1):
+        serial = _registry(x, w, dy, g.win.k, g.win.s, g.win.p)
+    np.testing.assert_array_equal(serial[0], first[0])  # y and dx: per-image work, split-independent
+    np.testing.assert_array_equal(serial[2], first[2])
+    _close(serial[1], first[1], 1e-5)  # dw: the thread partial sums add in another order
+
+
+def test_dispatch_rule(monkeypatch):
+    f32 = np.zeros((2, 14, 14, 6), np.float32)
+    w32 = np.zeros((16, 5, 5, 6), np.float32)
+    g = C.conv_geom(f32.shape, w32.shape, 5, 1, 0, 1)
+    assert C.cc_geometry(g)
+    assert C.cc_geometry(C.conv_geom((2, 32, 32, 1), (6, 5, 5, 1), 5, 1, 0, 1))
+    assert C.cc_geometry(C.conv_geom((2, 8, 8, 16), (16, 1, 1, 16), 1, 2, 0, 1))  # strided 1x1: im2col
+    assert not C.cc_geometry(C.conv_geom((2, 8, 8, 16), (16, 1, 1, 16), 1, 1, 0, 1))  # pointwise
+    assert not C.cc_geometry(C.conv_geom((2, 8, 8, 17), (16, 3, 3, 17), 3, 1, 1, 1))  # C > 16
+    assert not C.cc_geometry(C.conv_geom((2, 8, 8, 16), (32, 3, 3, 16), 3, 1, 1, 1))  # K > 16
+    assert not C.cc_geometry(C.conv_geom((2, 8, 8, 8), (8, 3, 3, 4), 3, 1, 1, 2))  # groups
+    assert not C.cc_geometry(C.conv_geom((2, 8, 8, 8), (8, 3, 3, 1), 3, 1, 1, 8))  # depthwise
+    expect = _cc.available()
+    assert C.compiled(g, f32, w32) == expect
+    assert not C.compiled(g, f32.astype(np.float16), w32)  # AMP operands: NumPy path
+    assert not C.compiled(g, f32, w32, accumulate=True)
+    assert not C.compiled(g, np.zeros((2, 14, 28, 6), np.float32)[:, :, ::2], w32)  # not contiguous
+    monkeypatch.setenv(_cc.ENV_SWITCH, "0")
+    assert not C.compiled(g, f32, w32)
+    # the planned workspaces serve both paths: tmp is requested for fp32 geometries in the rule
+    sizes = C.conv_workspace_sizes(g, x16=False, w16=False, y16=False, phases=("fwd", "wgrad", "dgrad"))
+    assert sizes["tmp"] >= _cconv.workspace_elements(g)
+    assert "tmp" not in C.conv_workspace_sizes(g, x16=True, w16=True, y16=True)
+
+
+def test_no_compiler_runs_numpy(monkeypatch, tmp_path):
+    monkeypatch.setenv("CC", "/nonexistent/tr-mlir-cc")
+    monkeypatch.setenv(_cc.ENV_CACHE, str(tmp_path))
+    monkeypatch.setattr(_cc, "_state", {})
+    monkeypatch.setattr(_cc, "_libs", {})
+    x, w, dy, g = _data(GEOMS[1])
+    assert not C.compiled(g, x, w)
+    got = _registry(x, w, dy, 5, 1, 0)
+    for a, b in zip(got, _torch(x, w, dy, 1, 0)):
+        _close(a, b)
+
+
+@needs_cc
+def test_replay_allocates_nothing_large():
+    x, w, dy, g = _data((16, 32, 32, 1, 6, 5, 1, 0))
+    x2, w2, dy2, g2 = _data((16, 14, 14, 6, 16, 5, 1, 0))
+    f, b = KERNELS["conv_fwd"], KERNELS["conv_bwd"]
+    calls = []
+    for xx, ww, dd, gg in ((x, w, dy, g), (x2, w2, dy2, g2)):
+        y = np.zeros(gg.y_shape, np.float32)
+        a1 = dict(x=xx, w=ww, y=y)
+        a1 |= f.allocate_workspaces(a1, k=5, s=1, p=0, groups=1)
+        a2 = dict(dy=dd, x=xx, w=ww, dw=np.zeros_like(ww), dx=np.zeros_like(xx))
+        a2 |= b.allocate_workspaces(a2, k=5, s=1, p=0, groups=1)
+        calls += [f.bind(a1, dict(k=5, s=1, p=0, groups=1)), b.bind(a2, dict(k=5, s=1, p=0, groups=1))]
+
+    def step():
+        for c in calls:
+            c()
+
+    with threadpool_limits(2):
+        step()  # compiles (or loads) the kernels
+        tracemalloc.start()
+        tracemalloc.reset_peak()
+        step()
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    assert peak < 32 * 1024, peak  # activations here are 64-76 KiB each: nothing of that size
