@@ -329,3 +329,22 @@ def test_nan_check_finds_every_nonfinite(monkeypatch, compiled, dtype, threads):
                 x[pos] = val
                 ranges.range_check_nan([base[:7], x], flag)
                 assert flag[0] == bad, (pos, val)
+
+
+@two_threads
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("per_worker", [1, 2, 3])
+@pytest.mark.parametrize("n", [10, _parallel.MIN_SPLIT_ELEMENTS, 5 * _parallel.MIN_SPLIT_ELEMENTS + 7])
+def test_split_covers_every_element_once(threads, per_worker, n):
+    hits = np.zeros(n, np.int32)
+    shares = set()
+
+    def fn(lo, hi, share):
+        hits[lo:hi] += 1
+        shares.add(share)
+
+    with threadpool_limits(threads):
+        _parallel.split(n, fn, per_worker=per_worker)
+    assert (hits == 1).all()
+    t = min(threads, _parallel.MAX_WORKERS) if n >= _parallel.MIN_SPLIT_ELEMENTS else 1
+    assert shares == {t}  # share = threads, whatever the block count

@@ -291,13 +291,20 @@ MIN_SPLIT_ELEMENTS = 1 << 18
 """Smallest element-wise job (elements) worth splitting across threads (1 MiB of fp32)."""
 
 
-def split(n: int, fn: Callable[[int, int, int], None]) -> None:
+def split(n: int, fn: Callable[[int, int, int], None], *, per_worker: int = 1) -> None:
     """Run ``fn(lo, hi, share)`` over contiguous blocks ``[lo, hi)`` of ``range(n)``, one block per
     kernel thread (one block under :data:`MIN_SPLIT_ELEMENTS`). ``share`` is the number of
-    blocks: a kernel that works in chunk temporaries divides its chunk size by it, so the
+    threads: a kernel that works in chunk temporaries divides its chunk size by it, so the
     temporaries alive at once stay what they are on one thread. For element-wise work only
-    (each element's result independent of the split)."""
+    (each element's result independent of the split).
+
+    ``per_worker > 1``: that many blocks per thread, scheduled dynamically (:func:`run_dynamic`:
+    a thread slowed by another process takes fewer); ``fn`` may then run several blocks on one
+    thread, one at a time."""
     t = workers() if n >= MIN_SPLIT_ELEMENTS else 1
+    if t > 1 and per_worker > 1:
+        count = max(t, min(t * per_worker, n // (MIN_SPLIT_ELEMENTS // 2)))
+        run_dynamic([(lambda lo=lo, hi=hi: fn(lo, hi, t)) for lo, hi in blocks(n, count)])
+        return
     bounds = [n * i // t for i in range(t + 1)]
     run([lambda w=w: fn(bounds[w], bounds[w + 1], t) for w in range(t)])
-

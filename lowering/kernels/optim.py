@@ -130,7 +130,7 @@ def sgd_update(w, g, m, lr: float, mu: float, wd: float, nesterov: bool, inv_sca
             fn(pw + 4 * lo, pg + 4 * lo, None if pm is None else pm + 4 * lo, hi - lo, *args, int(nesterov))
 
         if wf.size >= 2 * SPLIT_CHUNK:
-            _parallel.split(wf.size, cblock)
+            _parallel.split(wf.size, cblock, per_worker=2)
         else:
             cblock(0, wf.size, 1)
         return

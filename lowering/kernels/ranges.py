@@ -40,7 +40,7 @@ def range_clear(out) -> None:
     """memset 0 of every range (gradients, metric accumulators), split among the kernel threads."""
     for a in _seq(out):
         f = a.reshape(-1)
-        _parallel.split(f.size, lambda lo, hi, share, f=f: f[lo:hi].fill(0))
+        _parallel.split(f.size, lambda lo, hi, share, f=f: f[lo:hi].fill(0), per_worker=2)
 
 
 @kernel("range_d2d_copy", writes=("dst",), kind="range",
@@ -107,7 +107,7 @@ def _any_nonfinite(f: np.ndarray) -> bool:
     parts: list = []
     if fn is not None:
         p, size = f.ctypes.data, f.dtype.itemsize
-        _parallel.split(f.size, lambda a, b, share: parts.append(fn(p + size * a, b - a)))
+        _parallel.split(f.size, lambda a, b, share: parts.append(fn(p + size * a, b - a)), per_worker=2)
         return any(parts)
     _parallel.split(f.size, lambda a, b, share: parts.append((float(f[a:b].max()), float(f[a:b].min()))))
     return not all(np.isfinite(v) for p in parts for v in p)
