@@ -1,22 +1,31 @@
 """Max and average pooling as C kernels compiled for their shapes (:mod:`._cc`), fp32 NHWC.
 
 One library per geometry ``(H, W, C, k, s, p)``: the image size, channel count, window, stride
-and padding are compile-time constants, so the channel loop is unrolled (LeNet's 6 and 16
-channels) or vectorized, and unpadded windows get constant tap loops. The batch is a run-time
-range ``[n0, n1)`` of images, which is how :func:`maxpool_fwd` and the others split a batch
-among the kernel threads (:func:`._parallel.run`; ``ctypes`` releases the GIL during a call).
+and padding are compile-time constants, so loop bounds and strides are constants and the
+compiler vectorizes. The batch is a run-time range ``[n0, n1)`` of images, which is how
+:func:`maxpool_fwd` and the others split a batch among the kernel threads
+(:func:`._parallel.run`; ``ctypes`` releases the GIL during a call; :data:`MIN_SPLIT_FWD`,
+:data:`MIN_SPLIT_BWD`).
 
-The results are **bit-identical** to the NumPy kernels of :mod:`.pool` (the tests compare them
-with ``array_equal``), including their conventions:
+Few channels (LeNet's 6) make per-pixel channel loops too short to vectorize (GCC 12 produced
+scalar code with branches: 4x slower), so the max pool forward works on whole input rows: the
+maximum over the tap rows, then over the tap columns, on contiguous runs ``e = w*C + c``, then
+the window starts are copied out (``ROWBUF``). The backward selects dy on the float bits (an AND
+with 0 or ~0) because ``dy * (float)(mask == t)`` compiled to branches (9x slower).
+
+The results equal the NumPy kernels of :mod:`.pool` (the tests compare them with
+``array_equal``), including their conventions:
 
 * max pool forward: ``y`` is the maximum of the window's valid taps (padding never wins), NaN
   propagates (as ``np.maximum`` and PyTorch); ``mask`` (INT8) is the first tap ``t = i*k + j`` in
   row-major order whose value equals ``y``, and 0 where ``y`` is NaN (nothing equals NaN);
 * max pool backward: dx is overwritten; ``dy`` goes to the valid tap ``mask`` names (taps outside
-  the input or outside ``[0, k*k)`` are dropped). Non-overlapping windows (``k <= s``) write
-  ``dy * (mask == t)`` to each tap as NumPy does (so a NaN dy reaches the window's other taps as
-  NaN there too); overlapping windows add in ascending tap order per input element (NumPy's tap
-  loop), which is the reverse output order, so even sums of three or more terms round alike;
+  the input or outside ``[0, k*k)`` are dropped). Non-overlapping windows (``k <= s``) write dy
+  to the winning tap and +0.0 to the others. The one difference from NumPy's ``dy * (mask ==
+  t)``: a non-finite dy gives NaN on the other taps there (inf * 0), +0.0 here (PyTorch's
+  result); -0.0 vs +0.0 on the other taps for a negative dy is no difference to ``==``.
+  Overlapping windows add in ascending tap order per input element (NumPy's tap loop), which is
+  the reverse output order, so even sums of three or more terms round alike;
 * average pool: the sum of the valid taps in row-major order (NumPy's tap loop, starting from
   0), times ``1/(k*k)`` (padding counted, PyTorch's ``count_include_pad=True``); its backward
   adds ``dy`` in ascending tap order and scales once at the end, as NumPy does.
@@ -37,10 +46,16 @@ from . import _cc, _parallel
 KERNELS = ("maxpool_fwd", "maxpool_bwd", "avgpool_fwd", "avgpool_bwd")
 """The C functions of every pooling library."""
 
-MIN_SPLIT_ELEMENTS = 1 << 16
-"""Smallest input (elements of x, or of dx) whose pooling is split by images among the kernel
-threads: a hand-off to the second thread costs about 20-40 us, a 64K-element pool pass about
-30-60 us on one thread (measured, see :func:`.pool.use_c`)."""
+MIN_SPLIT_FWD = 1 << 19
+"""Smallest input (elements of x) whose forward pooling is split by images among the kernel
+threads. Measured in LeNet's step on the shared 2-core machine (load ~3, best of 8 interleaved
+rounds, ms, one thread -> split in two): 128x28x28x6 0.165 -> 0.148, 128x10x10x16 0.056 ->
+0.081 (a hand-off costs ~20-30 us, more when the other core is busy)."""
+
+MIN_SPLIT_BWD = 1 << 20
+"""Smallest dx (elements) whose backward pooling is split by images: the backward costs about
+half the forward per element (128x28x28x6: 0.090 ms on one thread, 0.111-0.117 split in two;
+128x10x10x16: 0.026 -> 0.047)."""
 
 ROWBUF_MAX = 16384
 """Longest input row (W*C elements) the max pool forward works on in stack row buffers (9 bytes
@@ -293,10 +308,9 @@ def _fn(name: str, h: int, w: int, c: int, k: int, s: int, p: int) -> ctypes._CF
     return _cc.function(source(h, w, c, k, s, p), name, _ARGS_AVG if name.startswith("avg") else _ARGS)
 
 
-def _by_images(n: int, size: int, call) -> None:
-    """``call(n0, n1)`` over image blocks, one per kernel thread when ``size`` (elements of the
-    larger array) reaches :data:`MIN_SPLIT_ELEMENTS`."""
-    t = _parallel.workers() if size >= MIN_SPLIT_ELEMENTS else 1
+def _by_images(n: int, split: bool, call) -> None:
+    """``call(n0, n1)`` over image blocks: one per kernel thread when ``split``, else one call."""
+    t = _parallel.workers() if split else 1
     t = max(1, min(t, n))
     if t == 1:
         call(0, n)
@@ -311,7 +325,7 @@ def maxpool_fwd(x: np.ndarray, y: np.ndarray, mask: np.ndarray, k: int, s: int, 
     n, h, w, c = x.shape
     fn = _fn("maxpool_fwd", h, w, c, k, s, p)
     px, py, pm = x.ctypes.data, y.ctypes.data, mask.ctypes.data
-    _by_images(n, x.size, lambda n0, n1: fn(px, py, pm, n0, n1))
+    _by_images(n, x.size >= MIN_SPLIT_FWD, lambda n0, n1: fn(px, py, pm, n0, n1))
 
 
 def maxpool_bwd(dy: np.ndarray, mask: np.ndarray, dx: np.ndarray, k: int, s: int, p: int) -> None:
@@ -320,7 +334,7 @@ def maxpool_bwd(dy: np.ndarray, mask: np.ndarray, dx: np.ndarray, k: int, s: int
     n, h, w, c = dx.shape
     fn = _fn("maxpool_bwd", h, w, c, k, s, p)
     pdy, pm, pdx = dy.ctypes.data, mask.ctypes.data, dx.ctypes.data
-    _by_images(n, dx.size, lambda n0, n1: fn(pdy, pm, pdx, n0, n1))
+    _by_images(n, dx.size >= MIN_SPLIT_BWD, lambda n0, n1: fn(pdy, pm, pdx, n0, n1))
 
 
 def avgpool_fwd(x: np.ndarray, y: np.ndarray, k: int, s: int, p: int) -> None:
@@ -328,7 +342,7 @@ def avgpool_fwd(x: np.ndarray, y: np.ndarray, k: int, s: int, p: int) -> None:
     n, h, w, c = x.shape
     fn = _fn("avgpool_fwd", h, w, c, k, s, p)
     px, py = x.ctypes.data, y.ctypes.data
-    _by_images(n, x.size, lambda n0, n1: fn(px, py, n0, n1))
+    _by_images(n, x.size >= MIN_SPLIT_FWD, lambda n0, n1: fn(px, py, n0, n1))
 
 
 def avgpool_bwd(dy: np.ndarray, dx: np.ndarray, k: int, s: int, p: int) -> None:
@@ -336,4 +350,4 @@ def avgpool_bwd(dy: np.ndarray, dx: np.ndarray, k: int, s: int, p: int) -> None:
     n, h, w, c = dx.shape
     fn = _fn("avgpool_bwd", h, w, c, k, s, p)
     pdy, pdx = dy.ctypes.data, dx.ctypes.data
-    _by_images(n, dx.size, lambda n0, n1: fn(pdy, pdx, n0, n1))
+    _by_images(n, dx.size >= MIN_SPLIT_BWD, lambda n0, n1: fn(pdy, pdx, n0, n1))

@@ -218,9 +218,11 @@ void tanh_bwd(const float* dy, const float* x, float* dx, long n0, long n1) {
 """
 """C source of the fused tanh backward (``dx = dy * (1 - tanh(x)^2)`` over ``[n0, n1)``)."""
 
-C_SPLIT_ELEMENTS = 1 << 17
-"""Smallest array the C tanh backward splits among the kernel threads (~70 us of work on one
-thread against ~20-30 us for the hand-off)."""
+C_SPLIT_ELEMENTS = 1 << 18
+"""Smallest array the C tanh backward splits among the kernel threads by element ranges.
+Measured in LeNet's step on the shared 2-core machine (load ~3, best of 8 interleaved rounds,
+ms, one thread -> split in two): 602,112 elements 0.33 -> 0.23-0.25, 204,800 0.12 -> 0.14 (a
+hand-off costs ~20-30 us, more when the other core is busy)."""
 
 _tanh_bwd_c: list = []
 

@@ -34,15 +34,16 @@ from .window import Window, window
 def use_c(k: int, floats: tuple[np.ndarray, ...], masks: tuple[np.ndarray, ...] = ()) -> bool:
     """Whether a pooling call runs the compiled kernel of :mod:`._cpool`: a usable C compiler
     (:func:`._cc.available`, so ``TR_MLIR_CC=0`` forces NumPy), every float array fp32, every
-    array C-contiguous (INT8 masks included), and ``k*k <= 127`` (the INT8 mask).
+    mask INT8, all C-contiguous, and ``k*k <= 127`` (the INT8 mask).
 
     The one rule for max and average pooling, forward and backward, at any size: C was faster
-    in every case measured (2-core AMD EPYC Zen 4, best of 30, ms, NumPy -> C, 2 threads):
-    LeNet's 128x28x28x6 2x2/2 max pool forward 1.18 -> 0.18, backward 0.66 -> 0.11, average
-    0.53 -> 0.07 / 1.02 -> 0.25; 128x10x10x16 0.27 -> 0.06, 0.14 -> 0.03; ResNet's 32x56x56x64
-    3x3/2 pad 1 max pool 12.3 -> 2.9 and 80 -> 4.4; the test sizes (2x7x6x3, 4x9x11x5 with
-    k/s/p 3/2/1, 3/1/1, 3/3/1, 2/1/0) 0.04-0.11 -> 0.005-0.010 (numbers: ``tests/test_cpool.py``
-    docstring and the bench README).
+    in every case measured. Project machine (2-core AMD EPYC Zen 4, shared, load 2-3), 2 kernel
+    threads, ms, NumPy -> C. LeNet's step (best of 8 rounds alternating TR_MLIR_CC=0/1 in one
+    process): 128x28x28x6 2x2/2 max pool forward 0.75-1.2 -> 0.15-0.19, backward 0.66 -> 0.09;
+    128x10x10x16 forward 0.27 -> 0.056, backward 0.16 -> 0.026. Kernel calls (best of 30):
+    average pool 128x28x28x6 0.53 -> 0.07 and 1.02 -> 0.25; 32x56x56x64 3x3/2 pad 1 max pool
+    12-21 -> 3-5 and 80 -> 2.4-4.4; the small test geometries (2x7x6x3, 4x9x11x5, k/s/p
+    3/2/1, 3/1/1, 3/3/1, 2/1/0) 0.01-0.11 -> 0.004-0.013.
     """
     if k * k > 127 or not _cc.available():
         return False
