@@ -59,8 +59,14 @@ VL = 16
 """Floats per vector (one 512-bit register)."""
 
 TILE = 12
-"""Most accumulator vectors of one register tile (AVX-512 has 32 vector registers; the rest
-hold loaded operands)."""
+"""Most accumulator vectors of one forward / expanded input-gradient register tile (AVX-512 has
+32 vector registers; the rest hold loaded operands)."""
+
+TILE_B = 8
+"""Most accumulator vectors of one broadcast-input forward tile (K a multiple of 16)."""
+
+TILE_W = 16
+"""Most accumulator vectors of one weight-gradient tile."""
 
 _VP = ctypes.c_void_p
 _L = ctypes.c_long
@@ -281,7 +287,7 @@ def _valid_j_fwd(pl: Plan, b0: int, b1: int) -> tuple[int, int]:
 
 def _fwd_source(pl: Plan) -> str:
     out = []
-    for b0, b1 in _tiles(pl.nb, TILE):
+    for b0, b1 in _tiles(pl.nb, TILE_B if pl.bcast else TILE):
         accs = [f"a{b}" for b in range(b0, b1)]
         jlo, jhi = _valid_j_fwd(pl, b0, b1)
         lines = ["      {", "        " + " ".join(f"vf {a} = {{0}};" for a in accs)]
@@ -363,7 +369,7 @@ def _wgrad_source(pl: Plan) -> str:
     npat = pl.pk // VL
     nf, rem = divmod(pl.lrow, VL)
     members = [(j, c) for j in range(pl.k) for c in range(pl.c)]
-    per = max(1, TILE // npat)
+    per = max(1, TILE_W // npat)
     chunks = [members[i:i + per] for i in range(0, len(members), per)]
     nfl = (nf // npat) * npat
     out = []
