@@ -179,6 +179,9 @@ def test_dispatch_rule(monkeypatch):
     assert not C.cc_geometry(C.conv_geom((2, 8, 8, 16), (32, 3, 3, 16), 3, 1, 1, 1))  # K > 16
     assert not C.cc_geometry(C.conv_geom((2, 8, 8, 8), (8, 3, 3, 4), 3, 1, 1, 2))  # groups
     assert not C.cc_geometry(C.conv_geom((2, 8, 8, 8), (8, 3, 3, 1), 3, 1, 1, 8))  # depthwise
+    big = C.conv_geom((1, 224, 224, 16), (6, 3, 3, 16), 3, 1, 1, 1)  # K = 6: 6 copies of the image
+    assert _cconv.slot_elements(big) > C.COL_CHUNK and not C.cc_geometry(big)
+    assert C.cc_geometry(C.conv_geom((1, 224, 224, 3), (16, 7, 7, 3), 7, 2, 3, 1))  # K = 16: one copy
     expect = _cc.available()
     assert C.compiled(g, f32, w32) == expect
     assert not C.compiled(g, f32.astype(np.float16), w32)  # AMP operands: NumPy path

@@ -208,9 +208,14 @@ def cc_geometry(g: ConvGeom) -> bool:
     So: faster everywhere up to 16 channels (1.0-9x), no longer reliably faster at 32 (the
     im2col GEMM is efficient there), and slower for a pointwise input gradient (a plain GEMM,
     no im2col, on the NumPy path). Pointwise and depthwise convs keep their NumPy methods.
+
+    Memory bound (not a measured speed rule): a compiled kernel's scratch per thread
+    (:func:`._cconv.slot_elements`: K copies of one padded image when K is not a multiple of 16)
+    must fit in :data:`COL_CHUNK` elements, the budget of one im2col chunk, so large images with
+    K = 6 or 12 stay on the NumPy path rather than growing the ``tmp`` workspace past ``col``'s.
     """
     return (g.groups == 1 and g.method == "im2col" and g.c <= CC_MAX_CHANNELS
-            and g.k_out <= CC_MAX_CHANNELS)
+            and g.k_out <= CC_MAX_CHANNELS and _cconv.slot_elements(g) <= COL_CHUNK)
 
 
 def compiled(g: ConvGeom, *arrays: np.ndarray, accumulate: bool = False) -> bool:
