@@ -176,11 +176,45 @@ def test_matmul_batched_and_epilogue_blocks():
         _parallel.matmul(a, b, got, axis=0)
 
 
-def test_gemm_blocks_rule():
+def test_gemm_blocks_rule(monkeypatch):
+    monkeypatch.setattr(_parallel, "_contended", 0)
     assert _parallel.gemm_blocks(1e6, 1024, 2) == 2
-    assert _parallel.gemm_blocks(2 * _parallel.BLOCK_FLOPS, 1024, 2) == 4
+    assert _parallel.gemm_blocks(1e12, 1024, 2) == 2  # one block per thread on balanced threads
+    monkeypatch.setattr(_parallel, "_contended", 5)
+    assert _parallel.gemm_blocks(1e6, 1024, 2) == 2
+    assert _parallel.gemm_blocks(1e12, 1024, 2) == 4
     assert _parallel.gemm_blocks(1e12, 5, 2) == 2  # blocks at least 2 wide
     assert _parallel.gemm_blocks(1e12, 3, 2) == 1
+
+
+def test_contention_is_measured_on_static_splits(monkeypatch):
+    monkeypatch.setattr(_parallel, "_contended", 0)
+    _parallel._note_split([1e-3, 1.1e-3])
+    assert not _parallel.contended()
+    _parallel._note_split([1e-5, 1e-4])  # too short to count
+    assert not _parallel.contended()
+    _parallel._note_split([1e-3, 2e-3])
+    assert _parallel.contended()
+    for _ in range(_parallel.CONTENDED_CALLS):
+        _parallel.note_dynamic_call()
+    assert not _parallel.contended()
+
+
+@two_threads
+@pytest.mark.parametrize("contended", [False, True])
+def test_matmul_dynamic_blocks_give_the_serial_bits(monkeypatch, contended):
+    rng = np.random.default_rng(11)
+    a, b = rnd(rng, (200, 784)), rnd(rng, (784, 1024))
+    want = np.empty((200, 1024), F32)
+    with threadpool_limits(1):
+        np.matmul(a, b, out=want)
+    monkeypatch.setattr(_parallel, "_contended", 3 if contended else 0)
+    monkeypatch.setattr(_parallel, "IMBALANCE", 1e9)  # no new measurement changes the mode here
+    got = np.empty_like(want)
+    with threadpool_limits(2):
+        _parallel.matmul(a, b, got)
+    assert np.array_equal(got, want)
+    assert _parallel._contended == (2 if contended else 0)  # a dynamic call counted
 
 
 # -- FC kernels -----------------------------------------------------------------------------
@@ -205,8 +239,9 @@ def _fc_step(x, w, b, dy, threads, alias, keep_ws=True):
 
 
 @two_threads
+@pytest.mark.parametrize("contended", [False, True])
 @pytest.mark.parametrize("n,f,o", [(200, 1024, 512), (200, 512, 256), (64, 300, 200), (200, 784, 1024), (4, 6, 5)])
-def test_fc_strategies_give_the_serial_bits(n, f, o):
+def test_fc_strategies_give_the_serial_bits(monkeypatch, n, f, o, contended):
     """Concurrent dw || dx (into dx, or through xbuf when dx is x's buffer), the split
     fallback without xbuf, the bias and db epilogues: all equal the 1-thread result."""
     rng = np.random.default_rng(n * f + o)
@@ -216,8 +251,10 @@ def test_fc_strategies_give_the_serial_bits(n, f, o):
     ref = (x2 @ w2.T + b.reshape(o), dy2.T @ x2, dy2.sum(0), dy2 @ w2)
     for got, r in zip(want, ref):
         assert np.abs(got.reshape(r.shape) - r).max() <= 1e-5 * max(1.0, np.abs(r).max())
+    monkeypatch.setattr(_parallel, "IMBALANCE", 1e9)
     for alias in (False, True):
         for keep_ws in (True, False):
+            monkeypatch.setattr(_parallel, "_contended", 100 if contended else 0)  # dynamic blocks or not
             got = _fc_step(x, w, b, dy, 2, alias=alias, keep_ws=keep_ws)
             for g, wnt in zip(got, want):
                 assert np.array_equal(g, wnt), (alias, keep_ws)

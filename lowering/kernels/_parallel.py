@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -193,13 +194,51 @@ def run_dynamic(tasks: Sequence[Callable[[], None]]) -> None:
 
 
 BLOCK_FLOPS = 60e6
-"""Split GEMMs of at least this many FLOPs per thread are cut into two blocks per thread and
-scheduled dynamically (:func:`run_dynamic`). On this project's 2-core machine, shared with
-other processes, one kernel thread often ran at half speed (its core shared with another
-process: the calling thread's half of an MLP GEMM took 2x the worker's), so with one fixed half
-per thread the GEMM took twice its time; with two blocks per thread the faster thread takes
-three of four. A block costs one more packing of the shared operand (about 1-2% measured on
-the MLP's GEMMs on an idle core)."""
+"""While the kernel threads run unequally fast (:func:`contended`), split GEMMs of at least this
+many FLOPs per thread are cut into two blocks per thread and scheduled dynamically
+(:func:`run_dynamic`), so the slowed thread does fewer."""
+
+IMBALANCE = 1.3
+"""A static split whose slowest piece took this many times its fastest (pieces of at least
+:data:`PROBE_SECONDS`) marks the threads as contended for :data:`CONTENDED_CALLS` GEMMs."""
+
+PROBE_SECONDS = 2e-4
+"""Shortest piece of a static split that counts as a measurement for :data:`IMBALANCE`."""
+
+CONTENDED_CALLS = 32
+"""Split GEMMs run with dynamic blocks after an unbalanced static split, before the next static
+split measures again."""
+
+_contended = 0  # split GEMMs left to run with dynamic blocks
+
+
+def contended() -> bool:
+    """Whether a recent static split found one kernel thread much slower than the other.
+
+    On this project's 2-core machine, shared with other processes, another process often took
+    half of one core: the calling thread's half of an MLP GEMM then took 2x the worker's (3.8 vs
+    1.9 ms), and with one fixed half per thread every split waited for it. Two blocks per thread
+    scheduled dynamically let the faster thread take three of four; but each extra block costs
+    one more packing of the shared operand (about 20 us on the MLP's GEMMs; the whole step on
+    an idle machine went from 10.39 to 10.60 ms with them always on). So the blocks are used
+    only while the threads are measured to be unequal. The result has the same bits either way
+    (every output element comes from one OpenBLAS call over all of ``k``)."""
+    return _contended > 0
+
+
+def note_dynamic_call() -> None:
+    """Count one split GEMM run with dynamic blocks (towards the next static measurement)."""
+    global _contended
+    if _contended > 0:
+        _contended -= 1
+
+
+def _note_split(durations: Sequence[float]) -> None:
+    """Record the piece times of a static split (see :func:`contended`)."""
+    global _contended
+    lo, hi = min(durations), max(durations)
+    if lo >= PROBE_SECONDS and hi > IMBALANCE * lo:
+        _contended = CONTENDED_CALLS
 
 
 def serial_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
@@ -257,13 +296,28 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
             epilogue(whole, whole)
         return
 
-    run_dynamic(matmul_tasks(a, b, out, axis, gemm_blocks(flops, size, t), epilogue))
+    count = gemm_blocks(flops, size, t)
+    tasks = matmul_tasks(a, b, out, axis, count, epilogue)
+    if count > t:
+        note_dynamic_call()
+        run_dynamic(tasks)
+        return
+    times = [0.0] * len(tasks)
+
+    def timed(i: int) -> None:
+        t0 = time.perf_counter()
+        tasks[i]()
+        times[i] = time.perf_counter() - t0
+
+    run([(lambda i=i: timed(i)) for i in range(len(tasks))])
+    _note_split(times)
 
 
 def gemm_blocks(flops: float, size: int, t: int) -> int:
     """Blocks a split GEMM of ``flops`` is cut into along an axis of ``size``, on ``t`` threads:
-    ``t``, or ``2 t`` from :data:`BLOCK_FLOPS` per thread on (each block at least 2 wide)."""
-    per = 2 if flops >= BLOCK_FLOPS * t else 1
+    ``t``, or ``2 t`` while :func:`contended` from :data:`BLOCK_FLOPS` per thread on (each block
+    at least 2 wide)."""
+    per = 2 if _contended > 0 and flops >= BLOCK_FLOPS * t else 1
     return max(1, min(t * per, size // 2))
 
 

@@ -126,7 +126,10 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> 
         target = buf[:n * f].reshape(n, f)
 
     epilogue = None if db is None else _db_epilogue(dy2, db.reshape(o))
-    per = 2 if 2.0 * n * f * o >= _parallel.BLOCK_FLOPS else 1  # blocks per GEMM (one thread's share)
+    per = 1  # blocks per GEMM (one thread's share); two while the threads run unequally fast
+    if _parallel.contended() and 2.0 * n * f * o >= _parallel.BLOCK_FLOPS:
+        per = 2
+        _parallel.note_dynamic_call()
     dws = _parallel.matmul_tasks(dy2.T, x2, dw2, _parallel.split_axis(o, f), min(per, max(o, f) // 2), epilogue)
     dxs = _parallel.matmul_tasks(dy2, w2, target, _parallel.split_axis(n, f), min(per, max(n, f) // 2))
     _parallel.run_dynamic([t for pair in itertools.zip_longest(dws, dxs) for t in pair if t is not None])
