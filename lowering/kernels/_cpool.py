@@ -48,9 +48,10 @@ KERNELS = ("maxpool_fwd", "maxpool_bwd", "avgpool_fwd", "avgpool_bwd")
 
 MIN_SPLIT_FWD = 1 << 19
 """Smallest input (elements of x) whose forward pooling is split by images among the kernel
-threads. Measured in LeNet's step on the shared 2-core machine (load ~3, best of 8 interleaved
-rounds, ms, one thread -> split in two): 128x28x28x6 0.165 -> 0.148, 128x10x10x16 0.056 ->
-0.081 (a hand-off costs ~20-30 us, more when the other core is busy)."""
+threads. Measured in LeNet's step on the shared 2-core machine (load 2-3, best of 8-15
+interleaved rounds, ms, one thread -> split in two): 128x28x28x6 0.165 -> 0.148 and 0.145 ->
+0.142 (two runs: at best a small gain while the other core is busy), 128x10x10x16 0.056 ->
+0.081 (a hand-off to a sleeping pool thread costs ~20-50 us)."""
 
 MIN_SPLIT_BWD = 1 << 20
 """Smallest dx (elements) whose backward pooling is split by images: the backward costs about
