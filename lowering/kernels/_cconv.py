@@ -65,6 +65,10 @@ TILE = 12
 TILE_B = 8
 """Most accumulator vectors of one broadcast-input forward tile (K a multiple of 16)."""
 
+ALIGNED_WGRAD = True
+"""Expanded-path weight gradient: read the shifted input rows as aligned loads combined by a
+shuffle instead of unaligned loads (which split across cache lines)."""
+
 TILE_W = 16
 """Most accumulator vectors of one weight-gradient tile."""
 
@@ -128,7 +132,8 @@ class Plan:
     @property
     def xr(self) -> int:
         """Floats per expanded input row (one channel, one phase), with slack for the last block."""
-        need = max(self.ux * self.kout, ((self.k - 1) // self.s) * self.kout + self.nb * VL)
+        shift = ((self.k - 1) // self.s) * self.kout
+        need = max(self.ux * self.kout, shift + self.nb * VL, VL * (shift // VL + self.nb + 1))
         return _cdiv(need, VL) * VL
 
     @property
@@ -204,7 +209,7 @@ class Plan:
         fwd = self.xe_size + self.we_size
         wgrad = self.xe_size + self.g_size
         dgrad = self.de_size + self.wd_size + self.trow
-        return _cdiv(max(fwd, wgrad, dgrad), VL) * VL
+        return _cdiv(max(fwd, wgrad, dgrad), VL) * VL + VL  # + room to align the start to 64 bytes
 
 
 def plan(g) -> Plan:
@@ -240,6 +245,7 @@ _PRELUDE = r"""
 #elif defined(__GNUC__)
 #pragma GCC optimize ("fp-contract=fast")
 #endif
+#include <stdint.h>
 #include <string.h>
 typedef float vf __attribute__((vector_size(64)));
 static inline vf ld(const float* p) { vf v; memcpy(&v, p, sizeof v); return v; }
@@ -378,9 +384,21 @@ def _wgrad_source(pl: Plan) -> str:
         gp = {(j, c, t): f"G + {((j * pl.c + c) * pl.pk) + t * VL} + gi" for j, c, t in acc}
         xp = {(j, c): f"xr + {(c * pl.s + j % pl.s) * pl.xr + (j // pl.s) * pl.kout}" for j, c in chunk}
 
+        def xv(j: int, c: int, b: str) -> str:
+            """The expanded input at lane offset (j//s)*K of block b: an unaligned load, or (when
+            ALIGNED_WGRAD) two aligned loads combined by a constant two-vector shuffle."""
+            if not ALIGNED_WGRAD:
+                return f"ld({xp[j, c]} + {b})"
+            q, r = divmod((j // pl.s) * pl.kout, VL)
+            row = f"xr + {(c * pl.s + j % pl.s) * pl.xr + q * VL}"
+            if r == 0:
+                return f"ld({row} + {b})"
+            return (f"SHUF(ld({row} + {b}), ld({row} + {VL} + {b}), "
+                    f"{', '.join(str(r + l) for l in range(VL))})")
+
         def block(b: str, t: int, load: str) -> str:
             body = [f"            {{ const vf d = {load};"]
-            body += [f"              {acc[j, c, t]} += d * ld({xp[j, c]} + {b});" for j, c in chunk]
+            body += [f"              {acc[j, c, t]} += d * {xv(j, c, b)};" for j, c in chunk]
             body.append("            }")
             return "\n".join(body)
 
@@ -420,8 +438,8 @@ def _wgrad_source(pl: Plan) -> str:
     chunk_code = "\n".join(out)
     return f"""
 void tr_wgrad(const float* restrict dy, const float* restrict x, float* restrict scratch, long n0, long n1) {{
-  float* restrict xe = scratch;
-  float* restrict G = scratch + XE_SIZE;
+  float* restrict xe = (float*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+  float* restrict G = xe + XE_SIZE;
   memset(G, 0, sizeof(float) * (size_t)G_SIZE);
   clear_xe(xe);
   for (long n = n0; n < n1; n++) {{
@@ -702,7 +720,8 @@ def wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, tmp: np.ndarray) -> 
     pdy, px, pt = _addr(dy), _addr(x), _addr(flat)
     _parallel.run([lambda s=s, lo=lo, hi=hi: kern.wgrad(pdy, px, pt + 4 * s * size, lo, hi)
                    for s, (lo, hi) in enumerate(ranges)])
-    kern.wfold(pt + 4 * kern.plan.xe_size, size, len(ranges), _addr(dw))
+    base = (pt + 63) & ~63  # tr_wgrad aligns each slot's start to 64 bytes (slots are 64-byte multiples)
+    kern.wfold(base + 4 * kern.plan.xe_size, size, len(ranges), _addr(dw))
 
 
 def dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g, tmp: np.ndarray) -> None:
