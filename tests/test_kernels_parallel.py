@@ -385,3 +385,17 @@ def test_split_covers_every_element_once(threads, per_worker, n):
     assert (hits == 1).all()
     t = min(threads, _parallel.MAX_WORKERS) if n >= _parallel.MIN_SPLIT_ELEMENTS else 1
     assert shares == {t}  # share = threads, whatever the block count
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_range_clear_zeroes_exactly_its_ranges(threads):
+    n = 3 * _parallel.MIN_SPLIT_ELEMENTS + 5
+    base = np.full(n + 20, -1.5, F32)
+    ints = np.full(11, 7, np.int32)
+    halves = np.full(9, np.float16(2.0))
+    strided = np.full((4, 6), 3.0, F32)[:, ::2]
+    with threadpool_limits(threads):
+        ranges.range_clear([base[10:10 + n], ints, halves, strided])
+    assert (base[10:10 + n] == 0).all() and not np.signbit(base[10:10 + n]).any()
+    assert (base[:10] == -1.5).all() and (base[10 + n:] == -1.5).all()
+    assert (ints == 0).all() and (halves == 0).all() and (strided == 0).all()
