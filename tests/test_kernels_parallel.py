@@ -139,20 +139,28 @@ SHAPES = [(200, 784, 1024), (1024, 200, 784), (200, 1024, 512), (200, 512, 256),
 
 
 @two_threads
+@pytest.mark.parametrize("c_worker", [True, False])
 @pytest.mark.parametrize("m,k,n", SHAPES)
-def test_matmul_splits_give_the_serial_bits(m, k, n):
+def test_matmul_splits_give_the_serial_bits(monkeypatch, m, k, n, c_worker):
     rng = np.random.default_rng(m + k + n)
     a, b = rnd(rng, (m, k)), rnd(rng, (k, n))
     want = np.empty((m, n), F32)
     with threadpool_limits(1):
         np.matmul(a, b, out=want)
     at = np.ascontiguousarray(a.T).T  # a transposed operand (the FC weight gradient's dy.T)
+    bias = rnd(rng, (n,))
+    if not c_worker:
+        monkeypatch.setattr(_parallel, "_cgemm", False)
+    monkeypatch.setattr(_parallel, "_contended", 0)
+    monkeypatch.setattr(_parallel, "IMBALANCE", 1e9)
     with threadpool_limits(2):
         for lhs in (a, at):
             for axis in (None, -2, -1):
                 got = np.full((m, n), np.nan, F32)
                 _parallel.matmul(lhs, b, got, axis=axis)
                 assert np.array_equal(got, want), (axis, lhs is at)
+                _parallel.matmul(lhs, b, got, axis=axis, bias=bias)
+                assert np.array_equal(got, want + bias), (axis, lhs is at)
 
 
 @two_threads
@@ -189,11 +197,11 @@ def test_gemm_blocks_rule(monkeypatch):
 
 def test_contention_is_measured_on_static_splits(monkeypatch):
     monkeypatch.setattr(_parallel, "_contended", 0)
-    _parallel._note_split([1e-3, 1.1e-3])
+    _parallel.note_split([1e-3, 1.1e-3])
     assert not _parallel.contended()
-    _parallel._note_split([1e-5, 1e-4])  # too short to count
+    _parallel.note_split([1e-5, 1e-4])  # too short to count
     assert not _parallel.contended()
-    _parallel._note_split([1e-3, 2e-3])
+    _parallel.note_split([1e-3, 2e-3])
     assert _parallel.contended()
     for _ in range(_parallel.CONTENDED_CALLS):
         _parallel.note_dynamic_call()
@@ -239,9 +247,10 @@ def _fc_step(x, w, b, dy, threads, alias, keep_ws=True):
 
 
 @two_threads
+@pytest.mark.parametrize("c_worker", [True, False])
 @pytest.mark.parametrize("contended", [False, True])
 @pytest.mark.parametrize("n,f,o", [(200, 1024, 512), (200, 512, 256), (64, 300, 200), (200, 784, 1024), (4, 6, 5)])
-def test_fc_strategies_give_the_serial_bits(monkeypatch, n, f, o, contended):
+def test_fc_strategies_give_the_serial_bits(monkeypatch, n, f, o, contended, c_worker):
     """Concurrent dw || dx (into dx, or through xbuf when dx is x's buffer), the split
     fallback without xbuf, the bias and db epilogues: all equal the 1-thread result."""
     rng = np.random.default_rng(n * f + o)
@@ -252,6 +261,10 @@ def test_fc_strategies_give_the_serial_bits(monkeypatch, n, f, o, contended):
     for got, r in zip(want, ref):
         assert np.abs(got.reshape(r.shape) - r).max() <= 1e-5 * max(1.0, np.abs(r).max())
     monkeypatch.setattr(_parallel, "IMBALANCE", 1e9)
+    if not c_worker:
+        monkeypatch.setattr(_parallel, "_cgemm", False)
+    elif not _parallel.c_gemm():
+        pytest.skip("no C worker here (no compiler or not NumPy's OpenBLAS)")
     for alias in (False, True):
         for keep_ws in (True, False):
             monkeypatch.setattr(_parallel, "_contended", 100 if contended else 0)  # dynamic blocks or not
@@ -399,3 +412,24 @@ def test_range_clear_zeroes_exactly_its_ranges(threads):
     assert (base[10:10 + n] == 0).all() and not np.signbit(base[10:10 + n]).any()
     assert (base[:10] == -1.5).all() and (base[10 + n:] == -1.5).all()
     assert (ints == 0).all() and (halves == 0).all() and (strided == 0).all()
+
+
+@two_threads
+def test_c_gemm_jobs_refuse_layouts_blas_cannot_take():
+    if not _parallel.c_gemm():
+        pytest.skip("no C worker here")
+    rng = np.random.default_rng(12)
+    a, b = rnd(rng, (8, 6)), rnd(rng, (6, 4))
+    out = np.empty((8, 4), F32)
+    assert _parallel.gemm_job(a, b, out) is not None
+    assert _parallel.gemm_job(a[:, ::2], b[::2], out) is None  # non-unit strides both ways
+    assert _parallel.gemm_job(a, b, np.empty((4, 8), F32).T) is None  # transposed output
+    assert _parallel.gemm_job(a.astype(np.float64), b, out) is None
+    assert _parallel.gemm_job(a, b, out, bias=np.zeros(4, np.float16)) is None
+    job0 = _parallel.gemm_job(a[:4], b, out[:4], sum_src=a[:, :3], sum_dst=np.empty(3, F32))
+    assert job0 is not None
+    dst = np.empty(6, F32)
+    job1 = _parallel.gemm_job(a[4:], b, out[4:], sum_src=a, sum_dst=dst)
+    with threadpool_limits(2):
+        _parallel.run_jobs(job0, job1)
+    assert np.array_equal(out, a @ b) and np.array_equal(dst, np.add.reduce(a, axis=0))

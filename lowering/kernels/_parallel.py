@@ -22,6 +22,7 @@ timeout, about 0.1 s), which takes a core from the next kernel, and from any oth
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import os
 import threading
@@ -85,6 +86,8 @@ def _after_fork() -> None:
     global _lock, _workers
     _lock = threading.Lock()
     _workers = None
+    if _cgemm:
+        _cgemm[1]()  # the C worker thread is gone too
 
 
 if hasattr(os, "register_at_fork"):
@@ -233,12 +236,322 @@ def note_dynamic_call() -> None:
         _contended -= 1
 
 
-def _note_split(durations: Sequence[float]) -> None:
+def note_split(durations: Sequence[float]) -> None:
     """Record the piece times of a static split (see :func:`contended`)."""
     global _contended
     lo, hi = min(durations), max(durations)
     if lo >= PROBE_SECONDS and hi > IMBALANCE * lo:
         _contended = CONTENDED_CALLS
+
+
+GEMM_C_SOURCE = r"""
+/* Split GEMMs on a persistent C worker thread: the calling thread runs one job, a pthread the
+   other; hand-off and completion by a short spin on atomics, then a condition variable. No
+   Python and no GIL on the worker, so a hand-off costs about a microsecond where a Python
+   thread needs a futex wake-up and the GIL (tens of microseconds). */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TR_PAUSE() _mm_pause()
+#else
+#define TR_PAUSE() ((void)0)
+#endif
+
+typedef void (*sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                          const float *, int64_t, float, float *, int64_t);
+typedef void (*sgemm32_t)(int, int, int, int32_t, int32_t, int32_t, float, const float *, int32_t,
+                          const float *, int32_t, float, float *, int32_t);
+
+typedef struct {
+    int64_t ta, tb;              /* CblasNoTrans (111) or CblasTrans (112) */
+    int64_t m, n, k, lda, ldb, ldc;
+    const float *a, *b;
+    float *c;
+    const float *bias;           /* optional: c[i, j] += bias[j] */
+    const float *sum_src;        /* optional: sum_dst[j] = sum over i < sum_rows of sum_src[i * sum_ld + j] */
+    float *sum_dst;
+    int64_t sum_ld, sum_n, sum_rows;
+    double seconds;              /* out: how long the job took */
+} tr_job;
+
+static void *g_sgemm;
+static int g_ilp64;
+static tr_job *g_job;
+static atomic_int g_posted, g_done, g_sleeping;
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t g_cv_done = PTHREAD_COND_INITIALIZER;
+static int g_started;
+static int64_t g_spin_ns = 200000;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void run_job(tr_job *j) {
+    double t0 = now();
+    if (j->m > 0 && j->n > 0) {
+        if (g_ilp64)
+            ((sgemm64_t)g_sgemm)(101, (int)j->ta, (int)j->tb, j->m, j->n, j->k, 1.0f, j->a, j->lda, j->b, j->ldb,
+                                 0.0f, j->c, j->ldc);
+        else
+            ((sgemm32_t)g_sgemm)(101, (int)j->ta, (int)j->tb, (int32_t)j->m, (int32_t)j->n, (int32_t)j->k, 1.0f,
+                                 j->a, (int32_t)j->lda, j->b, (int32_t)j->ldb, 0.0f, j->c, (int32_t)j->ldc);
+    }
+    if (j->bias) {
+        for (int64_t i = 0; i < j->m; i++) {
+            float *row = j->c + i * j->ldc;
+            for (int64_t q = 0; q < j->n; q++) row[q] = row[q] + j->bias[q];
+        }
+    }
+    if (j->sum_dst && j->sum_rows > 0) {
+        for (int64_t q = 0; q < j->sum_n; q++) j->sum_dst[q] = j->sum_src[q];
+        for (int64_t i = 1; i < j->sum_rows; i++) {
+            const float *row = j->sum_src + i * j->sum_ld;
+            for (int64_t q = 0; q < j->sum_n; q++) j->sum_dst[q] = j->sum_dst[q] + row[q];
+        }
+    }
+    j->seconds = now() - t0;
+}
+
+static int spin_until(atomic_int *v, int want_diff_from, int want_eq, int mode) {
+    /* mode 0: wait while *v == want_diff_from; mode 1: wait until *v == want_eq.
+       Spins up to g_spin_ns; returns 1 when satisfied, 0 on timeout. */
+    double limit = now() + 1e-9 * (double)g_spin_ns;
+    for (int64_t it = 0;; it++) {
+        int x = atomic_load_explicit(v, memory_order_acquire);
+        if (mode == 0 ? x != want_diff_from : x == want_eq) return 1;
+        if ((it & 63) == 63 && now() > limit) return 0;
+        TR_PAUSE();
+    }
+}
+
+static void *worker_main(void *arg) {
+    (void)arg;
+    int seen = 0;
+    for (;;) {
+        if (!spin_until(&g_posted, seen, 0, 0)) {
+            pthread_mutex_lock(&g_mu);
+            atomic_store(&g_sleeping, 1);
+            while (atomic_load(&g_posted) == seen) pthread_cond_wait(&g_cv, &g_mu);
+            atomic_store(&g_sleeping, 0);
+            pthread_mutex_unlock(&g_mu);
+        }
+        seen = atomic_load_explicit(&g_posted, memory_order_acquire);
+        run_job(g_job);
+        pthread_mutex_lock(&g_mu);
+        atomic_store_explicit(&g_done, seen, memory_order_release);
+        pthread_cond_broadcast(&g_cv_done);
+        pthread_mutex_unlock(&g_mu);
+    }
+    return 0;
+}
+
+int tr_setup(void *sgemm, int ilp64, int64_t spin_ns) {
+    g_sgemm = sgemm;
+    g_ilp64 = ilp64;
+    g_spin_ns = spin_ns;
+    return 0;
+}
+
+/* After fork(): the child has no worker thread; reset the state so the next call starts one. */
+void tr_after_fork(void) {
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER, cv2 = PTHREAD_COND_INITIALIZER;
+    g_mu = mu;
+    g_cv = cv;
+    g_cv_done = cv2;
+    atomic_store(&g_posted, 0);
+    atomic_store(&g_done, 0);
+    atomic_store(&g_sleeping, 0);
+    g_started = 0;
+}
+
+/* Run job `mine` here and job `theirs` on the worker thread; return when both are done (0), or
+   -1 when the worker thread cannot be started (nothing was run). One caller at a time. */
+int tr_run2(tr_job *mine, tr_job *theirs) {
+    if (!g_started) {
+        pthread_t th;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&th, &at, worker_main, 0);
+        pthread_attr_destroy(&at);
+        if (rc != 0) return -1;
+        g_started = 1;
+    }
+    pthread_mutex_lock(&g_mu);
+    g_job = theirs;
+    int seq = atomic_load(&g_posted) + 1;
+    atomic_store_explicit(&g_posted, seq, memory_order_release);
+    if (atomic_load(&g_sleeping)) pthread_cond_signal(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    run_job(mine);
+    if (!spin_until(&g_done, 0, seq, 1)) {
+        pthread_mutex_lock(&g_mu);
+        while (atomic_load(&g_done) != seq) pthread_cond_wait(&g_cv_done, &g_mu);
+        pthread_mutex_unlock(&g_mu);
+    }
+    return 0;
+}
+"""
+
+"""C source of the split-GEMM worker (:func:`run_jobs`); compiled through :mod:`._cc`."""
+
+SPIN_NS = 200_000
+"""How long (ns) the C worker spins for its next job, and the calling thread for the worker's
+result, before sleeping on a condition variable: a step's kernels follow each other within tens
+to hundreds of microseconds, and a sleeping thread takes tens of microseconds to wake."""
+
+ENV_C_GEMM = "TR_MLIR_C_GEMM"
+"""Environment variable: ``0`` keeps split GEMMs on the Python kernel threads (no C worker)."""
+
+_NO_TRANS, _TRANS = 111, 112  # CBLAS_TRANSPOSE
+
+
+class _Job(ctypes.Structure):
+    """One ``tr_job`` of :data:`GEMM_C_SOURCE`: ``c = a @ b`` (cblas row-major), then an optional
+    bias add over the rows of ``c`` and an optional column sum."""
+
+    _fields_ = [("ta", ctypes.c_int64), ("tb", ctypes.c_int64), ("m", ctypes.c_int64), ("n", ctypes.c_int64),
+                ("k", ctypes.c_int64), ("lda", ctypes.c_int64), ("ldb", ctypes.c_int64), ("ldc", ctypes.c_int64),
+                ("a", ctypes.c_void_p), ("b", ctypes.c_void_p), ("c", ctypes.c_void_p), ("bias", ctypes.c_void_p),
+                ("sum_src", ctypes.c_void_p), ("sum_dst", ctypes.c_void_p), ("sum_ld", ctypes.c_int64),
+                ("sum_n", ctypes.c_int64), ("sum_rows", ctypes.c_int64), ("seconds", ctypes.c_double)]
+
+
+_cgemm: tuple | None | bool = None  # (tr_run2, tr_after_fork) once loaded, False when unavailable
+_jobs_cache: dict = {}
+
+
+def _find_sgemm():
+    """(address of NumPy's OpenBLAS ``cblas_sgemm``, ILP64?) from the library :func:`_controller`
+    controls, or None (another BLAS, or a library that is not NumPy's)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+
+        libs = [c for c in ThreadpoolController().lib_controllers if c.internal_api == "openblas"]
+        if not libs or "numpy" not in os.path.basename(os.path.dirname(libs[0].filepath)):
+            return None
+        for name, ilp64 in (("scipy_cblas_sgemm64_", True), ("cblas_sgemm64_", True), ("scipy_cblas_sgemm", False),
+                            ("cblas_sgemm", False)):
+            fn = getattr(libs[0].dynlib, name, None)
+            if fn is not None:
+                return ctypes.cast(fn, ctypes.c_void_p).value, ilp64
+    except Exception:  # noqa: BLE001 - no threadpoolctl or an unexpected library: no C worker
+        return None
+    return None
+
+
+def c_gemm() -> bool:
+    """Whether split GEMMs can run on the C worker (:func:`run_jobs`): a C compiler
+    (:func:`._cc.available`), NumPy's OpenBLAS ``cblas_sgemm`` found, ``TR_MLIR_C_GEMM`` not ``0``.
+    Checked once per process."""
+    global _cgemm
+    if _cgemm is None:
+        _cgemm = False
+        if os.environ.get(ENV_C_GEMM, "1").strip() != "0" and _controller():
+            from . import _cc
+
+            found = _find_sgemm() if _cc.available() else None
+            if found is not None:
+                try:
+                    lib = _cc.load(GEMM_C_SOURCE)
+                except (RuntimeError, OSError):
+                    lib = None
+                if lib is not None:
+                    setup = lib.tr_setup
+                    setup.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
+                    setup.restype = ctypes.c_int
+                    setup(found[0], int(found[1]), SPIN_NS)
+                    run2 = lib.tr_run2
+                    run2.argtypes = [ctypes.POINTER(_Job), ctypes.POINTER(_Job)]
+                    run2.restype = ctypes.c_int
+                    after = lib.tr_after_fork
+                    after.argtypes = []
+                    after.restype = None
+                    _cgemm = (run2, after)
+    return bool(_cgemm)
+
+
+def _operand(x: np.ndarray) -> tuple[int, int] | None:
+    """(CBLAS transpose flag, leading dimension) of a 2-D fp32 operand in row-major cblas terms,
+    or None when its strides do not fit BLAS."""
+    if x.dtype != np.float32 or x.ndim != 2 or x.ctypes.data % 4:
+        return None
+    (r, c), (s0, s1) = x.shape, x.strides
+    if s1 == 4 and s0 % 4 == 0 and s0 // 4 >= max(1, c):
+        return _NO_TRANS, s0 // 4
+    if s0 == 4 and s1 % 4 == 0 and s1 // 4 >= max(1, r):
+        return _TRANS, s1 // 4
+    return None
+
+
+def gemm_job(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, bias: np.ndarray | None = None,
+             sum_src: np.ndarray | None = None, sum_dst: np.ndarray | None = None) -> _Job | None:
+    """A job for :func:`run_jobs`: ``out = a @ b`` (2-D fp32 views, ``out`` with unit column
+    stride), then ``out[i, :] += bias`` when given (fp32, ``n`` contiguous), then
+    ``sum_dst = sum_src.sum(axis=0)`` (rows added in order, as ``np.add.reduce``) when given.
+    None when a layout does not fit (the caller then uses NumPy)."""
+    (m, k), n = a.shape, b.shape[1]
+    if b.shape[0] != k or out.shape != (m, n) or k < 1:
+        return None
+    oa, ob, oc = _operand(a), _operand(b), _operand(out)
+    if oa is None or ob is None or oc is None or oc[0] != _NO_TRANS:
+        return None
+    job = _Job(oa[0], ob[0], m, n, k, oa[1], ob[1], oc[1], a.ctypes.data, b.ctypes.data, out.ctypes.data)
+    if bias is not None:
+        if bias.dtype != np.float32 or bias.shape != (n,) or bias.strides != (4,):
+            return None
+        job.bias = bias.ctypes.data
+    if sum_dst is not None:
+        os_ = _operand(sum_src)
+        if (os_ is None or os_[0] != _NO_TRANS or sum_dst.dtype != np.float32 or sum_dst.ndim != 1
+                or sum_dst.strides != (4,) or sum_dst.shape[0] != sum_src.shape[1]):
+            return None
+        job.sum_src, job.sum_dst = sum_src.ctypes.data, sum_dst.ctypes.data
+        job.sum_ld, job.sum_n, job.sum_rows = os_[1], sum_src.shape[1], sum_src.shape[0]
+    return job
+
+
+def run_jobs(mine: _Job, theirs: _Job) -> tuple[float, float]:
+    """Run two :func:`gemm_job` jobs concurrently, ``mine`` on the calling thread and ``theirs``
+    on the C worker thread, OpenBLAS held at one thread; returns the seconds each took. Needs
+    :func:`c_gemm`. (No exception can come from the C side; bad layouts were refused by
+    :func:`gemm_job`.)"""
+    run2 = _cgemm[0]
+    blas = _controller()
+    with _lock:
+        n = int(blas[0]())
+        blas[1](1)
+        try:
+            if run2(ctypes.byref(mine), ctypes.byref(theirs)) != 0:
+                raise RuntimeError("could not start the C kernel thread (pthread_create failed)")
+        finally:
+            blas[1](n)
+    return mine.seconds, theirs.seconds
+
+
+def cached_jobs(key: tuple, make: Callable[[], tuple | None]) -> tuple | None:
+    """Jobs for a call site, made once by ``make()`` and kept under ``key`` (which must hold
+    every pointer, shape and stride the jobs use): a kernel replays the same arrays every step."""
+    jobs = _jobs_cache.get(key, _jobs_cache)
+    if jobs is _jobs_cache:
+        if len(_jobs_cache) > 1024:
+            _jobs_cache.clear()
+        jobs = _jobs_cache[key] = make()
+    return jobs
+
+
+def array_key(*arrays: np.ndarray | None) -> tuple:
+    """Pointer, shape, strides and dtype of each array (None kept): a :func:`cached_jobs` key."""
+    return tuple(None if x is None else (x.ctypes.data, x.shape, x.strides, x.dtype.char) for x in arrays)
 
 
 def serial_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
@@ -270,7 +583,7 @@ def blocks(size: int, t: int) -> list[tuple[int, int]]:
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = None,
-           epilogue: Callable[[slice, slice], None] | None = None) -> None:
+           epilogue: Callable[[slice, slice], None] | None = None, bias: np.ndarray | None = None) -> None:
     """``np.matmul(a, b, out=out)`` for ``a`` (..., m, k), ``b`` (..., k, n), ``out`` (..., m, n),
     split across :func:`workers` threads when large enough (:data:`MIN_SPLIT_FLOPS`): into row
     blocks of ``m`` (``axis=-2``) or column blocks of ``n`` (``axis=-1``); ``None`` chooses by
@@ -278,8 +591,21 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
     either way, so the split does not change the result.
 
     ``epilogue(rows, cols)``, when given, runs on the thread that computed the output block
-    ``out[..., rows, cols]`` right after it (while the block is in cache): e.g. a bias add. It
-    must touch only that block; unsplit, it is called once with the whole output."""
+    ``out[..., rows, cols]`` right after it (while the block is in cache). It must touch only
+    that block; unsplit, it is called once with the whole output. ``bias`` (``n`` values) is
+    added to every row of ``out`` the same way (after the GEMM, before ``epilogue``).
+
+    2-D fp32 operands split in two without ``epilogue`` run on the C worker (:func:`c_gemm`,
+    :func:`run_jobs`): the same ``cblas_sgemm`` calls NumPy makes, without a Python thread
+    hand-off."""
+    user = epilogue  # a Python epilogue keeps the split on the Python threads
+    if bias is not None:
+        bias1 = bias.reshape(-1)
+
+        def epilogue(rows: slice, cols: slice) -> None:
+            out[..., rows, cols] += bias1[cols]
+            if user is not None:
+                user(rows, cols)
     m, k = a.shape[-2], a.shape[-1]
     n = b.shape[-1]
     t = workers()
@@ -297,6 +623,12 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
         return
 
     count = gemm_blocks(flops, size, t)
+    if count == 2 and user is None and a.ndim == 2 and b.ndim == 2 and c_gemm():
+        jobs = cached_jobs(("mm", axis) + array_key(a, b, out, bias),
+                           lambda: _split_jobs(a, b, out, axis, None if bias is None else bias.reshape(-1)))
+        if jobs is not None:
+            note_split(run_jobs(*jobs))
+            return
     tasks = matmul_tasks(a, b, out, axis, count, epilogue)
     if count > t:
         note_dynamic_call()
@@ -310,7 +642,23 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
         times[i] = time.perf_counter() - t0
 
     run([(lambda i=i: timed(i)) for i in range(len(tasks))])
-    _note_split(times)
+    note_split(times)
+
+
+def _split_jobs(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, bias: np.ndarray | None) -> tuple | None:
+    """The two :func:`gemm_job` halves of ``out = a @ b (+ bias)`` along ``axis`` (None: a layout
+    the C worker cannot take)."""
+    jobs = []
+    for lo, hi in blocks(out.shape[axis], 2):
+        s = slice(lo, hi)
+        if axis == -2:
+            job = gemm_job(a[s], b, out[s], bias=bias)
+        else:
+            job = gemm_job(a, b[:, s], out[:, s], bias=None if bias is None else bias[s])
+        if job is None:
+            return None
+        jobs.append(job)
+    return tuple(jobs)
 
 
 def gemm_blocks(flops: float, size: int, t: int) -> int:

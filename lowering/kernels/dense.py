@@ -63,14 +63,7 @@ def fc_forward(x, w, b, y, ws: dict[str, np.ndarray]) -> None:
     if y.size != n * o:
         raise ValueError(f"expected fc output of {n} x {o} elements, got shape {y.shape}")
     x2, w2, y2 = as32(x, ws, "xbuf", (n, f)), as32(w, ws, "wbuf", (o, f)), out32(y, ws, "ybuf", (n, o))
-    epilogue = None
-    if b is not None:
-        bias = b.reshape(o)
-
-        def epilogue(rows: slice, cols: slice) -> None:
-            y2[rows, cols] += bias[cols]
-
-    _parallel.matmul(x2, w2.T, out=y2, epilogue=epilogue)
+    _parallel.matmul(x2, w2.T, out=y2, bias=None if b is None else b.reshape(o))
     finish(y, y2)
 
 
@@ -89,14 +82,48 @@ def fc_backward(dy, w, x, dw, db, dx, ws: dict[str, np.ndarray]) -> None:
     dy2 = as32(dy, ws, "ybuf", (n, o))
     x2 = as32(x, ws, "xbuf", (n, f))
     dw2 = out32(dw, ws, "wbuf", (o, f))
-    epilogue = None if db is None else _db_epilogue(dy2, db.reshape(o))
-    _parallel.matmul(dy2.T, x2, out=dw2, epilogue=epilogue)
+    db2 = None if db is None else db.reshape(o)
+    if not _weight_grad_c(dy2, x2, dw2, db2, n, f, o):
+        _parallel.matmul(dy2.T, x2, out=dw2, epilogue=None if db2 is None else _db_epilogue(dy2, db2))
     finish(dw, dw2)
     if dx is not None:
         w2 = as32(w, ws, "wbuf", (o, f))
         dx2 = out32(dx, ws, "xbuf", (n, f))
         _parallel.matmul(dy2, w2, out=dx2)
         finish(dx, dx2)
+
+
+def _weight_grad_c(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.ndarray | None,
+                   n: int, f: int, o: int) -> bool:
+    """dw = dy.T @ x and db split in two on the C worker (:func:`._parallel.run_jobs`), as
+    :func:`._parallel.matmul` splits it: row blocks of dw each with their db sums, or column
+    blocks with db in the first. False (nothing done) when the split does not apply."""
+    flops = 2.0 * n * f * o
+    axis = _parallel.split_axis(o, f)
+    size = o if axis == -2 else f
+    t = _parallel.workers()
+    if (t < 2 or flops < _parallel.MIN_SPLIT_FLOPS or size < 2 * t or _parallel.gemm_blocks(flops, size, t) != 2
+            or db2 is not None and db2.dtype != F32 or not _parallel.c_gemm()):
+        return False
+
+    def make():
+        jobs = []
+        for lo, hi in _parallel.blocks(size, 2):
+            s = slice(lo, hi)
+            if axis == -2:
+                jobs.append(_parallel.gemm_job(dy2.T[s], x2, dw2[s], sum_src=None if db2 is None else dy2[:, s],
+                                               sum_dst=None if db2 is None else db2[s]))
+            else:
+                first = lo == 0 and db2 is not None
+                jobs.append(_parallel.gemm_job(dy2.T, x2[:, s], dw2[:, s], sum_src=dy2 if first else None,
+                                               sum_dst=db2 if first else None))
+        return tuple(jobs)
+
+    jobs = _parallel.cached_jobs(("dw", axis) + _parallel.array_key(dy2, x2, dw2, db2), make)
+    if None in jobs:
+        return False
+    _parallel.note_split(_parallel.run_jobs(*jobs))
+    return True
 
 
 def _db_epilogue(dy2: np.ndarray, db: np.ndarray):
@@ -125,11 +152,21 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> 
             return False
         target = buf[:n * f].reshape(n, f)
 
-    epilogue = None if db is None else _db_epilogue(dy2, db.reshape(o))
+    db2 = None if db is None else db.reshape(o)
     per = 1  # blocks per GEMM (one thread's share); two while the threads run unequally fast
     if _parallel.contended() and 2.0 * n * f * o >= _parallel.BLOCK_FLOPS:
         per = 2
         _parallel.note_dynamic_call()
+    elif _parallel.c_gemm():  # one GEMM on each thread, the second on the C worker (no Python hand-off)
+        jobs = _parallel.cached_jobs(("fc_bwd",) + _parallel.array_key(dy2, x2, dw2, db2, w2, target), lambda: (
+            _parallel.gemm_job(dy2.T, x2, dw2, sum_src=None if db2 is None else dy2, sum_dst=db2),
+            _parallel.gemm_job(dy2, w2, target)))
+        if None not in jobs:
+            _parallel.run_jobs(*jobs)
+            if target is not dx2:
+                np.copyto(dx2, target)
+            return True
+    epilogue = None if db2 is None else _db_epilogue(dy2, db2)
     dws = _parallel.matmul_tasks(dy2.T, x2, dw2, _parallel.split_axis(o, f), min(per, max(o, f) // 2), epilogue)
     dxs = _parallel.matmul_tasks(dy2, w2, target, _parallel.split_axis(n, f), min(per, max(n, f) // 2))
     _parallel.run_dynamic([t for pair in itertools.zip_longest(dws, dxs) for t in pair if t is not None])
