@@ -37,13 +37,16 @@ GEOMS = [  # n, h, w, c, k_out, k, s, p
     (3, 12, 12, 16, 12, 1, 2, 0),  # 1x1 stride 2 (a projection shortcut)
     (2, 7, 7, 1, 1, 3, 1, 1),      # a single channel in and out
     (1, 5, 5, 2, 3, 5, 1, 0),      # window as large as the input: a 1x1 output
+    (2, 8, 8, 20, 16, 3, 1, 1),    # 20 input channels: K-lane input gradient with 1-pixel tiles
+    (2, 8, 8, 3, 32, 3, 2, 1),     # K = 32: two 16-lane blocks per pixel
+    (2, 9, 9, 3, 64, 3, 1, 1),     # a 3 -> 64 stem: four blocks per pixel
 ]
 
 OUTSIDE_RULE = [  # geometries the rule sends to NumPy; the kernels themselves must still be right
     (2, 7, 7, 5, 3, 1, 1, 0),      # pointwise
-    (2, 8, 8, 20, 16, 3, 1, 1),    # 20 input channels: K-lane input gradient with P = 1 pixel tiles
-    (2, 8, 8, 3, 32, 3, 2, 1),     # K = 32: two 16-lane blocks per pixel
     (2, 6, 6, 40, 16, 3, 1, 1),    # 40 input channels: channel groups of 16 in the input gradient
+    (2, 7, 7, 4, 24, 3, 1, 1),     # K = 24 on the expanded path (lane period 48)
+    (2, 6, 6, 32, 32, 3, 2, 1),    # C*K = 1024: K-lane input gradient with 1-pixel tiles
 ]
 
 
@@ -175,8 +178,13 @@ def test_dispatch_rule(monkeypatch):
     assert C.cc_geometry(C.conv_geom((2, 32, 32, 1), (6, 5, 5, 1), 5, 1, 0, 1))
     assert C.cc_geometry(C.conv_geom((2, 8, 8, 16), (16, 1, 1, 16), 1, 2, 0, 1))  # strided 1x1: im2col
     assert not C.cc_geometry(C.conv_geom((2, 8, 8, 16), (16, 1, 1, 16), 1, 1, 0, 1))  # pointwise
-    assert not C.cc_geometry(C.conv_geom((2, 8, 8, 17), (16, 3, 3, 17), 3, 1, 1, 1))  # C > 16
-    assert not C.cc_geometry(C.conv_geom((2, 8, 8, 16), (32, 3, 3, 16), 3, 1, 1, 1))  # K > 16
+    assert C.cc_geometry(C.conv_geom((2, 8, 8, 32), (16, 3, 3, 32), 3, 1, 1, 1))  # C = 32, K = 16
+    assert not C.cc_geometry(C.conv_geom((2, 8, 8, 33), (16, 3, 3, 33), 3, 1, 1, 1))  # C > 32
+    assert not C.cc_geometry(C.conv_geom((2, 8, 8, 16), (24, 3, 3, 16), 3, 1, 1, 1))  # K = 24: expanded, > 16
+    assert C.cc_geometry(C.conv_geom((2, 8, 8, 16), (32, 3, 3, 16), 3, 1, 1, 1))  # K = 32, C*K = 512
+    assert C.cc_geometry(C.conv_geom((2, 8, 8, 3), (64, 3, 3, 3), 3, 1, 1, 1))  # a 3 -> 64 stem
+    assert not C.cc_geometry(C.conv_geom((2, 8, 8, 32), (32, 3, 3, 32), 3, 1, 1, 1))  # C*K = 1024
+    assert not C.cc_geometry(C.conv_geom((2, 8, 8, 16), (64, 3, 3, 16), 3, 1, 1, 1))
     assert not C.cc_geometry(C.conv_geom((2, 8, 8, 8), (8, 3, 3, 4), 3, 1, 1, 2))  # groups
     assert not C.cc_geometry(C.conv_geom((2, 8, 8, 8), (8, 3, 3, 1), 3, 1, 1, 8))  # depthwise
     big = C.conv_geom((1, 224, 224, 16), (6, 3, 3, 16), 3, 1, 1, 1)  # K = 6: 6 copies of the image

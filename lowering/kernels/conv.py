@@ -175,47 +175,76 @@ def dgrad_geom(g: ConvGeom) -> ConvGeom | None:
     return ConvGeom(g.n, g.k_out, g.c, 1, window(win.ho, win.wo, win.k, 1, win.k - 1 - win.p))
 
 
-CC_MAX_CHANNELS = 16
-"""Largest input or output channel count the compiled kernels are used for (see :func:`compiled`)."""
+CC_MAX_C = 32
+"""Most input channels of a compiled conv (:func:`cc_geometry`)."""
+
+CC_MAX_K_EXPANDED = 16
+"""Most output channels of a compiled conv whose K is not a multiple of 16 (the expanded-weight
+kernels of :mod:`._cconv`; K = 20 and 24 measured no faster than NumPy)."""
+
+CC_MAX_CK = 512
+"""Most C*K of a compiled conv whose K is a multiple of 16 and above 16 (the broadcast-input
+kernels: 3 -> 64, 8 -> 64, 4 -> 48 and 16 -> 32 measured faster; 32 -> 32 no faster in its input
+gradient, 16 -> 64 and 32 -> 48 slower)."""
 
 
 def cc_geometry(g: ConvGeom) -> bool:
     """The geometric half of :func:`compiled`: an im2col conv (k > 1, or strided or padded;
-    groups = 1) with at most :data:`CC_MAX_CHANNELS` input and output channels.
+    groups = 1) with few channels: C <= :data:`CC_MAX_C` and either K <= :data:`CC_MAX_K_EXPANDED`
+    or K a multiple of 16 with C*K <= :data:`CC_MAX_CK`; and the per-thread scratch within
+    :data:`COL_CHUNK` elements.
 
-    Measured basis (2 kernel threads, best of 12 per kernel, NumPy path vs compiled, interleaved
-    in one process on the 2-core AMD EPYC (Zen 4, AVX-512) of the benchmark while another job
-    held one core; ms for the batch, speed-up NumPy/compiled; N, H=W, C -> K, k, s, p):
+    Measured basis: NumPy path / compiled, ms for the batch and speed-up, 2 kernel threads, best
+    of 12 per kernel, both interleaved in one process on the benchmark's 2-core AMD EPYC (Zen 4,
+    AVX-512), with the final kernels (load average about 1.2-1.7: other jobs on the cores);
+    N, H=W, C -> K, k, s, p:
 
-    ======================================  ==============  ==============  ==============
-    geometry                                forward         weight grad     input grad
-    ======================================  ==============  ==============  ==============
-    LeNet conv1 128, 32, 1 -> 6, 5, 1, 0    1.89/0.74 2.5x  1.90/0.84 2.3x  7.38/1.20 6.2x
-    LeNet conv2 128, 14, 6 -> 16, 5, 1, 0   1.31/0.73 1.8x  1.41/0.59 2.4x  2.68/0.72 3.7x
-    64, 32, 3 -> 16, 3, 1, 1                2.24/0.60 3.8x  2.68/0.56 4.8x  6.40/0.71 9.0x
-    64, 32, 16 -> 16, 3, 1, 1               11.5/3.10 3.7x  13.3/3.13 4.2x  10.7/8.61 1.2x
-    64, 16, 16 -> 6, 3, 1, 1                0.94/0.45 2.1x  1.04/0.47 2.2x  0.53/0.36 1.5x
-    64, 16, 16 -> 12, 3, 1, 1               1.82/1.19 1.5x  1.81/1.54 1.2x  1.25/1.23 1.0x
-    64, 16, 8 -> 8, 3, 1, 1                 0.80/0.76 1.1x  0.84/0.45 1.9x  0.99/0.77 1.3x
-    64, 16, 16 -> 16, 3, 2, 1               0.50/0.22 2.3x  0.53/0.22 2.4x  1.09/0.33 3.4x
-    64, 32, 16 -> 16, 1, 2, 0               0.33/0.22 1.5x  0.34/0.21 1.6x  0.53/0.25 2.1x
-    64, 16, 16 -> 32, 3, 1, 1  (excluded)   3.29/3.00 1.1x  2.92/3.01 1.0x  3.39/3.35 1.0x
-    64, 16, 32 -> 16, 3, 1, 1  (excluded)   3.13/1.78 1.8x  3.25/3.35 1.0x  2.18/2.50 0.9x
-    64, 16, 32 -> 32, 3, 1, 1  (excluded)   6.66/4.66 1.4x  4.87/5.18 0.9x  6.00/6.22 1.0x
-    64, 16, 16 -> 16, 1, 1, 0  (pointwise)  0.17/0.13 1.2x  0.24/0.13 1.8x  0.16/0.23 0.7x
-    ======================================  ==============  ==============  ==============
+    =====================================  ==============  ==============  ==============
+    geometry                               forward         weight grad     input grad
+    =====================================  ==============  ==============  ==============
+    LeNet conv1 128, 32, 1 -> 6, 5, 1, 0   1.04/0.34 3.1x  1.63/0.35 4.6x  4.21/0.68 6.2x
+    LeNet conv2 128, 14, 6 -> 16, 5, 1, 0  0.75/0.39 1.9x  0.78/0.36 2.2x  1.48/0.42 3.5x
+    64, 32, 3 -> 16, 3, 1, 1               1.14/0.36 3.2x  1.86/0.35 5.3x  2.06/0.41 5.0x
+    64, 32, 16 -> 16, 3, 1, 1              3.74/1.46 2.6x  3.86/1.44 2.7x  3.73/2.29 1.6x
+    64, 16, 16 -> 6, 3, 1, 1               1.00/0.39 2.6x  1.01/0.63 1.6x  0.60/0.33 1.8x
+    64, 16, 16 -> 12, 3, 1, 1              1.14/0.57 2.0x  1.20/1.03 1.2x  0.81/0.49 1.7x
+    64, 16, 8 -> 8, 3, 1, 1                0.83/0.34 2.4x  0.88/0.36 2.4x  1.00/0.66 1.5x
+    64, 16, 16 -> 16, 3, 2, 1              0.49/0.22 2.2x  0.52/0.23 2.3x  1.04/0.29 3.6x
+    64, 32, 16 -> 16, 1, 2, 0              0.34/0.22 1.5x  0.36/0.22 1.7x  0.51/0.26 2.0x
+    64, 32, 24 -> 16, 3, 1, 1              4.62/2.13 2.2x  4.72/2.10 2.2x  4.51/2.33 1.9x
+    64, 32, 32 -> 16, 3, 1, 1              6.10/2.84 2.1x  6.49/2.84 2.3x  5.25/4.51 1.2x
+    64, 32, 16 -> 32, 3, 1, 1              5.27/3.74 1.4x  5.58/2.82 2.0x  6.22/3.16 2.0x
+    64, 32, 3 -> 64, 3, 1, 1               2.57/1.56 1.6x  3.54/1.96 1.8x  6.10/1.29 4.7x
+    64, 32, 8 -> 64, 3, 1, 1               5.33/3.17 1.7x  5.64/3.40 1.7x  8.74/3.93 2.2x
+    64, 32, 4 -> 48, 3, 1, 1               2.76/1.11 2.5x  3.14/1.22 2.6x  6.17/1.20 5.1x
+    excluded: 64, 16, 16 -> 24, 3, 1, 1    1.28/1.40 0.9x  1.34/1.41 1.0x  1.30/1.33 1.0x
+    excluded: 64, 16, 16 -> 20, 3, 1, 1    1.25/1.04 1.2x  1.21/1.58 0.8x  1.29/1.11 1.2x
+    excluded: 64, 16, 32 -> 32, 3, 1, 1    4.47/3.55 1.3x  4.63/2.64 1.8x  4.46/5.21 0.9x
+    excluded: 64, 32, 16 -> 64, 3, 1, 1    8.71/7.02 1.2x  9.24/9.40 1.0x  11.3/12.3 0.9x
+    excluded: 64, 16, 64 -> 32, 3, 1, 1    8.75/3.83 2.3x  5.08/3.33 1.5x  7.76/10.3 0.8x
+    excluded: 64, 32, 64 -> 64, 3, 1, 1    28.6/26.5 1.1x  29.4/37.3 0.8x  28.7/54.8 0.5x
+    excluded: 64, 16, 16 -> 16, 1, 1, 0    0.16/0.13 1.2x  0.23/0.14 1.6x  0.16/0.23 0.7x
+    =====================================  ==============  ==============  ==============
 
-    So: faster everywhere up to 16 channels (1.0-9x), no longer reliably faster at 32 (the
-    im2col GEMM is efficient there), and slower for a pointwise input gradient (a plain GEMM,
-    no im2col, on the NumPy path). Pointwise and depthwise convs keep their NumPy methods.
+    The last row is a pointwise conv (1x1, stride 1, no padding): NumPy runs it as one GEMM
+    without im2col, which the compiled input gradient does not beat; pointwise and depthwise
+    convs keep their NumPy methods. An earlier run of the same table (first kernel version,
+    while another job held one core, so both sides ran on about one core) gave the same picture
+    up to 16 channels (1.0-9x) and 0.9-1.1x for 16 -> 32 and 32 -> 16: with one core free
+    the NumPy path's BLAS and the compiled kernels gain alike, so these borderline cases are
+    about even there.
 
-    Memory bound (not a measured speed rule): a compiled kernel's scratch per thread
+    Memory bound (not a speed rule): a compiled kernel's scratch per thread
     (:func:`._cconv.slot_elements`: K copies of one padded image when K is not a multiple of 16)
     must fit in :data:`COL_CHUNK` elements, the budget of one im2col chunk, so large images with
     K = 6 or 12 stay on the NumPy path rather than growing the ``tmp`` workspace past ``col``'s.
     """
-    return (g.groups == 1 and g.method == "im2col" and g.c <= CC_MAX_CHANNELS
-            and g.k_out <= CC_MAX_CHANNELS and _cconv.slot_elements(g) <= COL_CHUNK)
+    if g.groups != 1 or g.method != "im2col" or g.c > CC_MAX_C:
+        return False
+    k = g.k_out
+    if k > CC_MAX_K_EXPANDED and (k % 16 or g.c * k > CC_MAX_CK):
+        return False
+    return _cconv.slot_elements(g) <= COL_CHUNK
 
 
 def compiled(g: ConvGeom, *arrays: np.ndarray, accumulate: bool = False) -> bool:
