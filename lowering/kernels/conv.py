@@ -1,6 +1,11 @@
 """2-D convolution: NHWC activations, KRSC weights ``(K, k, k, C/groups)``, no bias.
 
-Three methods, chosen from the geometry:
+Convolutions with few channels (LeNet's, a 3 -> 64 stem; the rule and its measured basis are
+:func:`compiled` / :func:`cc_geometry`) run as C kernels generated for their exact shapes
+(:mod:`._cconv`, through :mod:`._cc`; ``TR_MLIR_CC=0`` or no C compiler: the NumPy code below).
+Everything else, and AMP's fp16 operands, use the NumPy methods.
+
+Three NumPy methods, chosen from the geometry:
 
 * ``pointwise`` (1x1, stride 1, no padding, dense): one GEMM on the NHWC matrix, no im2col;
 * ``depthwise`` (``groups = C = K``): a multiply-add per tap over the output, using a ``tmp``
