@@ -316,9 +316,12 @@ SGD_CASES = [(0.9, 0.0, False, 1.0, True), (0.9, 1e-4, False, 1.0, True), (0.9, 
 
 
 @needs_cc
+@pytest.mark.parametrize("c_worker", [True, False])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("mu,wd,nesterov,inv,mom", SGD_CASES)
-def test_compiled_sgd_gives_numpy_bits(monkeypatch, threads, mu, wd, nesterov, inv, mom):
+def test_compiled_sgd_gives_numpy_bits(monkeypatch, threads, mu, wd, nesterov, inv, mom, c_worker):
+    if not c_worker:
+        monkeypatch.setattr(_parallel, "_cgemm", False)
     rng = np.random.default_rng(7)
     n = 2 * optim.SPLIT_CHUNK + 12345  # split across the threads
     w0, g, m0 = rnd(rng, n), rnd(rng, n), rnd(rng, n)
@@ -361,9 +364,12 @@ def test_compiled_sgd_kernel_through_the_registry_and_nan_skip():
 @pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_nan_check_finds_every_nonfinite(monkeypatch, compiled, dtype, threads):
+@pytest.mark.parametrize("c_worker", [True, False])
+def test_nan_check_finds_every_nonfinite(monkeypatch, compiled, dtype, threads, c_worker):
     if compiled and not _cc.available():
         pytest.skip("no C compiler")
+    if not c_worker:
+        monkeypatch.setattr(_parallel, "_cgemm", False)
     monkeypatch.setattr(ranges, "_nonfinite_fns", [] if compiled else [None])
     rng = np.random.default_rng(9)
     n = 2 * _parallel.MIN_SPLIT_ELEMENTS + 3
@@ -400,8 +406,11 @@ def test_split_covers_every_element_once(threads, per_worker, n):
     assert shares == {t}  # share = threads, whatever the block count
 
 
+@pytest.mark.parametrize("c_worker", [True, False])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_range_clear_zeroes_exactly_its_ranges(threads):
+def test_range_clear_zeroes_exactly_its_ranges(monkeypatch, threads, c_worker):
+    if not c_worker:
+        monkeypatch.setattr(_parallel, "_cgemm", False)
     n = 3 * _parallel.MIN_SPLIT_ELEMENTS + 5
     base = np.full(n + 20, -1.5, F32)
     ints = np.full(11, 7, np.int32)

@@ -89,6 +89,13 @@ void tr_sgd(float *restrict w, const float *restrict g, float *restrict m, long 
         w[i] = w[i] - d;
     }
 }
+
+/* tr_sgd as a job of the C kernel thread (_parallel.call_job): pointers and sizes in i, the
+   float32 hyper-parameters (exactly representable) in f. */
+void tr_sgd_job(const long long *i, const double *f) {
+    tr_sgd((float *)i[0], (const float *)i[1], (float *)i[2], (long)i[3], (float)f[0], (float)f[1], (float)f[2],
+           (float)f[3], (int)i[4]);
+}
 """
 """C source of the one-pass SGD update (:func:`sgd_update`); compiled through :mod:`._cc`."""
 
@@ -96,15 +103,20 @@ _sgd_fn: list = []
 
 
 def _sgd_c():
-    """The compiled ``tr_sgd`` (None when :func:`._cc.available` is False)."""
+    """The compiled ``tr_sgd`` (None when :func:`._cc.available` is False); its job form's
+    address is ``_sgd_job[0]``."""
     if not _sgd_fn:
         fn = None
         if _cc.available():
             fp = ctypes.c_void_p
             fn = _cc.function(SGD_C_SOURCE, "tr_sgd", [fp, fp, fp, ctypes.c_long, ctypes.c_float, ctypes.c_float,
                                                          ctypes.c_float, ctypes.c_float, ctypes.c_int])
+            _sgd_job[:] = [ctypes.cast(_cc.load(SGD_C_SOURCE).tr_sgd_job, ctypes.c_void_p).value]
         _sgd_fn.append(fn)
     return _sgd_fn[0]
+
+
+_sgd_job: list = []
 
 
 def sgd_update(w, g, m, lr: float, mu: float, wd: float, nesterov: bool, inv_scale: float) -> None:
@@ -129,6 +141,10 @@ def sgd_update(w, g, m, lr: float, mu: float, wd: float, nesterov: bool, inv_sca
         def cblock(lo: int, hi: int, share: int) -> None:
             fn(pw + 4 * lo, pg + 4 * lo, None if pm is None else pm + 4 * lo, hi - lo, *args, int(nesterov))
 
+        if wf.size >= 2 * SPLIT_CHUNK and _parallel.split_jobs(wf.size, lambda lo, hi: _parallel.call_job(
+                _sgd_job[0], (pw + 4 * lo, pg + 4 * lo, 0 if pm is None else pm + 4 * lo, hi - lo, int(nesterov)),
+                args)):
+            return  # the two halves on this thread and the C kernel thread
         if wf.size >= 2 * SPLIT_CHUNK:
             _parallel.split(wf.size, cblock, per_worker=2)
         else:

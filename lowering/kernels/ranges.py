@@ -45,6 +45,10 @@ def range_clear(out) -> None:
             a[...] = 0
             continue
         p, size = a.ctypes.data, a.dtype.itemsize
+        fns = _nonfinite_c()
+        if fns is not None and _parallel.split_jobs(a.size, lambda lo, hi, p=p, size=size: _parallel.call_job(
+                fns["jobs"]["tr_zero_job"], (p + lo * size, (hi - lo) * size))):
+            continue  # the two halves on this thread and the C kernel thread
         _parallel.split(a.size, lambda lo, hi, share, p=p, size=size: ctypes.memset(p + lo * size, 0, (hi - lo) * size),
                         per_worker=2)
 
@@ -85,6 +89,17 @@ int tr_nonfinite16(const uint16_t *x, long n) {
         bad |= ((x[i] & 0x7c00u) == 0x7c00u);
     return (int)bad;
 }
+/* Jobs of the C kernel thread (_parallel.call_job): i = (data, count, int32 result, fp16?). */
+void tr_nonfinite_job(const long long *i, const double *f) {
+    (void)f;
+    *(int32_t *)i[2] = i[3] ? tr_nonfinite16((const uint16_t *)i[0], (long)i[1])
+                            : tr_nonfinite((const float *)i[0], (long)i[1]);
+}
+/* i = (data, bytes): memset 0. */
+void tr_zero_job(const long long *i, const double *f) {
+    (void)f;
+    memset((void *)i[0], 0, (size_t)i[1]);
+}
 """
 """C source of the NaN/Inf test of :func:`range_check_nan` (compiled through :mod:`._cc`)."""
 
@@ -102,6 +117,9 @@ def _nonfinite_c() -> dict | None:
                 fn = _cc.function(NONFINITE_C_SOURCE, name, args)
                 fn.restype = ctypes.c_int
                 fns[dt] = fn
+            lib = _cc.load(NONFINITE_C_SOURCE)
+            fns["jobs"] = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+                           for name in ("tr_nonfinite_job", "tr_zero_job")}
         _nonfinite_fns.append(fns)
     return _nonfinite_fns[0]
 
@@ -113,6 +131,12 @@ def _any_nonfinite(f: np.ndarray) -> bool:
     parts: list = []
     if fn is not None:
         p, size = f.ctypes.data, f.dtype.itemsize
+        res = np.zeros(2, np.int32)
+        half = int(f.dtype.itemsize == 2)
+        job = fns["jobs"]["tr_nonfinite_job"]
+        if _parallel.split_jobs(f.size, lambda a, b: _parallel.call_job(
+                job, (p + size * a, b - a, res.ctypes.data + 4 * (a > 0), half))):
+            return bool(res.any())
         _parallel.split(f.size, lambda a, b, share: parts.append(fn(p + size * a, b - a)), per_worker=2)
         return any(parts)
     _parallel.split(f.size, lambda a, b, share: parts.append((float(f[a:b].max()), float(f[a:b].min()))))
