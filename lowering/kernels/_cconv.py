@@ -247,8 +247,10 @@ def slots(g) -> int:
     return max(1, min(_parallel.MAX_WORKERS, g.n))
 
 
+@functools.lru_cache(maxsize=4096)
 def slot_elements(g) -> int:
-    """fp32 scratch elements of one thread (:class:`Plan.slot`)."""
+    """fp32 scratch elements of one thread (:class:`Plan.slot`; cached: the dispatch rule asks on
+    every call)."""
     return plan(g).slot
 
 
