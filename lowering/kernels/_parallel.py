@@ -18,6 +18,19 @@ shapes and ``T``, so results are reproducible run to run.
 Every GEMM of the kernels runs with OpenBLAS at one thread, split or not: an OpenBLAS call on
 several threads leaves its worker threads spinning for a while afterwards (OpenBLAS's thread
 timeout, about 0.1 s), which takes a core from the next kernel, and from any other process.
+
+Three ways to run pieces, all giving the same bits (each GEMM output element comes from one
+OpenBLAS call over all of ``k``; element-wise pieces are independent):
+
+* :func:`run`: Python callables, the first on the calling thread, the others on persistent
+  Python threads (a lock hand-off; a waiting thread needs a futex wake-up and the GIL: 10-40 us).
+* :func:`run_dynamic`: any number of callables, each thread taking the next; used for GEMMs cut
+  into more blocks while :func:`contended` (another process slowing one of the threads).
+* :func:`run_jobs`: two C jobs (:func:`gemm_job`: a ``cblas_sgemm`` of NumPy's OpenBLAS with a
+  bias add or a column sum after it; :func:`call_job`: a compiled element-wise kernel), one on
+  the calling thread and one on a C worker thread that never touches the GIL. :func:`matmul`
+  and :func:`split_jobs` use it when available (:func:`c_gemm`; ``TR_MLIR_C_GEMM=0`` turns it
+  off); on the MLP step it saved 0.3 ms of 10.5 against the Python threads.
 """
 
 from __future__ import annotations
