@@ -108,16 +108,24 @@ def test_run_dynamic_lets_the_free_thread_take_the_remaining_tasks():
 @two_threads
 def test_run_works_in_a_forked_child():
     with threadpool_limits(2):
-        _parallel.run([lambda: None, lambda: None])  # the parent's worker exists
+        _parallel.run([lambda: None, lambda: None])  # the parent's workers exist
+        _parallel.matmul(np.ones((200, 300), F32), np.ones((300, 400), F32), np.zeros((200, 400), F32))
         pid = os.fork()
-        if pid == 0:  # child: a fresh worker must be started, not the parent's (absent) thread
+        if pid == 0:  # child: fresh workers must be started, not the parent's (absent) threads
             code = 1
             try:
                 out = []
-                t = threading.Thread(target=lambda: _parallel.run([lambda: out.append(1), lambda: out.append(2)]))
+                a, b = np.ones((200, 300), F32), np.ones((300, 400), F32)
+                c = np.zeros((200, 400), F32)
+
+                def work():
+                    _parallel.run([lambda: out.append(1), lambda: out.append(2)])
+                    _parallel.matmul(a, b, c)  # the C worker when there is one
+
+                t = threading.Thread(target=work)
                 t.start()
                 t.join(20)
-                code = 0 if sorted(out) == [1, 2] else 2
+                code = 0 if sorted(out) == [1, 2] and (c == 300).all() else 2
             finally:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
@@ -442,3 +450,13 @@ def test_c_gemm_jobs_refuse_layouts_blas_cannot_take():
     with threadpool_limits(2):
         _parallel.run_jobs(job0, job1)
     assert np.array_equal(out, a @ b) and np.array_equal(dst, np.add.reduce(a, axis=0))
+
+
+def test_c_worker_can_be_switched_off():
+    import subprocess
+    import sys
+
+    code = "from tr_mlir.lowering.kernels import _parallel as P; print(P.c_gemm())"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, _parallel.ENV_C_GEMM: "0"},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
