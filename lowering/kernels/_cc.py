@@ -26,6 +26,7 @@ kernel's results do not depend on re-association; the compiler may still fuse mu
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -72,7 +73,9 @@ def cache_dir() -> Path:
     return Path(base) / "tr-mlir" / "cc"
 
 
+@functools.lru_cache(maxsize=8)
 def _version(cc: str) -> str:
+    """The compiler's first ``--version`` line (asked once per compiler and process)."""
     try:
         out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30)
         return (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) else cc
