@@ -3,7 +3,15 @@
 FC: x (N, H, W, C) read as the (N, H*W*C) NHWC-flattened matrix, weight (out, H*W*C) (any
 shape of that size, e.g. the seed's (out, 1, 1, F)), optional bias (out), y (N, 1, 1, out):
 ``y = x @ w.T + b``. fp16 operands (AMP) are cast into fp32 workspaces (``xbuf``, ``wbuf``,
-``ybuf``) for the GEMM; results are rounded once.
+``ybuf``) for the GEMM; results are rounded once. In fp32 the backward asks for ``xbuf`` too
+(:func:`concurrent_backward`): dx is computed there while dw still reads x, when the planner
+gave dx x's buffer, then copied.
+
+Threads (:mod:`._parallel`): the forward GEMM is split in two column blocks, each thread adding
+the bias to its block; the backward runs dw (with the db sums) and dx at the same time, one per
+thread, or splits dw alone (the first layer) in row blocks each with its db sums. The C worker
+of :mod:`._parallel` runs the second thread's part when it is there. Every strategy gives the
+same bits as the serial code (tests/test_kernels_parallel.py).
 """
 
 from __future__ import annotations
