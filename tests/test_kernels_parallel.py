@@ -460,3 +460,22 @@ def test_c_worker_can_be_switched_off():
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, _parallel.ENV_C_GEMM: "0"},
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+@needs_cc
+@two_threads
+@pytest.mark.parametrize("count", [1, 2, 5])
+def test_run_jobs_runs_a_list_of_call_jobs(count):
+    if not _parallel.c_gemm():
+        pytest.skip("no C worker here")
+    fns = ranges._nonfinite_c()
+    zero = fns["jobs"]["tr_zero_job"]
+    a = np.ones(1000, F32)
+    parts = _parallel.blocks(a.size, count)
+    jobs = [_parallel.call_job(zero, (a.ctypes.data + 4 * lo, 4 * (hi - lo))) for lo, hi in parts[:-1]]
+    with threadpool_limits(2):
+        secs = _parallel.run_jobs(*jobs) if jobs else ()
+    lo_last = parts[-1][0]
+    assert len(secs) == len(jobs) and (a[:lo_last] == 0).all() and (a[lo_last:] == 1).all()
+    with pytest.raises(ValueError, match="at most 8"):
+        _parallel.call_job(zero, range(9))

@@ -296,7 +296,9 @@ typedef struct {
 
 static void *g_sgemm;
 static int g_ilp64;
-static tr_job *g_job;
+static tr_job *g_list;
+static int g_count;
+static atomic_int g_next;
 static atomic_int g_posted, g_done, g_sleeping;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
@@ -353,6 +355,15 @@ static int spin_until(atomic_int *v, int want_diff_from, int want_eq, int mode, 
     }
 }
 
+/* Run jobs of the posted list until none is left (each thread takes the next one). */
+static void drain(void) {
+    for (;;) {
+        int i = atomic_fetch_add_explicit(&g_next, 1, memory_order_acq_rel);
+        if (i >= g_count) return;
+        run_job(&g_list[i]);
+    }
+}
+
 static void *worker_main(void *arg) {
     (void)arg;
     int seen = 0;
@@ -365,7 +376,7 @@ static void *worker_main(void *arg) {
             pthread_mutex_unlock(&g_mu);
         }
         seen = atomic_load_explicit(&g_posted, memory_order_acquire);
-        run_job(g_job);
+        drain();
         pthread_mutex_lock(&g_mu);
         atomic_store_explicit(&g_done, seen, memory_order_release);
         pthread_cond_broadcast(&g_cv_done);
@@ -395,9 +406,10 @@ void tr_after_fork(void) {
     g_started = 0;
 }
 
-/* Run job `mine` here and job `theirs` on the worker thread; return when both are done (0), or
-   -1 when the worker thread cannot be started (nothing was run). One caller at a time. */
-int tr_run2(tr_job *mine, tr_job *theirs) {
+/* Run the `count` jobs of `jobs` on this thread and the worker thread, each taking the next
+   job not yet started (the calling thread starts with the first); return when all are done (0),
+   or -1 when the worker thread cannot be started (nothing was run). One caller at a time. */
+int tr_run_list(tr_job *jobs, int count) {
     if (!g_started) {
         pthread_t th;
         pthread_attr_t at;
@@ -409,12 +421,14 @@ int tr_run2(tr_job *mine, tr_job *theirs) {
         g_started = 1;
     }
     pthread_mutex_lock(&g_mu);
-    g_job = theirs;
+    g_list = jobs;
+    g_count = count;
+    atomic_store_explicit(&g_next, 0, memory_order_release);
     int seq = atomic_load(&g_posted) + 1;
     atomic_store_explicit(&g_posted, seq, memory_order_release);
     if (atomic_load(&g_sleeping)) pthread_cond_signal(&g_cv);
     pthread_mutex_unlock(&g_mu);
-    run_job(mine);
+    drain();
     if (!spin_until(&g_done, 0, seq, 1, g_wait_spin_ns)) {
         pthread_mutex_lock(&g_mu);
         while (atomic_load(&g_done) != seq) pthread_cond_wait(&g_cv_done, &g_mu);
@@ -454,7 +468,7 @@ class _Job(ctypes.Structure):
                 ("call", ctypes.c_void_p), ("iargs", ctypes.c_int64 * 8), ("fargs", ctypes.c_double * 8)]
 
 
-_cgemm: tuple | None | bool = None  # (tr_run2, tr_after_fork) once loaded, False when unavailable
+_cgemm: tuple | None | bool = None  # (tr_run_list, tr_after_fork) once loaded, False when unavailable
 _jobs_cache: dict = {}
 
 
@@ -498,8 +512,8 @@ def c_gemm() -> bool:
                     setup.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
                     setup.restype = ctypes.c_int
                     setup(found[0], int(found[1]), IDLE_SPIN_NS, WAIT_SPIN_NS)
-                    run2 = lib.tr_run2
-                    run2.argtypes = [ctypes.POINTER(_Job), ctypes.POINTER(_Job)]
+                    run2 = lib.tr_run_list
+                    run2.argtypes = [ctypes.c_void_p, ctypes.c_int]
                     run2.restype = ctypes.c_int
                     after = lib.tr_after_fork
                     after.argtypes = []
@@ -575,22 +589,25 @@ def split_jobs(n: int, make: Callable[[int, int], _Job]) -> bool:
     return True
 
 
-def run_jobs(mine: _Job, theirs: _Job) -> tuple[float, float]:
-    """Run two :func:`gemm_job` jobs concurrently, ``mine`` on the calling thread and ``theirs``
-    on the C worker thread, OpenBLAS held at one thread; returns the seconds each took. Needs
-    :func:`c_gemm`. (No exception can come from the C side; bad layouts were refused by
-    :func:`gemm_job`.)"""
-    run2 = _cgemm[0]
+def run_jobs(*jobs: _Job) -> tuple[float, ...]:
+    """Run :func:`gemm_job` / :func:`call_job` jobs on the calling thread and the C worker
+    thread, OpenBLAS held at one thread, each thread taking the next job not yet started (the
+    calling thread starts with the first); returns the seconds each job took. With two jobs of
+    equal size that is one per thread; with more, a thread slowed by another process takes
+    fewer. Needs :func:`c_gemm`. (No exception can come from the C side; bad layouts were
+    refused by :func:`gemm_job`.)"""
+    run_list = _cgemm[0]
+    arr = (_Job * len(jobs))(*jobs)
     blas = _controller()
     with _lock:
         n = int(blas[0]())
         blas[1](1)
         try:
-            if run2(ctypes.byref(mine), ctypes.byref(theirs)) != 0:
+            if run_list(ctypes.addressof(arr), len(jobs)) != 0:
                 raise RuntimeError("could not start the C kernel thread (pthread_create failed)")
         finally:
             blas[1](n)
-    return mine.seconds, theirs.seconds
+    return tuple(j.seconds for j in arr)
 
 
 def cached_jobs(key: tuple, make: Callable[[], tuple | None]) -> tuple | None:
@@ -678,11 +695,15 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
         return
 
     count = gemm_blocks(flops, size, t)
-    if count == 2 and user is None and a.ndim == 2 and b.ndim == 2 and c_gemm():
-        jobs = cached_jobs(("mm", axis) + array_key(a, b, out, bias),
-                           lambda: _split_jobs(a, b, out, axis, None if bias is None else bias.reshape(-1)))
+    if t == 2 and user is None and a.ndim == 2 and b.ndim == 2 and c_gemm():
+        jobs = cached_jobs(("mm", axis, count) + array_key(a, b, out, bias),
+                           lambda: _split_jobs(a, b, out, axis, None if bias is None else bias.reshape(-1), count))
         if jobs is not None:
-            note_split(run_jobs(*jobs))
+            if count > t:
+                note_dynamic_call()
+                run_jobs(*jobs)
+            else:
+                note_split(run_jobs(*jobs))
             return
     tasks = matmul_tasks(a, b, out, axis, count, epilogue)
     if count > t:
@@ -700,11 +721,12 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
     note_split(times)
 
 
-def _split_jobs(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, bias: np.ndarray | None) -> tuple | None:
-    """The two :func:`gemm_job` halves of ``out = a @ b (+ bias)`` along ``axis`` (None: a layout
-    the C worker cannot take)."""
+def _split_jobs(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, bias: np.ndarray | None,
+                count: int = 2) -> tuple | None:
+    """``count`` :func:`gemm_job` blocks of ``out = a @ b (+ bias)`` along ``axis`` (None: a
+    layout the C worker cannot take)."""
     jobs = []
-    for lo, hi in blocks(out.shape[axis], 2):
+    for lo, hi in blocks(out.shape[axis], count):
         s = slice(lo, hi)
         if axis == -2:
             job = gemm_job(a[s], b, out[s], bias=bias)

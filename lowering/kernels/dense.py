@@ -101,36 +101,47 @@ def fc_backward(dy, w, x, dw, db, dx, ws: dict[str, np.ndarray]) -> None:
         finish(dx, dx2)
 
 
+def _weight_grad_jobs(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.ndarray | None, axis: int,
+                      count: int) -> tuple | None:
+    """C jobs for dw = dy.T @ x and db in ``count`` blocks along ``axis``: row blocks of dw
+    each with the db sums of its rows, or column blocks with db in the first (None: a layout
+    the C worker cannot take)."""
+    size = dw2.shape[axis]
+    jobs = []
+    for lo, hi in _parallel.blocks(size, count):
+        s = slice(lo, hi)
+        if axis == -2:
+            jobs.append(_parallel.gemm_job(dy2.T[s], x2, dw2[s], sum_src=None if db2 is None else dy2[:, s],
+                                           sum_dst=None if db2 is None else db2[s]))
+        else:
+            first = lo == 0 and db2 is not None
+            jobs.append(_parallel.gemm_job(dy2.T, x2[:, s], dw2[:, s], sum_src=dy2 if first else None,
+                                           sum_dst=db2 if first else None))
+    return None if None in jobs else tuple(jobs)
+
+
 def _weight_grad_c(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.ndarray | None,
                    n: int, f: int, o: int) -> bool:
-    """dw = dy.T @ x and db split in two on the C worker (:func:`._parallel.run_jobs`), as
-    :func:`._parallel.matmul` splits it: row blocks of dw each with their db sums, or column
-    blocks with db in the first. False (nothing done) when the split does not apply."""
+    """dw = dy.T @ x and db split across this thread and the C worker
+    (:func:`._parallel.run_jobs`), as :func:`._parallel.matmul` splits it (:func:`_weight_grad_jobs`).
+    False (nothing done) when the split does not apply."""
     flops = 2.0 * n * f * o
     axis = _parallel.split_axis(o, f)
     size = o if axis == -2 else f
     t = _parallel.workers()
-    if (t < 2 or flops < _parallel.MIN_SPLIT_FLOPS or size < 2 * t or _parallel.gemm_blocks(flops, size, t) != 2
-            or db2 is not None and db2.dtype != F32 or not _parallel.c_gemm()):
+    if (t != 2 or flops < _parallel.MIN_SPLIT_FLOPS or size < 2 * t or db2 is not None and db2.dtype != F32
+            or not _parallel.c_gemm()):
         return False
-
-    def make():
-        jobs = []
-        for lo, hi in _parallel.blocks(size, 2):
-            s = slice(lo, hi)
-            if axis == -2:
-                jobs.append(_parallel.gemm_job(dy2.T[s], x2, dw2[s], sum_src=None if db2 is None else dy2[:, s],
-                                               sum_dst=None if db2 is None else db2[s]))
-            else:
-                first = lo == 0 and db2 is not None
-                jobs.append(_parallel.gemm_job(dy2.T, x2[:, s], dw2[:, s], sum_src=dy2 if first else None,
-                                               sum_dst=db2 if first else None))
-        return tuple(jobs)
-
-    jobs = _parallel.cached_jobs(("dw", axis) + _parallel.array_key(dy2, x2, dw2, db2), make)
-    if None in jobs:
+    count = _parallel.gemm_blocks(flops, size, t)
+    jobs = _parallel.cached_jobs(("dw", axis, count) + _parallel.array_key(dy2, x2, dw2, db2),
+                                 lambda: _weight_grad_jobs(dy2, x2, dw2, db2, axis, count))
+    if jobs is None:
         return False
-    _parallel.note_split(_parallel.run_jobs(*jobs))
+    if count > t:
+        _parallel.note_dynamic_call()
+        _parallel.run_jobs(*jobs)
+    else:
+        _parallel.note_split(_parallel.run_jobs(*jobs))
     return True
 
 
@@ -165,18 +176,25 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> 
     if _parallel.contended() and 2.0 * n * f * o >= _parallel.BLOCK_FLOPS:
         per = 2
         _parallel.note_dynamic_call()
-    elif _parallel.c_gemm():  # one GEMM on each thread, the second on the C worker (no Python hand-off)
-        jobs = _parallel.cached_jobs(("fc_bwd",) + _parallel.array_key(dy2, x2, dw2, db2, w2, target), lambda: (
-            _parallel.gemm_job(dy2.T, x2, dw2, sum_src=None if db2 is None else dy2, sum_dst=db2),
-            _parallel.gemm_job(dy2, w2, target)))
-        if None not in jobs:
+    dw_axis, dx_axis = _parallel.split_axis(o, f), _parallel.split_axis(n, f)
+    dw_count, dx_count = min(per, max(o, f) // 2), min(per, max(n, f) // 2)
+    if _parallel.c_gemm():  # the jobs on this thread and the C worker (no Python hand-off)
+        def make():
+            dws = _weight_grad_jobs(dy2, x2, dw2, db2, dw_axis, dw_count)
+            dxs = _parallel._split_jobs(dy2, w2, target, dx_axis, None, dx_count)
+            if dws is None or dxs is None:
+                return None
+            return tuple(j for pair in itertools.zip_longest(dws, dxs) for j in pair if j is not None)
+
+        jobs = _parallel.cached_jobs(("fc_bwd", per) + _parallel.array_key(dy2, x2, dw2, db2, w2, target), make)
+        if jobs is not None:
             _parallel.run_jobs(*jobs)
             if target is not dx2:
                 np.copyto(dx2, target)
             return True
     epilogue = None if db2 is None else _db_epilogue(dy2, db2)
-    dws = _parallel.matmul_tasks(dy2.T, x2, dw2, _parallel.split_axis(o, f), min(per, max(o, f) // 2), epilogue)
-    dxs = _parallel.matmul_tasks(dy2, w2, target, _parallel.split_axis(n, f), min(per, max(n, f) // 2))
+    dws = _parallel.matmul_tasks(dy2.T, x2, dw2, dw_axis, dw_count, epilogue)
+    dxs = _parallel.matmul_tasks(dy2, w2, target, dx_axis, dx_count)
     _parallel.run_dynamic([t for pair in itertools.zip_longest(dws, dxs) for t in pair if t is not None])
     if target is not dx2:
         np.copyto(dx2, target)
