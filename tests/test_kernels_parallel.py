@@ -259,8 +259,9 @@ def _fc_step(x, w, b, dy, threads, alias, keep_ws=True):
 @pytest.mark.parametrize("contended", [False, True])
 @pytest.mark.parametrize("n,f,o", [(200, 1024, 512), (200, 512, 256), (64, 300, 200), (200, 784, 1024), (4, 6, 5)])
 def test_fc_strategies_give_the_serial_bits(monkeypatch, n, f, o, contended, c_worker):
-    """Concurrent dw || dx (into dx, or through xbuf when dx is x's buffer), the split
-    fallback without xbuf, the bias and db epilogues: all equal the 1-thread result."""
+    """The one-section backward (dw then dx per column block, dx separate or x's own buffer),
+    with and without the planned workspaces, the bias and db epilogues: all equal the 1-thread
+    result."""
     rng = np.random.default_rng(n * f + o)
     x, w, b, dy = _fc_case(rng, n, f, o)
     want = _fc_step(x, w, b, dy, 1, alias=False)
@@ -286,7 +287,7 @@ def test_fc_workspace_rule():
     f32 = np.dtype(F32)
     big = {"dy": ((200, 1, 1, 512), f32), "w": ((512, 1, 1, 1024), f32), "x": ((200, 1, 1, 1024), f32),
            "dw": ((512, 1, 1, 1024), f32), "db": ((1, 1, 1, 512), f32)}
-    assert spec.workspace_shapes({**big, "dx": ((200, 1, 1, 1024), f32)}) == {"xbuf": ((200 * 1024,), f32)}
+    assert spec.workspace_shapes({**big, "dx": ((200, 1, 1, 1024), f32)}) == {}  # fp32: no buffers
     assert spec.workspace_shapes(big) == {}  # no dx (first layer): no buffer
     tiny = {"dy": ((2, 1, 1, 3), f32), "w": ((3, 1, 1, 4), f32), "x": ((2, 1, 1, 4), f32),
             "dw": ((3, 1, 1, 4), f32), "dx": ((2, 1, 1, 4), f32)}
@@ -479,3 +480,25 @@ def test_run_jobs_runs_a_list_of_call_jobs(count):
     assert len(secs) == len(jobs) and (a[:lo_last] == 0).all() and (a[lo_last:] == 1).all()
     with pytest.raises(ValueError, match="at most 8"):
         _parallel.call_job(zero, range(9))
+
+
+@two_threads
+def test_fc_backward_dx_overlapping_x_another_way_gets_the_serial_result():
+    """dx a shifted window of x's buffer: the one-section path must not run (it would overwrite
+    rows still to be read); the result equals the 1-thread kernel's."""
+    rng = np.random.default_rng(13)
+    n, f, o = 64, 300, 200
+    w, dy = rnd(rng, (o, 1, 1, f)), rnd(rng, (n, 1, 1, o))
+    base = rnd(rng, (n + 1) * f)
+    outs = []
+    for threads in (1, 2):
+        buf = base.copy()
+        x, dx = buf[:n * f].reshape(n, 1, 1, f), buf[f:].reshape(n, 1, 1, f)
+        dw, db = np.zeros((o, 1, 1, f), F32), np.zeros((1, 1, 1, o), F32)
+        spec = KERNELS["fc_bwd"]
+        arrays = dict(dy=dy, w=w, x=x, dw=dw, db=db, dx=dx)
+        with threadpool_limits(threads):
+            spec.bind({**arrays, **spec.allocate_workspaces(arrays)}, {})()
+        outs.append((dw, db, buf))
+    for a, b in zip(*outs):
+        assert np.array_equal(a, b)

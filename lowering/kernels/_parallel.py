@@ -279,7 +279,7 @@ typedef void (*sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const
 typedef void (*sgemm32_t)(int, int, int, int32_t, int32_t, int32_t, float, const float *, int32_t,
                           const float *, int32_t, float, float *, int32_t);
 
-typedef struct {
+typedef struct tr_job_s {
     int64_t ta, tb;              /* CblasNoTrans (111) or CblasTrans (112) */
     int64_t m, n, k, lda, ldb, ldc;
     const float *a, *b;
@@ -292,6 +292,7 @@ typedef struct {
     void (*call)(const int64_t *, const double *);  /* optional: call(iargs, fargs) instead */
     int64_t iargs[8];
     double fargs[8];
+    struct tr_job_s *next;       /* optional: run right after, on the same thread */
 } tr_job;
 
 static void *g_sgemm;
@@ -312,7 +313,13 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static void run_one(tr_job *j);
+
 static void run_job(tr_job *j) {
+    for (; j; j = j->next) run_one(j);
+}
+
+static void run_one(tr_job *j) {
     double t0 = now();
     if (j->call) {
         j->call(j->iargs, j->fargs);
@@ -465,7 +472,8 @@ class _Job(ctypes.Structure):
                 ("a", ctypes.c_void_p), ("b", ctypes.c_void_p), ("c", ctypes.c_void_p), ("bias", ctypes.c_void_p),
                 ("sum_src", ctypes.c_void_p), ("sum_dst", ctypes.c_void_p), ("sum_ld", ctypes.c_int64),
                 ("sum_n", ctypes.c_int64), ("sum_rows", ctypes.c_int64), ("seconds", ctypes.c_double),
-                ("call", ctypes.c_void_p), ("iargs", ctypes.c_int64 * 8), ("fargs", ctypes.c_double * 8)]
+                ("call", ctypes.c_void_p), ("iargs", ctypes.c_int64 * 8), ("fargs", ctypes.c_double * 8),
+                ("next", ctypes.c_void_p)]
 
 
 _cgemm: tuple | None | bool = None  # (tr_run_list, tr_after_fork) once loaded, False when unavailable
@@ -587,6 +595,13 @@ def split_jobs(n: int, make: Callable[[int, int], _Job]) -> bool:
     (a, b), (c, d) = blocks(n, 2)
     run_jobs(make(a, b), make(c, d))
     return True
+
+
+def chain(first: _Job, then: _Job) -> _Job:
+    """Make ``then`` run right after ``first`` on the same thread (``first`` alone goes into
+    the list of :func:`run_jobs`; ``then`` must stay alive as long as ``first`` is used)."""
+    first.next = ctypes.addressof(then)
+    return first
 
 
 def run_jobs(*jobs: _Job) -> tuple[float, ...]:

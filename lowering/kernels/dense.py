@@ -3,13 +3,12 @@
 FC: x (N, H, W, C) read as the (N, H*W*C) NHWC-flattened matrix, weight (out, H*W*C) (any
 shape of that size, e.g. the seed's (out, 1, 1, F)), optional bias (out), y (N, 1, 1, out):
 ``y = x @ w.T + b``. fp16 operands (AMP) are cast into fp32 workspaces (``xbuf``, ``wbuf``,
-``ybuf``) for the GEMM; results are rounded once. In fp32 the backward asks for ``xbuf`` too
-(:func:`concurrent_backward`): dx is computed there while dw still reads x, when the planner
-gave dx x's buffer, then copied.
+``ybuf``) for the GEMM; results are rounded once.
 
 Threads (:mod:`._parallel`): the forward GEMM is split in two column blocks, each thread adding
-the bias to its block; the backward runs dw (with the db sums) and dx at the same time, one per
-thread, or splits dw alone (the first layer) in row blocks each with its db sums. The C worker
+the bias to its block; the backward gives each thread a column block of dw and then the same
+columns of dx (safe when dx is x's buffer), or splits dw alone (the first layer) in row blocks
+each with its db sums. The C worker
 of :mod:`._parallel` runs the second thread's part when it is there. Every strategy gives the
 same bits as the serial code (tests/test_kernels_parallel.py).
 """
@@ -47,20 +46,18 @@ def _ws_fc(arrays: dict[str, ArrayInfo], **_: object) -> dict[str, ArrayInfo]:
         out["wbuf"] = ((o * f,), F32)
     if half & {"y", "dy"}:
         out["ybuf"] = ((n * o,), F32)
-    if "dx" in arrays and not half and concurrent_backward(n, f, o):
-        out["xbuf"] = ((n * f,), F32)  # dx while x is still read, when dx is x's buffer
     return out
 
 
 def concurrent_backward(n: int, f: int, o: int) -> bool:
-    """Whether an fp32 FC backward of batch ``n``, ``f`` inputs and ``o`` outputs computes
-    dw = dy.T @ x and dx = dy @ w at the same time, one GEMM per kernel thread, instead of one
-    GEMM after the other, each split across the threads: when each GEMM is large enough to
-    split (:data:`._parallel.MIN_SPLIT_FLOPS`). Measured on 2 threads (best of 30, MLP shapes,
-    n = 200): f x o = 784 x 1024: 3.34 ms vs 3.54 split, 1024 x 512: 2.43 vs 2.60, 512 x 256:
-    0.58 vs 0.69; in the whole MLP step under load the median step fell by 1.1 ms (fewer
-    hand-offs and barriers). A static rule on the shapes, and both ways compute every element
-    with the same OpenBLAS call over the whole ``k``, so the result is the same bits."""
+    """Whether an fp32 FC backward of batch ``n``, ``f`` inputs and ``o`` outputs runs as one
+    parallel section, each thread computing a column block of dw and then the same columns of
+    dx (:func:`_backward_concurrently`), instead of one split GEMM after the other: when each
+    GEMM is large enough to split (:data:`._parallel.MIN_SPLIT_FLOPS`). One hand-off instead of
+    two, no wait between the GEMMs. (Measured first with dw and dx one per thread on Python
+    threads, n = 200: f x o = 1024 x 512: 2.43 ms vs 2.60 split; under load the MLP step fell
+    by 1.1 ms.) A static rule on the shapes; every way computes each element with the same
+    OpenBLAS call over the whole ``k``, so the result is the same bits."""
     return 2.0 * n * f * o >= _parallel.MIN_SPLIT_FLOPS and min(n, f, o) >= 2
 
 
@@ -78,9 +75,9 @@ def fc_forward(x, w, b, y, ws: dict[str, np.ndarray]) -> None:
 def fc_backward(dy, w, x, dw, db, dx, ws: dict[str, np.ndarray]) -> None:
     """dw = dy.T @ x, db = sum(dy), then dx = dy @ w (dx may be x's buffer; None: skipped).
 
-    fp32 with dx wanted and :func:`concurrent_backward`: dw (and db) on one kernel thread while
-    dx is computed on the other, into dx itself, or into workspace ``xbuf`` and then copied
-    when dx shares memory with x (without ``xbuf``, as below). Otherwise each GEMM is split
+    fp32 with dx wanted and :func:`concurrent_backward`: one parallel section, each thread a
+    column block of dw (with a block of the db sums) and then the same columns of dx
+    (:func:`_backward_concurrently`; dx may be x's buffer). Otherwise each GEMM is split
     across the kernel threads (:func:`._parallel.matmul`) and the thread that computed rows
     ``r`` of dw also sums ``db[r]``. db is always the column sums of dy over the batch in
     order (one ``np.add.reduce`` over axis 0 or its column blocks: the same sums)."""
@@ -155,49 +152,55 @@ def _db_epilogue(dy2: np.ndarray, db: np.ndarray):
 
 
 def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> bool:
-    """The concurrent fp32 path of :func:`fc_backward`; False (nothing done) when it does not apply."""
+    """The concurrent fp32 path of :func:`fc_backward`; False (nothing done) when it does not
+    apply. Column blocks ``c`` of the ``f`` inputs: each thread computes ``dw[:, c] = dy.T @
+    x[:, c]`` and then ``dx[:, c] = dy @ w[:, c]``, so when dx is x's buffer a thread overwrites
+    only the columns of x it has itself finished reading; the db sums are split by blocks of
+    the ``o`` outputs, one block with each dw block."""
     arrays = (dy, w, x, dw, dx) if db is None else (dy, w, x, dw, db, dx)
-    if any(a.dtype != F32 for a in arrays) or not concurrent_backward(n, f, o) or _parallel.workers() < 2:
+    if any(a.dtype != F32 for a in arrays) or not concurrent_backward(n, f, o) or _parallel.workers() != 2:
         return False
     dy2, w2, x2, dw2, dx2 = dy.reshape(n, o), w.reshape(o, f), x.reshape(n, f), dw.reshape(o, f), dx.reshape(n, f)
-    writes = (dw2,) if db is None else (dw2, db)
+    db2 = None if db is None else db.reshape(o)
+    writes = (dw2,) if db2 is None else (dw2, db2)
     if any(np.may_share_memory(a, b) for a in writes for b in (dy2, w2, x2, dx2)) or \
             np.may_share_memory(dx2, dy2) or np.may_share_memory(dx2, w2):
         return False
-    target = dx2
-    if np.may_share_memory(dx2, x2):
-        buf = ws.get("xbuf")
-        if buf is None or buf.size < n * f or buf.dtype != F32 or np.may_share_memory(buf, x2):
-            return False
-        target = buf[:n * f].reshape(n, f)
-
-    db2 = None if db is None else db.reshape(o)
-    per = 1  # blocks per GEMM (one thread's share); two while the threads run unequally fast
+    in_place = np.may_share_memory(dx2, x2)
+    if in_place and (dx2.ctypes.data != x2.ctypes.data or dx2.strides != x2.strides):
+        return False  # overlapping some other way: one GEMM after the other
+    count = 2  # column blocks: one per thread, two per thread while the threads run unequally fast
     if _parallel.contended() and 2.0 * n * f * o >= _parallel.BLOCK_FLOPS:
-        per = 2
+        count = 4
         _parallel.note_dynamic_call()
-    dw_axis, dx_axis = _parallel.split_axis(o, f), _parallel.split_axis(n, f)
-    dw_count, dx_count = min(per, max(o, f) // 2), min(per, max(n, f) // 2)
+    count = min(count, f // 2)
+    cols = [slice(lo, hi) for lo, hi in _parallel.blocks(f, count)]
+    outs = [slice(lo, hi) for lo, hi in _parallel.blocks(o, count)]
     if _parallel.c_gemm():  # the jobs on this thread and the C worker (no Python hand-off)
         def make():
-            dws = _weight_grad_jobs(dy2, x2, dw2, db2, dw_axis, dw_count)
-            dxs = _parallel._split_jobs(dy2, w2, target, dx_axis, None, dx_count)
-            if dws is None or dxs is None:
-                return None
-            return tuple(j for pair in itertools.zip_longest(dws, dxs) for j in pair if j is not None)
+            heads, tails = [], []
+            for c, r in zip(cols, outs):
+                head = _parallel.gemm_job(dy2.T, x2[:, c], dw2[:, c], sum_src=None if db2 is None else dy2[:, r],
+                                          sum_dst=None if db2 is None else db2[r])
+                tail = _parallel.gemm_job(dy2, w2[:, c], dx2[:, c])
+                if head is None or tail is None:
+                    return None
+                heads.append(_parallel.chain(head, tail))
+                tails.append(tail)
+            return tuple(heads), tuple(tails)  # the tails stay alive with the heads
 
-        jobs = _parallel.cached_jobs(("fc_bwd", per) + _parallel.array_key(dy2, x2, dw2, db2, w2, target), make)
+        jobs = _parallel.cached_jobs(("fc_bwd", count) + _parallel.array_key(dy2, x2, dw2, db2, w2, dx2), make)
         if jobs is not None:
-            _parallel.run_jobs(*jobs)
-            if target is not dx2:
-                np.copyto(dx2, target)
+            _parallel.run_jobs(*jobs[0])
             return True
-    epilogue = None if db2 is None else _db_epilogue(dy2, db2)
-    dws = _parallel.matmul_tasks(dy2.T, x2, dw2, dw_axis, dw_count, epilogue)
-    dxs = _parallel.matmul_tasks(dy2, w2, target, dx_axis, dx_count)
-    _parallel.run_dynamic([t for pair in itertools.zip_longest(dws, dxs) for t in pair if t is not None])
-    if target is not dx2:
-        np.copyto(dx2, target)
+
+    def block(c: slice, r: slice) -> None:
+        np.matmul(dy2.T, x2[:, c], out=dw2[:, c])
+        if db2 is not None:
+            np.add.reduce(dy2[:, r], axis=0, out=db2[r])
+        np.matmul(dy2, w2[:, c], out=dx2[:, c])
+
+    _parallel.run_dynamic([(lambda c=c, r=r: block(c, r)) for c, r in zip(cols, outs)])
     return True
 
 
