@@ -264,16 +264,16 @@ def test_fc_strategies_give_the_serial_bits(monkeypatch, n, f, o, contended, c_w
     result."""
     rng = np.random.default_rng(n * f + o)
     x, w, b, dy = _fc_case(rng, n, f, o)
+    monkeypatch.setattr(_parallel, "IMBALANCE", 1e9)
+    if not c_worker:  # NumPy's OpenBLAS on Python threads (and no own OpenBLAS instance)
+        monkeypatch.setattr(_parallel, "_cgemm", False)
+    elif not _parallel.c_gemm():
+        pytest.skip("no C worker here (no compiler or not NumPy's OpenBLAS)")
     want = _fc_step(x, w, b, dy, 1, alias=False)
     x2, w2, dy2 = x.reshape(n, f), w.reshape(o, f), dy.reshape(n, o)
     ref = (x2 @ w2.T + b.reshape(o), dy2.T @ x2, dy2.sum(0), dy2 @ w2)
     for got, r in zip(want, ref):
         assert np.abs(got.reshape(r.shape) - r).max() <= 1e-5 * max(1.0, np.abs(r).max())
-    monkeypatch.setattr(_parallel, "IMBALANCE", 1e9)
-    if not c_worker:
-        monkeypatch.setattr(_parallel, "_cgemm", False)
-    elif not _parallel.c_gemm():
-        pytest.skip("no C worker here (no compiler or not NumPy's OpenBLAS)")
     for alias in (False, True):
         for keep_ws in (True, False):
             monkeypatch.setattr(_parallel, "_contended", 100 if contended else 0)  # dynamic blocks or not
@@ -502,3 +502,41 @@ def test_fc_backward_dx_overlapping_x_another_way_gets_the_serial_result():
         outs.append((dw, db, buf))
     for a, b in zip(*outs):
         assert np.array_equal(a, b)
+
+
+@two_threads
+@pytest.mark.parametrize("m,k,n", [(200, 784, 1024), (200, 512, 256), (37, 300, 91), (3, 5, 2)])
+def test_own_blas_gemms_agree_across_threads_and_with_numpy(monkeypatch, m, k, n):
+    """``own_blas=True``: the same bits on 1 and 2 threads, split either way; NumPy's result to
+    float rounding (another OpenBLAS kernel may sum in another order)."""
+    if not _parallel.c_gemm():
+        pytest.skip("no C worker here")
+    monkeypatch.setattr(_parallel, "_contended", 0)
+    monkeypatch.setattr(_parallel, "IMBALANCE", 1e9)
+    rng = np.random.default_rng(m * n)
+    a, b, bias = rnd(rng, (m, k)), rnd(rng, (k, n)), rnd(rng, (n,))
+    outs = []
+    for threads in (1, 2):
+        for axis in (-2, -1):
+            got = np.full((m, n), np.nan, F32)
+            with threadpool_limits(threads):
+                _parallel.matmul(a, b, got, axis=axis, bias=bias, own_blas=True)
+            outs.append(got)
+    for got in outs[1:]:
+        assert np.array_equal(got, outs[0])
+    want = a @ b + bias
+    assert np.abs(outs[0] - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def test_own_blas_rule(monkeypatch):
+    monkeypatch.setenv(_parallel.ENV_OWN_BLAS, "0")
+    assert _parallel.own_blas_core() is None
+    monkeypatch.setenv(_parallel.ENV_OWN_BLAS, "Zen")
+    assert _parallel.own_blas_core() == "Zen"
+    monkeypatch.delenv(_parallel.ENV_OWN_BLAS)
+    core = _parallel.own_blas_core()
+    assert core in (None, "Haswell")
+    if _parallel.own_blas():  # the instance is not one threadpoolctl finds (and re-threads)
+        from threadpoolctl import threadpool_info
+
+        assert not any("tr-mlir-blas" in d["filepath"] for d in threadpool_info())

@@ -293,10 +293,11 @@ typedef struct tr_job_s {
     int64_t iargs[8];
     double fargs[8];
     struct tr_job_s *next;       /* optional: run right after, on the same thread */
+    int64_t own;                 /* 1: the GEMM with the kernels' own OpenBLAS instance (tr_setup_own) */
 } tr_job;
 
-static void *g_sgemm;
-static int g_ilp64;
+static void *g_sgemm, *g_sgemm_own;
+static int g_ilp64, g_ilp64_own;
 static tr_job *g_list;
 static int g_count;
 static atomic_int g_next;
@@ -326,12 +327,14 @@ static void run_one(tr_job *j) {
         j->seconds = now() - t0;
         return;
     }
+    void *sgemm = j->own && g_sgemm_own ? g_sgemm_own : g_sgemm;
+    int ilp64 = j->own && g_sgemm_own ? g_ilp64_own : g_ilp64;
     if (j->m > 0 && j->n > 0) {
-        if (g_ilp64)
-            ((sgemm64_t)g_sgemm)(101, (int)j->ta, (int)j->tb, j->m, j->n, j->k, 1.0f, j->a, j->lda, j->b, j->ldb,
+        if (ilp64)
+            ((sgemm64_t)sgemm)(101, (int)j->ta, (int)j->tb, j->m, j->n, j->k, 1.0f, j->a, j->lda, j->b, j->ldb,
                                  0.0f, j->c, j->ldc);
         else
-            ((sgemm32_t)g_sgemm)(101, (int)j->ta, (int)j->tb, (int32_t)j->m, (int32_t)j->n, (int32_t)j->k, 1.0f,
+            ((sgemm32_t)sgemm)(101, (int)j->ta, (int)j->tb, (int32_t)j->m, (int32_t)j->n, (int32_t)j->k, 1.0f,
                                  j->a, (int32_t)j->lda, j->b, (int32_t)j->ldb, 0.0f, j->c, (int32_t)j->ldc);
     }
     if (j->bias) {
@@ -398,6 +401,18 @@ int tr_setup(void *sgemm, int ilp64, int64_t idle_spin_ns, int64_t wait_spin_ns)
     g_idle_spin_ns = idle_spin_ns;
     g_wait_spin_ns = wait_spin_ns;
     return 0;
+}
+
+/* The kernels' own OpenBLAS instance (jobs with own = 1). */
+int tr_setup_own(void *sgemm, int ilp64) {
+    g_sgemm_own = sgemm;
+    g_ilp64_own = ilp64;
+    return 0;
+}
+
+/* Run one job (and its chain) on the calling thread. */
+void tr_run_here(tr_job *j) {
+    run_job(j);
 }
 
 /* After fork(): the child has no worker thread; reset the state so the next call starts one. */
@@ -473,7 +488,7 @@ class _Job(ctypes.Structure):
                 ("sum_src", ctypes.c_void_p), ("sum_dst", ctypes.c_void_p), ("sum_ld", ctypes.c_int64),
                 ("sum_n", ctypes.c_int64), ("sum_rows", ctypes.c_int64), ("seconds", ctypes.c_double),
                 ("call", ctypes.c_void_p), ("iargs", ctypes.c_int64 * 8), ("fargs", ctypes.c_double * 8),
-                ("next", ctypes.c_void_p)]
+                ("next", ctypes.c_void_p), ("own", ctypes.c_int64)]
 
 
 _cgemm: tuple | None | bool = None  # (tr_run_list, tr_after_fork) once loaded, False when unavailable
@@ -526,8 +541,123 @@ def c_gemm() -> bool:
                     after = lib.tr_after_fork
                     after.argtypes = []
                     after.restype = None
-                    _cgemm = (run2, after)
+                    here = lib.tr_run_here
+                    here.argtypes = [ctypes.c_void_p]
+                    here.restype = None
+                    own = _load_own_blas()
+                    if own:
+                        lib.tr_setup_own.argtypes = [ctypes.c_void_p, ctypes.c_int]
+                        lib.tr_setup_own(own[0], int(own[1]))
+                    _cgemm = (run2, after, here, own)
     return bool(_cgemm)
+
+
+ENV_OWN_BLAS = "TR_MLIR_OWN_BLAS_CORETYPE"
+"""Environment variable: the OpenBLAS core type of the kernels' own OpenBLAS instance
+(:func:`own_blas_core`), or ``0`` / ``native`` for none (NumPy's OpenBLAS everywhere)."""
+
+_AVX512_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+
+
+def own_blas_core() -> str | None:
+    """The OpenBLAS core type whose kernels the FC GEMMs use (through :func:`matmul` with
+    ``own_blas=True``), or None for NumPy's OpenBLAS as it is.
+
+    ``TR_MLIR_OWN_BLAS_CORETYPE`` when set; otherwise ``Haswell`` (AVX2 kernels) on an AMD CPU
+    where NumPy's OpenBLAS chose one of Intel's AVX-512 core types: on this project's AMD EPYC
+    (Zen 4, AVX-512 executed in two 256-bit halves) OpenBLAS 0.3.31 picks SkylakeX, and its
+    Haswell kernels ran the MLP's GEMMs 10-14% faster on one thread (200x784 @ 784x512:
+    1.52 vs 1.68 ms, 200x1024 @ 1024x256: 0.99 vs 1.14, 200x512 @ 512x128: 0.25 vs 0.28;
+    OPENBLAS_CORETYPE=Zen gave the same as Haswell, Cooperlake and SapphireRapids the same as
+    SkylakeX). A fixed rule on the machine, not a timing, so a process's results do not depend
+    on a measurement."""
+    env = os.environ.get(ENV_OWN_BLAS)
+    if env is not None:
+        env = env.strip()
+        return None if env in ("", "0", "native") else env
+    try:
+        from threadpoolctl import ThreadpoolController
+
+        libs = [c for c in ThreadpoolController().lib_controllers if c.internal_api == "openblas"
+                and "numpy" in os.path.basename(os.path.dirname(c.filepath))]
+        arch = str(libs[0].architecture or "").lower() if libs else ""
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            vendor = next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), "")
+    except (OSError, IndexError, AttributeError):
+        return None
+    return "Haswell" if vendor == "AuthenticAMD" and arch in _AVX512_CORES else None
+
+
+def _load_own_blas() -> tuple[int, bool, str] | bool:
+    """A second instance of NumPy's OpenBLAS with the core type :func:`own_blas_core`, one
+    thread: (address of its ``cblas_sgemm``, ILP64?, core name), or False. The library file is
+    copied once into the compiled-kernel cache (:func:`._cc.cache_dir`; a second file makes a
+    second instance, which reads ``OPENBLAS_CORETYPE`` and ``OPENBLAS_NUM_THREADS`` when it is
+    loaded; both are set only around that load). NumPy's own OpenBLAS is left as it is."""
+    core = own_blas_core()
+    if not core:
+        return False
+    try:
+        import hashlib
+        import shutil
+        import tempfile
+
+        from threadpoolctl import ThreadpoolController
+
+        from . import _cc
+
+        libs = [c for c in ThreadpoolController().lib_controllers if c.internal_api == "openblas"]
+        if not libs or "numpy" not in os.path.basename(os.path.dirname(libs[0].filepath)):
+            return False
+        src = libs[0].filepath
+        st = os.stat(src)
+        tag = hashlib.sha256(f"{src}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+        # not named like an OpenBLAS: threadpoolctl must not find (and re-thread) this instance
+        target = _cc.cache_dir() / f"tr-mlir-blas-{tag}.so"
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, part = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".part")
+            os.close(fd)
+            shutil.copyfile(src, part)
+            os.replace(part, target)
+        saved = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS")}
+        try:
+            os.environ["OPENBLAS_CORETYPE"] = core
+            os.environ["OPENBLAS_NUM_THREADS"] = "1"
+            lib = ctypes.CDLL(str(target), mode=os.RTLD_LOCAL | os.RTLD_NOW)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        name = None
+        for sym in ("scipy_openblas_get_corename64_", "openblas_get_corename64_", "scipy_openblas_get_corename",
+                    "openblas_get_corename"):
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn.restype = ctypes.c_char_p
+                name = (fn() or b"").decode()
+                break
+        if name is None or name.lower() != core.lower():
+            return False  # the copy did not take the core type (an OpenBLAS without DYNAMIC_ARCH)
+        for sym, ilp64 in (("scipy_cblas_sgemm64_", True), ("cblas_sgemm64_", True), ("scipy_cblas_sgemm", False),
+                           ("cblas_sgemm", False)):
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                _own_lib.append(lib)  # keep it loaded
+                return ctypes.cast(fn, ctypes.c_void_p).value, ilp64, name
+    except Exception:  # noqa: BLE001 - any failure: NumPy's OpenBLAS for everything
+        return False
+    return False
+
+
+_own_lib: list = []
+
+
+def own_blas() -> str | None:
+    """The core name of the kernels' own OpenBLAS instance in use, or None (see :func:`own_blas_core`)."""
+    return _cgemm[3][2] if c_gemm() and _cgemm[3] else None
 
 
 def _operand(x: np.ndarray) -> tuple[int, int] | None:
@@ -544,11 +674,12 @@ def _operand(x: np.ndarray) -> tuple[int, int] | None:
 
 
 def gemm_job(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, bias: np.ndarray | None = None,
-             sum_src: np.ndarray | None = None, sum_dst: np.ndarray | None = None) -> _Job | None:
+             sum_src: np.ndarray | None = None, sum_dst: np.ndarray | None = None, own: bool = False) -> _Job | None:
     """A job for :func:`run_jobs`: ``out = a @ b`` (2-D fp32 views, ``out`` with unit column
     stride), then ``out[i, :] += bias`` when given (fp32, ``n`` contiguous), then
     ``sum_dst = sum_src.sum(axis=0)`` (rows added in order, as ``np.add.reduce``) when given.
-    None when a layout does not fit (the caller then uses NumPy)."""
+    None when a layout does not fit (the caller then uses NumPy). ``own``: the GEMM with the
+    kernels' own OpenBLAS instance (:func:`own_blas`) when there is one."""
     (m, k), n = a.shape, b.shape[1]
     if b.shape[0] != k or out.shape != (m, n) or k < 1:
         return None
@@ -556,6 +687,7 @@ def gemm_job(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, bias: np.ndarray 
     if oa is None or ob is None or oc is None or oc[0] != _NO_TRANS:
         return None
     job = _Job(oa[0], ob[0], m, n, k, oa[1], ob[1], oc[1], a.ctypes.data, b.ctypes.data, out.ctypes.data)
+    job.own = int(own)
     if bias is not None:
         if bias.dtype != np.float32 or bias.shape != (n,) or bias.strides != (4,):
             return None
@@ -625,6 +757,20 @@ def run_jobs(*jobs: _Job) -> tuple[float, ...]:
     return tuple(j.seconds for j in arr)
 
 
+def run_here(job: _Job) -> None:
+    """Run one job (and its :func:`chain`) on the calling thread, without the GIL. Needs
+    :func:`c_gemm`; for jobs of the kernels' own OpenBLAS (one thread) or element-wise calls."""
+    blas = _controller()
+    n = int(blas[0]())
+    if n > 1 and not job.own:
+        blas[1](1)
+    try:
+        _cgemm[2](ctypes.addressof(job))
+    finally:
+        if n > 1 and not job.own:
+            blas[1](n)
+
+
 def cached_jobs(key: tuple, make: Callable[[], tuple | None]) -> tuple | None:
     """Jobs for a call site, made once by ``make()`` and kept under ``key`` (which must hold
     every pointer, shape and stride the jobs use): a kernel replays the same arrays every step."""
@@ -663,14 +809,28 @@ def split_axis(m: int, n: int) -> int:
     return -2 if m >= n else -1
 
 
-def blocks(size: int, t: int) -> list[tuple[int, int]]:
-    """``t`` contiguous blocks ``(lo, hi)`` covering ``range(size)``, sizes differing by at most 1."""
-    bounds = [size * i // t for i in range(t + 1)]
+def blocks(size: int, t: int, align: int = 1) -> list[tuple[int, int]]:
+    """``t`` contiguous blocks ``(lo, hi)`` covering ``range(size)``, sizes differing by at most
+    1 (``align`` > 1: inner cuts at multiples of ``align``, sizes differing by at most ``align``;
+    needs ``size >= t * align``)."""
+    if align > 1:
+        units = size // align
+        bounds = [units * i // t * align for i in range(t)] + [size]
+    else:
+        bounds = [size * i // t for i in range(t + 1)]
     return list(zip(bounds, bounds[1:]))
 
 
+OWN_ROW_ALIGN = 24
+"""Row cut granularity of GEMMs with the kernels' own OpenBLAS instance (Haswell kernels): their
+results change when a GEMM is cut into column blocks, or into row blocks at other multiples
+(their row unroll is 24), and stay the same bits at multiples of 24 (checked for the MLP's
+shapes, tests/test_kernels_parallel.py)."""
+
+
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = None,
-           epilogue: Callable[[slice, slice], None] | None = None, bias: np.ndarray | None = None) -> None:
+           epilogue: Callable[[slice, slice], None] | None = None, bias: np.ndarray | None = None,
+           own_blas: bool = False) -> None:
     """``np.matmul(a, b, out=out)`` for ``a`` (..., m, k), ``b`` (..., k, n), ``out`` (..., m, n),
     split across :func:`workers` threads when large enough (:data:`MIN_SPLIT_FLOPS`): into row
     blocks of ``m`` (``axis=-2``) or column blocks of ``n`` (``axis=-1``); ``None`` chooses by
@@ -684,7 +844,9 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
 
     2-D fp32 operands split in two without ``epilogue`` run on the C worker (:func:`c_gemm`,
     :func:`run_jobs`): the same ``cblas_sgemm`` calls NumPy makes, without a Python thread
-    hand-off."""
+    hand-off. ``own_blas``: every 2-D GEMM that fits, split or not, runs with the kernels' own
+    OpenBLAS instance (:func:`own_blas`) when there is one: results agree with NumPy's to
+    float rounding, and are the same bits on one or two threads (FC layers use it)."""
     user = epilogue  # a Python epilogue keeps the split on the Python threads
     if bias is not None:
         bias1 = bias.reshape(-1)
@@ -703,7 +865,18 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
         raise ValueError(f"expected split axis -2 (rows) or -1 (columns), got {axis}")
     size = m if axis == -2 else n
     whole = slice(None)
+    own = own_blas and a.ndim == 2 and b.ndim == 2 and c_gemm() and bool(_cgemm[3])
+    if own:  # row blocks at multiples of OWN_ROW_ALIGN: the only cuts that keep its bits
+        axis, size = -2, m // OWN_ROW_ALIGN
     if t == 1 or flops < MIN_SPLIT_FLOPS or size < 2 * t:
+        if own:
+            job = cached_jobs(("one",) + array_key(a, b, out, bias),
+                              lambda: gemm_job(a, b, out, bias=None if bias is None else bias.reshape(-1), own=True))
+            if job is not None:
+                run_here(job)
+                if user is not None:
+                    user(whole, whole)
+                return
         serial_matmul(a, b, out)
         if epilogue is not None:
             epilogue(whole, whole)
@@ -711,8 +884,9 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
 
     count = gemm_blocks(flops, size, t)
     if t == 2 and user is None and a.ndim == 2 and b.ndim == 2 and c_gemm():
-        jobs = cached_jobs(("mm", axis, count) + array_key(a, b, out, bias),
-                           lambda: _split_jobs(a, b, out, axis, None if bias is None else bias.reshape(-1), count))
+        jobs = cached_jobs(("mm", axis, count, own) + array_key(a, b, out, bias),
+                           lambda: _split_jobs(a, b, out, axis, None if bias is None else bias.reshape(-1), count, own,
+                                               OWN_ROW_ALIGN if own else 1))
         if jobs is not None:
             if count > t:
                 note_dynamic_call()
@@ -737,16 +911,16 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
 
 
 def _split_jobs(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, bias: np.ndarray | None,
-                count: int = 2) -> tuple | None:
-    """``count`` :func:`gemm_job` blocks of ``out = a @ b (+ bias)`` along ``axis`` (None: a
-    layout the C worker cannot take)."""
+                count: int = 2, own: bool = False, align: int = 1) -> tuple | None:
+    """``count`` :func:`gemm_job` blocks of ``out = a @ b (+ bias)`` along ``axis``, cut at
+    multiples of ``align`` (None: a layout the C worker cannot take)."""
     jobs = []
-    for lo, hi in blocks(out.shape[axis], count):
+    for lo, hi in blocks(out.shape[axis], count, align):
         s = slice(lo, hi)
         if axis == -2:
-            job = gemm_job(a[s], b, out[s], bias=bias)
+            job = gemm_job(a[s], b, out[s], bias=bias, own=own)
         else:
-            job = gemm_job(a, b[:, s], out[:, s], bias=None if bias is None else bias[s])
+            job = gemm_job(a, b[:, s], out[:, s], bias=None if bias is None else bias[s], own=own)
         if job is None:
             return None
         jobs.append(job)

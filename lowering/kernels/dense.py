@@ -68,7 +68,7 @@ def fc_forward(x, w, b, y, ws: dict[str, np.ndarray]) -> None:
     if y.size != n * o:
         raise ValueError(f"expected fc output of {n} x {o} elements, got shape {y.shape}")
     x2, w2, y2 = as32(x, ws, "xbuf", (n, f)), as32(w, ws, "wbuf", (o, f)), out32(y, ws, "ybuf", (n, o))
-    _parallel.matmul(x2, w2.T, out=y2, bias=None if b is None else b.reshape(o))
+    _parallel.matmul(x2, w2.T, out=y2, bias=None if b is None else b.reshape(o), own_blas=True)
     finish(y, y2)
 
 
@@ -89,31 +89,31 @@ def fc_backward(dy, w, x, dw, db, dx, ws: dict[str, np.ndarray]) -> None:
     dw2 = out32(dw, ws, "wbuf", (o, f))
     db2 = None if db is None else db.reshape(o)
     if not _weight_grad_c(dy2, x2, dw2, db2, n, f, o):
-        _parallel.matmul(dy2.T, x2, out=dw2, epilogue=None if db2 is None else _db_epilogue(dy2, db2))
+        _parallel.matmul(dy2.T, x2, out=dw2, epilogue=None if db2 is None else _db_epilogue(dy2, db2), own_blas=True)
     finish(dw, dw2)
     if dx is not None:
         w2 = as32(w, ws, "wbuf", (o, f))
         dx2 = out32(dx, ws, "xbuf", (n, f))
-        _parallel.matmul(dy2, w2, out=dx2)
+        _parallel.matmul(dy2, w2, out=dx2, own_blas=True)
         finish(dx, dx2)
 
 
 def _weight_grad_jobs(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.ndarray | None, axis: int,
-                      count: int) -> tuple | None:
-    """C jobs for dw = dy.T @ x and db in ``count`` blocks along ``axis``: row blocks of dw
-    each with the db sums of its rows, or column blocks with db in the first (None: a layout
-    the C worker cannot take)."""
+                      count: int, align: int = 1) -> tuple | None:
+    """C jobs for dw = dy.T @ x and db in ``count`` blocks along ``axis`` (cuts at multiples of
+    ``align``): row blocks of dw each with the db sums of its rows, or column blocks with db in
+    the first (None: a layout the C worker cannot take)."""
     size = dw2.shape[axis]
     jobs = []
-    for lo, hi in _parallel.blocks(size, count):
+    for lo, hi in _parallel.blocks(size, count, align):
         s = slice(lo, hi)
         if axis == -2:
             jobs.append(_parallel.gemm_job(dy2.T[s], x2, dw2[s], sum_src=None if db2 is None else dy2[:, s],
-                                           sum_dst=None if db2 is None else db2[s]))
+                                           sum_dst=None if db2 is None else db2[s], own=True))
         else:
             first = lo == 0 and db2 is not None
             jobs.append(_parallel.gemm_job(dy2.T, x2[:, s], dw2[:, s], sum_src=dy2 if first else None,
-                                           sum_dst=db2 if first else None))
+                                           sum_dst=db2 if first else None, own=True))
     return None if None in jobs else tuple(jobs)
 
 
@@ -123,15 +123,18 @@ def _weight_grad_c(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.nda
     (:func:`._parallel.run_jobs`), as :func:`._parallel.matmul` splits it (:func:`_weight_grad_jobs`).
     False (nothing done) when the split does not apply."""
     flops = 2.0 * n * f * o
-    axis = _parallel.split_axis(o, f)
-    size = o if axis == -2 else f
     t = _parallel.workers()
-    if (t != 2 or flops < _parallel.MIN_SPLIT_FLOPS or size < 2 * t or db2 is not None and db2.dtype != F32
-            or not _parallel.c_gemm()):
+    if t != 2 or flops < _parallel.MIN_SPLIT_FLOPS or db2 is not None and db2.dtype != F32 or not _parallel.c_gemm():
+        return False
+    own = _parallel.own_blas() is not None
+    align = _parallel.OWN_ROW_ALIGN if own else 1  # own OpenBLAS: row cuts at multiples of 24 only
+    axis = -2 if own else _parallel.split_axis(o, f)
+    size = (o // align) if axis == -2 else f
+    if size < 2 * t:
         return False
     count = _parallel.gemm_blocks(flops, size, t)
     jobs = _parallel.cached_jobs(("dw", axis, count) + _parallel.array_key(dy2, x2, dw2, db2),
-                                 lambda: _weight_grad_jobs(dy2, x2, dw2, db2, axis, count))
+                                 lambda: _weight_grad_jobs(dy2, x2, dw2, db2, axis, count, align))
     if jobs is None:
         return False
     if count > t:
@@ -158,7 +161,10 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> 
     only the columns of x it has itself finished reading; the db sums are split by blocks of
     the ``o`` outputs, one block with each dw block."""
     arrays = (dy, w, x, dw, dx) if db is None else (dy, w, x, dw, db, dx)
-    if any(a.dtype != F32 for a in arrays) or not concurrent_backward(n, f, o) or _parallel.workers() != 2:
+    own = _parallel.own_blas() is not None  # fixed blocks on any thread count (its bits depend on the cut)
+    threads = _parallel.workers()
+    if any(a.dtype != F32 for a in arrays) or not concurrent_backward(n, f, o) or threads > 2 or \
+            threads == 1 and not own:
         return False
     dy2, w2, x2, dw2, dx2 = dy.reshape(n, o), w.reshape(o, f), x.reshape(n, f), dw.reshape(o, f), dx.reshape(n, f)
     db2 = None if db is None else db.reshape(o)
@@ -170,7 +176,7 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> 
     if in_place and (dx2.ctypes.data != x2.ctypes.data or dx2.strides != x2.strides):
         return False  # overlapping some other way: one GEMM after the other
     count = 2  # column blocks: one per thread, two per thread while the threads run unequally fast
-    if _parallel.contended() and 2.0 * n * f * o >= _parallel.BLOCK_FLOPS:
+    if not own and _parallel.contended() and 2.0 * n * f * o >= _parallel.BLOCK_FLOPS:
         count = 4
         _parallel.note_dynamic_call()
     count = min(count, f // 2)
@@ -181,8 +187,8 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> 
             heads, tails = [], []
             for c, r in zip(cols, outs):
                 head = _parallel.gemm_job(dy2.T, x2[:, c], dw2[:, c], sum_src=None if db2 is None else dy2[:, r],
-                                          sum_dst=None if db2 is None else db2[r])
-                tail = _parallel.gemm_job(dy2, w2[:, c], dx2[:, c])
+                                          sum_dst=None if db2 is None else db2[r], own=True)
+                tail = _parallel.gemm_job(dy2, w2[:, c], dx2[:, c], own=True)
                 if head is None or tail is None:
                     return None
                 heads.append(_parallel.chain(head, tail))
@@ -191,8 +197,14 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> 
 
         jobs = _parallel.cached_jobs(("fc_bwd", count) + _parallel.array_key(dy2, x2, dw2, db2, w2, dx2), make)
         if jobs is not None:
-            _parallel.run_jobs(*jobs[0])
+            if threads == 1:
+                for head in jobs[0]:
+                    _parallel.run_here(head)
+            else:
+                _parallel.run_jobs(*jobs[0])
             return True
+        if threads == 1:
+            return False
 
     def block(c: slice, r: slice) -> None:
         np.matmul(dy2.T, x2[:, c], out=dw2[:, c])
