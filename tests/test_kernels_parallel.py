@@ -60,9 +60,12 @@ def test_run_propagates_errors_after_waiting_for_the_other_task(which):
         assert sorted(out) == [1, 2]
 
 
-def test_run_rejects_more_tasks_than_workers():
-    with pytest.raises(ValueError, match="at most MAX_WORKERS"):
-        _parallel.run([lambda: None] * (_parallel.MAX_WORKERS + 1))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_run_takes_more_tasks_than_workers(threads):
+    out = []
+    with threadpool_limits(threads):
+        _parallel.run([(lambda i=i: out.append(i)) for i in range(_parallel.MAX_WORKERS + 3)])
+    assert sorted(out) == list(range(_parallel.MAX_WORKERS + 3))
 
 
 @two_threads

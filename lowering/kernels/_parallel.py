@@ -138,17 +138,18 @@ def workers() -> int:
 
 
 def run(tasks: Sequence[Callable[[], None]]) -> None:
-    """Run ``tasks`` (at most :data:`MAX_WORKERS`) concurrently, OpenBLAS held at one thread;
-    the first runs on the calling thread, the others on persistent kernel threads. Returns when
-    all have finished; the first exception raised (calling thread first) then propagates.
-    Raises ``ValueError`` for more than :data:`MAX_WORKERS` tasks."""
+    """Run ``tasks`` concurrently, OpenBLAS held at one thread; the first runs on the calling
+    thread, the others on persistent kernel threads (more than :data:`MAX_WORKERS` tasks: each
+    thread takes the next one, :func:`run_dynamic`). Returns when all have finished; the first
+    exception raised (calling thread first) then propagates."""
     global _workers
     if len(tasks) <= 1:
         for t in tasks:
             t()
         return
-    if len(tasks) > MAX_WORKERS:
-        raise ValueError(f"expected at most MAX_WORKERS = {MAX_WORKERS} tasks, got {len(tasks)}")
+    if len(tasks) > MAX_WORKERS:  # more tasks than threads: each thread takes the next one
+        run_dynamic(tasks)
+        return
     blas = _controller()
     with _lock:
         if _workers is None:
