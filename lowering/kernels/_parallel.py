@@ -31,6 +31,11 @@ OpenBLAS call over all of ``k``; element-wise pieces are independent):
   the calling thread and one on a C worker thread that never touches the GIL. :func:`matmul`
   and :func:`split_jobs` use it when available (:func:`c_gemm`; ``TR_MLIR_C_GEMM=0`` turns it
   off); on the MLP step it saved 0.3 ms of 10.5 against the Python threads.
+
+:func:`matmul` with ``own_blas=True`` (the FC layers) runs its GEMMs with the kernels' own
+OpenBLAS instance when :func:`own_blas_core` names a core type (Haswell kernels on AMD CPUs
+where NumPy's OpenBLAS picked an Intel AVX-512 type: 10-14% faster here), cut only where that
+instance gives the same bits (:data:`OWN_ROW_ALIGN`), so one and two threads agree.
 """
 
 from __future__ import annotations

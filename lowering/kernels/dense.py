@@ -9,8 +9,11 @@ Threads (:mod:`._parallel`): the forward GEMM is split in two column blocks, eac
 the bias to its block; the backward gives each thread a column block of dw and then the same
 columns of dx (safe when dx is x's buffer), or splits dw alone (the first layer) in row blocks
 each with its db sums. The C worker
-of :mod:`._parallel` runs the second thread's part when it is there. Every strategy gives the
-same bits as the serial code (tests/test_kernels_parallel.py).
+of :mod:`._parallel` runs the second thread's part when it is there. GEMMs of at least
+:data:`._parallel.MIN_SPLIT_FLOPS` use the kernels' own OpenBLAS instance when there is one
+(:func:`._parallel.own_blas`: results agree with NumPy's to float rounding); the blocks are then
+fixed by the shapes. Every strategy gives the same bits on one or two threads, contended or
+not (tests/test_kernels_parallel.py).
 """
 
 from __future__ import annotations
