@@ -555,7 +555,29 @@ def c_gemm() -> bool:
                         lib.tr_setup_own.argtypes = [ctypes.c_void_p, ctypes.c_int]
                         lib.tr_setup_own(own[0], int(own[1]))
                     _cgemm = (run2, after, here, own)
+                    if own and not _own_cuts_keep_bits():
+                        _cgemm = (run2, after, here, False)
     return bool(_cgemm)
+
+
+def _own_cuts_keep_bits() -> bool:
+    """Whether the own OpenBLAS instance gives the same bits for row blocks cut at multiples of
+    :data:`OWN_ROW_ALIGN`, plain or transposed operands, as for the whole GEMM (a probe when it
+    is loaded; if not, it is not used)."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((200, 131)).astype(np.float32)
+    b = rng.standard_normal((131, 203)).astype(np.float32)
+    for lhs in (a, np.ascontiguousarray(a.T).T):
+        for rhs in (b, np.ascontiguousarray(b.T).T):
+            whole = np.empty((200, 203), np.float32)
+            run_here(gemm_job(lhs, rhs, whole, own=True))
+            for cuts in ((0, 96, 200), (0, 48, 120, 200)):
+                part = np.empty_like(whole)
+                for lo, hi in zip(cuts, cuts[1:]):
+                    run_here(gemm_job(lhs[lo:hi], rhs, part[lo:hi], own=True))
+                if not np.array_equal(part, whole):
+                    return False
+    return True
 
 
 ENV_OWN_BLAS = "TR_MLIR_OWN_BLAS_CORETYPE"
@@ -935,11 +957,41 @@ def _split_jobs(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, bias: 
     return tuple(jobs)
 
 
+_invariant: list[bool] = []
+
+
+def cuts_keep_bits() -> bool:
+    """Whether NumPy's OpenBLAS gives the same bits for a GEMM cut into row or column blocks at
+    arbitrary places as for the whole (a probe, once per process, on one thread). True for its
+    SkylakeX kernels; the Haswell kernels, for one, sum differently in column tails. When False
+    the number of blocks of a split never depends on timing (:func:`contended` is ignored),
+    so a run's results depend only on the shapes and the thread count."""
+    if not _invariant:
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((97, 131)).astype(np.float32)
+        b = rng.standard_normal((131, 203)).astype(np.float32)
+        whole = np.empty((97, 203), np.float32)
+        serial_matmul(a, b, whole)
+        ok = True
+        for cut in (37, 48):
+            part = np.empty_like(whole)
+            serial_matmul(a[:cut], b, part[:cut])
+            serial_matmul(a[cut:], b, part[cut:])
+            ok = ok and np.array_equal(part, whole)
+        for cut in (64, 101):
+            part = np.empty_like(whole)
+            serial_matmul(a, b[:, :cut], part[:, :cut])
+            serial_matmul(a, b[:, cut:], part[:, cut:])
+            ok = ok and np.array_equal(part, whole)
+        _invariant.append(bool(ok))
+    return _invariant[0]
+
+
 def gemm_blocks(flops: float, size: int, t: int) -> int:
     """Blocks a split GEMM of ``flops`` is cut into along an axis of ``size``, on ``t`` threads:
     ``t``, or ``2 t`` while :func:`contended` from :data:`BLOCK_FLOPS` per thread on (each block
     at least 2 wide)."""
-    per = 2 if _contended > 0 and flops >= BLOCK_FLOPS * t else 1
+    per = 2 if _contended > 0 and flops >= BLOCK_FLOPS * t and cuts_keep_bits() else 1
     return max(1, min(t * per, size // 2))
 
 

@@ -179,7 +179,7 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> 
     if in_place and (dx2.ctypes.data != x2.ctypes.data or dx2.strides != x2.strides):
         return False  # overlapping some other way: one GEMM after the other
     count = 2  # column blocks: one per thread, two per thread while the threads run unequally fast
-    if not own and _parallel.contended() and 2.0 * n * f * o >= _parallel.BLOCK_FLOPS:
+    if not own and _parallel.contended() and 2.0 * n * f * o >= _parallel.BLOCK_FLOPS and _parallel.cuts_keep_bits():
         count = 4
         _parallel.note_dynamic_call()
     count = min(count, f // 2)
