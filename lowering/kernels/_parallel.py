@@ -746,14 +746,15 @@ def call_job(fn: int, ints: Sequence[int] = (), floats: Sequence[float] = ()) ->
 
 
 def split_jobs(n: int, make: Callable[[int, int], _Job]) -> bool:
-    """Element-wise work over ``range(n)`` as two :func:`call_job` halves, ``make(lo, hi)``, on
-    the calling thread and the C worker, when :func:`split` would use two threads, the threads
-    are not :func:`contended` and the C worker is there. False: nothing was run (use
-    :func:`split`)."""
-    if n < MIN_SPLIT_ELEMENTS or workers() != 2 or _contended > 0 or not c_gemm():
+    """Element-wise work over ``range(n)`` as :func:`call_job` blocks, ``make(lo, hi)``, on the
+    calling thread and the C worker, when :func:`split` would use two threads and the C worker
+    is there: two blocks per thread (at least :data:`MIN_SPLIT_ELEMENTS` / 2 elements each),
+    taken dynamically, so a thread slowed by another process does fewer (a block costs a call
+    of a few microseconds, no packing). False: nothing was run (use :func:`split`)."""
+    if n < MIN_SPLIT_ELEMENTS or workers() != 2 or not c_gemm():
         return False
-    (a, b), (c, d) = blocks(n, 2)
-    run_jobs(make(a, b), make(c, d))
+    count = max(2, min(4, n // (MIN_SPLIT_ELEMENTS // 2)))
+    run_jobs(*[make(lo, hi) for lo, hi in blocks(n, count)])
     return True
 
 

@@ -131,11 +131,12 @@ def _any_nonfinite(f: np.ndarray) -> bool:
     parts: list = []
     if fn is not None:
         p, size = f.ctypes.data, f.dtype.itemsize
-        res = np.zeros(2, np.int32)
+        res = np.zeros(8, np.int32)  # one slot per block (split_jobs makes at most 4: lo * 8 // n differ)
         half = int(f.dtype.itemsize == 2)
         job = fns["jobs"]["tr_nonfinite_job"]
-        if _parallel.split_jobs(f.size, lambda a, b: _parallel.call_job(
-                job, (p + size * a, b - a, res.ctypes.data + 4 * (a > 0), half))):
+        n = f.size
+        if _parallel.split_jobs(n, lambda a, b: _parallel.call_job(
+                job, (p + size * a, b - a, res.ctypes.data + 4 * (a * 8 // n), half))):
             return bool(res.any())
         _parallel.split(f.size, lambda a, b, share: parts.append(fn(p + size * a, b - a)), per_worker=2)
         return any(parts)
