@@ -850,6 +850,10 @@ def blocks(size: int, t: int, align: int = 1) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
+OWN_COL_BLOCKS = 2
+"""Column blocks of a GEMM with the kernels' own OpenBLAS instance and no Python epilogue (the
+FC forward): a fixed cut, the same on one or two threads."""
+
 OWN_ROW_ALIGN = 24
 """Row cut granularity of GEMMs with the kernels' own OpenBLAS instance (Haswell kernels): their
 results change when a GEMM is cut into column blocks, or into row blocks at other multiples
@@ -897,7 +901,19 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
     # small GEMMs (a rule on the shape, so one and two threads agree) keep NumPy's OpenBLAS:
     # its small-matrix path was faster there (the MLP's 200x10 layer: 64 vs 96 us backward)
     own = own_blas and flops >= MIN_SPLIT_FLOPS and a.ndim == 2 and b.ndim == 2 and c_gemm() and bool(_cgemm[3])
-    if own:  # row blocks at multiples of OWN_ROW_ALIGN: the only cuts that keep its bits
+    if own and user is None and n >= 2 * OWN_COL_BLOCKS:
+        # fixed column blocks, whatever the thread count (its bits depend on the cut): equal
+        # halves, where row cuts at multiples of 24 split the MLP's 200 rows 96 / 104
+        jobs = cached_jobs(("own-cols",) + array_key(a, b, out, bias), lambda: _split_jobs(
+            a, b, out, -1, None if bias is None else bias.reshape(-1), OWN_COL_BLOCKS, True))
+        if jobs is not None:
+            if t >= 2:
+                run_jobs(*jobs)
+            else:
+                for job in jobs:
+                    run_here(job)
+            return
+    if own:  # row blocks at multiples of OWN_ROW_ALIGN: the only other cuts that keep its bits
         axis, size = -2, m // OWN_ROW_ALIGN
     if t == 1 or flops < MIN_SPLIT_FLOPS or size < 2 * t:
         if own:
