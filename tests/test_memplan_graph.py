@@ -89,10 +89,11 @@ def test_vgg16_bn_wiring_fp32():
     g = Named(_program("vgg16_bn", batch=2))
     first_a = g.nodes(GraphId.FIRST_LAYER_FWD_A)
     assert first_a[1] == ("CONV_FP32_FWD", ("data_a", "l0.conv_weight"),
-                          ("l0.conv_output", "l0.conv_sum", "l0.conv_sq_sum", "ws_col"))
+                          ("l0.conv_output", "l0.conv_sum", "l0.conv_sq_sum", "ws_col", "ws_tmp"))
+    # the 3->64 stem is a small-channel conv: it also plans ws_tmp for the compiled kernels
     assert g.nodes(GraphId.FIRST_LAYER_BWD_B) == [
         ("CONV_FP32_BWD_FIRST_LAYER", ("l0.conv_output", "l0.conv_weight", "data_b"),
-         ("l0.conv_weight_grad", "ws_col", "ws_wbuf"))]
+         ("l0.conv_weight_grad", "ws_col", "ws_wbuf", "ws_tmp"))]
     deep = g.nodes(GraphId.DEEP_FWD_BWD)
     bn = deep[0]
     assert bn == ("BN2D_FP32_FWD", ("l0.conv_output", "l1.bn_weight", "l1.bn_bias", "l1.bn_next_mean",

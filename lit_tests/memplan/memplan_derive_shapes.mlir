@@ -37,7 +37,7 @@ arch.model @mlp input(28, 28, 1) num_classes = 10 first_layer = 0 {
 // CHECK:         memplan.descs 1 "arch.relu" names = ["relu_output", "relu_mask", "relu_output_grad", "relu_output_grad_part"] regions = ["F_FEATURE_FP32", "S_MASK", "F_GRAD_SLOT_FP32", "F_GRAD_SLOT_FP32"]
 // CHECK:         memplan.descs 4 "arch.add" names = ["add_output"]
 // LOWRES-LABEL:  memplan.program for @two_uses {
-// LOWRES:          memplan.descs 0 "arch.conv" names = ["conv_weight", "conv_output", {{.*}} "ws_col", "ws_wbuf"] {{.*}} shapes = [8, 3, 3, 8, 4, 28, 28, 8, {{.*}}, 8, 3, 3, 8, 4, 14, 14, 8,
+// LOWRES:          memplan.descs 0 "arch.conv" names = ["conv_weight", "conv_output", {{.*}} "ws_col", "ws_tmp", "ws_wbuf"] {{.*}} shapes = [8, 3, 3, 8, 4, 28, 28, 8, {{.*}}, 8, 3, 3, 8, 4, 14, 14, 8,
 arch.model @two_uses input(28, 28, 8) num_classes = 8 {
 ^bb0(%x: tensor<?x28x28x8xf32>):
   %0 = arch.conv %x out_ch = 8 k = 3 p = 1 : tensor<?x28x28x8xf32> -> tensor<?x28x28x8xf32>
