@@ -203,6 +203,41 @@ def test_dispatch_rule(monkeypatch):
     assert "tmp" not in C.conv_workspace_sizes(g, x16=True, w16=True, y16=True)
 
 
+@needs_cc
+def test_arrays_not_of_the_geometry_are_refused():
+    """The kernels index raw pointers with the geometry's sizes: an array of another shape (or
+    dtype, or strided) must raise, never be read or written out of bounds. Each too-small array
+    here is a view into a larger buffer whose tail must stay untouched."""
+    x, w, dy, g = _data(GEOMS[0])
+    b = KERNELS["conv_bwd"]
+    kw = dict(k=5, s=1, p=0, groups=1)
+    ws = b.allocate_workspaces(dict(dy=dy, x=x, w=w, dw=np.zeros_like(w), dx=np.zeros_like(x)), **kw)
+    assert C.compiled(g, dy, x, w)
+    big_dx = np.full((2 * x.shape[0],) + x.shape[1:], 7.0, np.float32)
+    big_dw = np.full((2 * w.shape[0],) + w.shape[1:], 7.0, np.float32)
+    cases = {
+        "dx": dict(dy=dy, x=x, w=w, dw=np.zeros_like(w), dx=big_dx[:1]),
+        "dw": dict(dy=dy, x=x, w=w, dw=big_dw[:1], dx=np.zeros_like(x)),
+        "dy": dict(dy=dy[:2], x=x, w=w, dw=np.zeros_like(w), dx=np.zeros_like(x)),
+    }
+    with threadpool_limits(2):
+        for name, arrays in cases.items():
+            with pytest.raises(ValueError, match=rf"expected {name} of the compiled conv .* shape"):
+                b(**arrays, **ws, **kw)
+    assert (big_dx[1:] == 7.0).all() and (big_dw[1:] == 7.0).all()
+    tmp = np.zeros(_cconv.workspace_elements(g), np.float32)
+    y = np.zeros(g.y_shape, np.float32)
+    strided = np.zeros((x.shape[0], x.shape[1], 2 * x.shape[2], x.shape[3]), np.float32)[:, :, ::2]
+    with pytest.raises(ValueError, match=r"expected x of the compiled conv .*\(strided\)"):
+        _cconv.forward(strided, w, y, g, tmp)
+    with pytest.raises(ValueError, match=r"expected w of the compiled conv .*float64"):
+        _cconv.dgrad(dy, w.astype(np.float64), np.zeros_like(x), g, tmp)
+    with pytest.raises(ValueError, match=r"expected a workspace .* got None"):
+        _cconv.forward(x, w, y, g, None)
+    with pytest.raises(ValueError):
+        _cconv.wgrad(dy, x, np.zeros_like(w), g, tmp[:16])  # scratch too small
+
+
 def test_no_compiler_runs_numpy(monkeypatch, tmp_path):
     monkeypatch.setenv("CC", "/nonexistent/tr-mlir-cc")
     monkeypatch.setenv(_cc.ENV_CACHE, str(tmp_path))

@@ -766,9 +766,21 @@ def _addr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
+def _check(g, **arrays: tuple[np.ndarray, tuple[int, ...]]) -> None:
+    """Raise ``ValueError`` unless every array ``name=(array, shape)`` is fp32, C-contiguous and
+    of exactly ``shape`` (the kernels index raw pointers with ``g``'s compile-time sizes: an
+    array of another shape would be read or written out of bounds)."""
+    for name, (a, shape) in arrays.items():
+        if a.shape != shape or a.dtype != np.float32 or not a.flags.c_contiguous:
+            raise ValueError(f"expected {name} of the compiled conv to be a C-contiguous float32 array of shape "
+                             f"{shape}, got {a.dtype} {a.shape}{'' if a.flags.c_contiguous else ' (strided)'}")
+
+
 def forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g, tmp: np.ndarray) -> None:
     """y (N, Ho, Wo, K) = conv(x (N, H, W, C), w (K, k, k, C)), all fp32 contiguous; ``tmp``: fp32
-    scratch of :func:`workspace_elements` elements."""
+    scratch of :func:`workspace_elements` elements. Raises ``ValueError`` when an array does not
+    have ``g``'s shape (:func:`_check`) or ``tmp`` is too small."""
+    _check(g, x=(x, g.x_shape), w=(w, g.w_shape), y=(y, g.y_shape))
     kern = kernels(plan(g))
     ranges, size, flat = _split(g, tmp)
     px, pw, py, pt = _addr(x), _addr(w), _addr(y), _addr(flat)
@@ -777,7 +789,9 @@ def forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g, tmp: np.ndarray) -> 
 
 
 def wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, tmp: np.ndarray) -> None:
-    """dw (K, k, k, C) = dL/dw (overwritten) from dy (N, Ho, Wo, K) and x (N, H, W, C), fp32."""
+    """dw (K, k, k, C) = dL/dw (overwritten) from dy (N, Ho, Wo, K) and x (N, H, W, C), fp32
+    (``ValueError`` as :func:`forward`)."""
+    _check(g, dy=(dy, g.y_shape), x=(x, g.x_shape), dw=(dw, g.w_shape))
     kern = kernels(plan(g))
     ranges, size, flat = _split(g, tmp)
     pdy, px, pt = _addr(dy), _addr(x), _addr(flat)
@@ -788,7 +802,9 @@ def wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, tmp: np.ndarray) -> 
 
 
 def dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g, tmp: np.ndarray) -> None:
-    """dx (N, H, W, C) = dL/dx (overwritten) from dy and w, fp32; dx may be x's buffer."""
+    """dx (N, H, W, C) = dL/dx (overwritten) from dy and w, fp32; dx may be x's buffer
+    (``ValueError`` as :func:`forward`)."""
+    _check(g, dy=(dy, g.y_shape), w=(w, g.w_shape), dx=(dx, g.x_shape))
     kern = kernels(plan(g))
     ranges, size, flat = _split(g, tmp)
     pdy, pw, pdx, pt = _addr(dy), _addr(w), _addr(dx), _addr(flat)
