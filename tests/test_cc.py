@@ -18,8 +18,10 @@ void scale(const float* restrict x, float* restrict y, int n, float a) {
 
 @pytest.fixture
 def fresh(monkeypatch, tmp_path):
-    """A private cache directory and a process state as if nothing was compiled yet."""
+    """A private cache directory and a process state as if nothing was compiled yet (the
+    ``TR_MLIR_CC`` switch unset: the tests set it themselves where they test it)."""
     monkeypatch.setenv(_cc.ENV_CACHE, str(tmp_path))
+    monkeypatch.delenv(_cc.ENV_SWITCH, raising=False)
     monkeypatch.setattr(_cc, "_libs", {})
     monkeypatch.setattr(_cc, "_state", {})
     return tmp_path

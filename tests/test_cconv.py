@@ -24,6 +24,13 @@ needs_cc = pytest.mark.skipif(_cc.compiler() is None,
 
 torch.set_num_threads(1)
 
+
+@pytest.fixture(autouse=True)
+def _compiled_kernels_on(monkeypatch):
+    """These tests test the compiled kernels: a ``TR_MLIR_CC=0`` in the environment (the
+    suite's NumPy-path run) must not switch them off; tests of the switch set it themselves."""
+    monkeypatch.delenv(_cc.ENV_SWITCH, raising=False)
+
 GEOMS = [  # n, h, w, c, k_out, k, s, p
     (4, 32, 32, 1, 6, 5, 1, 0),    # LeNet conv1: one input channel, K = 6 (expanded-weight path)
     (5, 14, 14, 6, 16, 5, 1, 0),   # LeNet conv2: K = 16 (broadcast forward, K-lane input gradient)

@@ -19,6 +19,13 @@ from tr_mlir.lowering.kernels.window import window
 pytestmark = pytest.mark.skipif(_cc.compiler() is None,
                                 reason="no C compiler on this machine: compiled pooling kernels untested")
 
+
+@pytest.fixture(autouse=True)
+def _compiled_kernels_on(monkeypatch):
+    """These tests test the compiled kernels: a ``TR_MLIR_CC=0`` in the environment (the
+    suite's NumPy-path run) must not switch them off; tests of the switch set it themselves."""
+    monkeypatch.delenv(_cc.ENV_SWITCH, raising=False)
+
 # (N, H, W, C), k, s, p: LeNet's pools, overlapping windows (k > s), padding, odd sizes, strides
 # larger than the window, a single-pixel window, 1 and many channels
 GEOMETRIES = [
