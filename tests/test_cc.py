@@ -85,3 +85,46 @@ def test_cache_dir_default(monkeypatch, tmp_path):
     monkeypatch.delenv(_cc.ENV_CACHE, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert _cc.cache_dir() == tmp_path / "tr-mlir" / "cc"
+
+
+@needs_cc
+def test_read_only_cache_compiles_once_into_one_private_dir(fresh, monkeypatch):
+    """A cache directory that exists but cannot be written: each kernel is compiled once (not
+    once for the cache and again for a fallback) into one private directory of the process, and
+    no partial file stays behind."""
+    real_mkstemp, real_run = _cc.tempfile.mkstemp, _cc.subprocess.run
+    compiles = []
+
+    def mkstemp(*args, dir=None, **kw):
+        if dir is not None and str(dir).startswith(str(fresh)):
+            raise PermissionError(13, "Read-only file system", str(dir))
+        return real_mkstemp(*args, dir=dir, **kw)
+
+    def run(cmd, *args, **kw):
+        if "-shared" in cmd:
+            compiles.append(cmd)
+        return real_run(cmd, *args, **kw)
+
+    monkeypatch.setattr(_cc.tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(_cc.subprocess, "run", run)
+    monkeypatch.setattr(_cc, "_private", [])
+    a = _cc.function(SRC, "scale", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_float])
+    b = _cc.function(SRC.replace("scale", "scale2"), "scale2",
+                     [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_float])
+    assert len(compiles) == 2  # one per source
+    x, y = np.ones(3, np.float32), np.zeros(3, np.float32)
+    a(_cc.ptr(x), _cc.ptr(y), 3, 2.0)
+    b(_cc.ptr(y), _cc.ptr(x), 3, 2.0)
+    np.testing.assert_array_equal(x, 4.0)
+    assert len(_cc._private) == 1 and len(list(_cc._private[0].glob("k*.so"))) == 2
+    assert not list(fresh.iterdir())
+
+
+@needs_cc
+def test_cc_with_arguments(fresh, monkeypatch):
+    """``CC`` may hold arguments (``ccache gcc``, ``gcc -m64``): they reach the compiler."""
+    monkeypatch.setenv("CC", f"{_cc.compiler()} -DTR_TEST_SCALE=3.0f")
+    fn = _cc.function("void f(float* y) { *y = TR_TEST_SCALE; }\n", "f", [ctypes.c_void_p])
+    y = np.zeros(1, np.float32)
+    fn(_cc.ptr(y))
+    assert y[0] == 3.0

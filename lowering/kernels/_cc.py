@@ -15,7 +15,9 @@ are ours (see the callers in :mod:`.conv` and :mod:`.pool`).
   :func:`cache_dir`, keyed by a SHA-256 of the source, the compiler's version line, the flags
   and the machine, so a later process loads it in about a millisecond. Libraries are written
   to a temporary name and renamed into place, so concurrent processes never load a half-written
-  file.
+  file. Where the cache cannot be written (a read-only or full disk), a library goes into one
+  private temporary directory of the process instead, removed when the process exits
+  (:func:`cached_file`).
 * ``ctypes`` releases the GIL for the duration of a call, so :mod:`._parallel` can run pieces of
   one kernel (image ranges) on several threads.
 
@@ -25,16 +27,19 @@ kernel's results do not depend on re-association; the compiler may still fuse mu
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import ctypes
 import functools
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-std=c99")
@@ -59,9 +64,24 @@ class CompileError(RuntimeError):
 
 
 def compiler() -> str | None:
-    """Path of the C compiler to use (``$CC`` or ``cc``), or None when there is none."""
-    cc = (os.environ.get("CC") or "cc").split()
+    """Path of the C compiler to use (the first word of ``$CC``, else ``cc``), or None when there
+    is none."""
+    cc = _words()
     return shutil.which(cc[0]) if cc else None
+
+
+def _words() -> list[str]:
+    """``$CC`` (else ``cc``) split as a shell would: the compiler and its own arguments
+    (``CC="ccache gcc"``, ``CC="gcc -m64"``, as make passes them)."""
+    try:
+        return shlex.split(os.environ.get("CC") or "cc")
+    except ValueError:  # unbalanced quotes: no usable compiler
+        return []
+
+
+def _command(cc: str) -> list[str]:
+    """The compiler command: ``cc`` (the path :func:`compiler` found) and the rest of ``$CC``."""
+    return [cc, *_words()[1:]]
 
 
 def cache_dir() -> Path:
@@ -77,7 +97,7 @@ def cache_dir() -> Path:
 def _version(cc: str) -> str:
     """The compiler's first ``--version`` line (asked once per compiler and process)."""
     try:
-        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run([*_command(cc), "--version"], capture_output=True, text=True, timeout=30)
         return (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) else cc
     except (OSError, subprocess.SubprocessError):
         return cc
@@ -85,7 +105,7 @@ def _version(cc: str) -> str:
 
 def _key(source: str, cc: str) -> str:
     h = hashlib.sha256()
-    for part in (source, _version(cc), " ".join(FLAGS), platform.machine(), _cpu_model()):
+    for part in (source, _version(cc), " ".join(_command(cc)[1:] + list(FLAGS)), platform.machine(), _cpu_model()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:32]
@@ -103,22 +123,60 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
-def _compile(source: str, cc: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
+_private: list[Path] = []
+
+
+def _private_dir() -> Path:
+    """This process's directory for files the cache cannot take (created on first use, removed
+    at exit; a loaded library stays mapped after its file is gone)."""
+    if not _private:
+        d = Path(tempfile.mkdtemp(prefix="tr-mlir-cc-"))
+        atexit.register(shutil.rmtree, d, True)
+        _private.append(d)
+    return _private[0]
+
+
+def cached_file(name: str, write: Callable[[Path], None]) -> Path:
+    """The path of file ``name`` in :func:`cache_dir`, made there by ``write(path)`` (into a
+    temporary name, then renamed into place: concurrent processes never see a half-written file)
+    when it is not there yet. When the cache cannot be written (read-only, full, not a
+    directory), the file is made in the process's private directory instead (removed at exit)
+    and that path is returned; ``write`` raising ``OSError`` there propagates."""
+    target = cache_dir() / name
+    if target.exists():
+        return target
+    partial = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, partial = tempfile.mkstemp(dir=target.parent, prefix=name, suffix=".part")
+        os.close(fd)
+        write(Path(partial))
+        os.replace(partial, target)
+        return target
+    except OSError:
+        if partial is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
+    private = _private_dir() / name
+    if not private.exists():
+        write(private)
+    return private
+
+
+def _compile(source: str, cc: str, name: str) -> Path:
+    """Compile ``source`` into library ``name`` of the cache (:func:`cached_file`); returns its
+    path. Raises :class:`CompileError` when the compiler rejects the source."""
     with tempfile.TemporaryDirectory(prefix="tr-mlir-cc-") as tmp:
         src = Path(tmp) / "kernel.c"
         src.write_text(source, encoding="utf-8")
         out = Path(tmp) / "kernel.so"
-        proc = subprocess.run([cc, *FLAGS, str(src), "-o", str(out), "-lm"], capture_output=True, text=True,
-                              timeout=300)
+        proc = subprocess.run([*_command(cc), *FLAGS, str(src), "-o", str(out), "-lm"], capture_output=True,
+                              text=True, timeout=300)
         if proc.returncode != 0:
             head = "\n".join(source.splitlines()[:20])
             raise CompileError(f"{cc} failed on a generated kernel (exit {proc.returncode}):\n"
                                f"{proc.stderr.strip()}\n--- source (first lines) ---\n{head}")
-        fd, partial = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".part")
-        os.close(fd)
-        shutil.copyfile(out, partial)
-        os.replace(partial, target)
+        return cached_file(name, lambda path: shutil.copyfile(out, path))
 
 
 def load(source: str) -> ctypes.CDLL:
@@ -137,11 +195,7 @@ def load(source: str) -> ctypes.CDLL:
         if lib is None:
             path = cache_dir() / f"k{key}.so"
             if not path.exists():
-                try:
-                    _compile(source, cc, path)
-                except OSError:  # an unwritable cache: build in a private directory instead
-                    path = Path(tempfile.mkdtemp(prefix="tr-mlir-cc-")) / f"k{key}.so"
-                    _compile(source, cc, path)
+                path = _compile(source, cc, path.name)
             lib = ctypes.CDLL(str(path))
             _libs[key] = lib
     return lib
