@@ -547,6 +547,19 @@ def test_own_blas_rule(monkeypatch):
         assert not any("tr-mlir-blas" in d["filepath"] for d in threadpool_info())
 
 
+def test_own_blas_without_a_writable_cache(monkeypatch, tmp_path):
+    """The own OpenBLAS copy does not depend on a writable cache (else the FC layers' bits would
+    change with the cache directory's permissions): it goes to the process's private directory."""
+    if _parallel.own_blas_core() is None or not _parallel.c_gemm():
+        pytest.skip("no own OpenBLAS instance on this machine")
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv(_cc.ENV_CACHE, str(blocker / "sub"))
+    own = _parallel._load_own_blas()
+    assert own and own[2].lower() == _parallel.own_blas_core().lower()
+    assert not (blocker / "sub").exists()
+
+
 def test_cut_probes():
     """NumPy's OpenBLAS here keeps its bits under any cut (the probe); an own instance in use
     passed its probe for row cuts at multiples of OWN_ROW_ALIGN."""

@@ -621,14 +621,15 @@ def _load_own_blas() -> tuple[int, bool, str] | bool:
     thread: (address of its ``cblas_sgemm``, ILP64?, core name), or False. The library file is
     copied once into the compiled-kernel cache (:func:`._cc.cache_dir`; a second file makes a
     second instance, which reads ``OPENBLAS_CORETYPE`` and ``OPENBLAS_NUM_THREADS`` when it is
-    loaded; both are set only around that load). NumPy's own OpenBLAS is left as it is."""
+    loaded; both are set only around that load; a cache that cannot be written gives a copy in
+    the process's private directory, :func:`._cc.cached_file`). NumPy's own OpenBLAS is left as
+    it is."""
     core = own_blas_core()
     if not core:
         return False
     try:
         import hashlib
         import shutil
-        import tempfile
 
         from threadpoolctl import ThreadpoolController
 
@@ -640,14 +641,9 @@ def _load_own_blas() -> tuple[int, bool, str] | bool:
         src = libs[0].filepath
         st = os.stat(src)
         tag = hashlib.sha256(f"{src}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
-        # not named like an OpenBLAS: threadpoolctl must not find (and re-thread) this instance
-        target = _cc.cache_dir() / f"tr-mlir-blas-{tag}.so"
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, part = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".part")
-            os.close(fd)
-            shutil.copyfile(src, part)
-            os.replace(part, target)
+        # not named like an OpenBLAS: threadpoolctl must not find (and re-thread) this instance;
+        # an unwritable cache gives a private copy (the same instance, so the same bits)
+        target = _cc.cached_file(f"tr-mlir-blas-{tag}.so", lambda path: shutil.copyfile(src, path))
         saved = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS")}
         try:
             os.environ["OPENBLAS_CORETYPE"] = core
