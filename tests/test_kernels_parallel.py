@@ -5,7 +5,9 @@ compiled NaN/Inf check (ranges.py). Every strategy must give the same bits as th
 from __future__ import annotations
 
 import os
+import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -36,6 +38,39 @@ def test_run_uses_a_second_thread_and_returns_after_both():
             seen.clear()
             _parallel.run([task, task])
             assert len(seen) == 2 and seen[0] != seen[1]
+
+
+@two_threads
+def test_run_waits_for_the_helper_when_interrupted():
+    """A signal (Ctrl-C) while the calling thread waits for a kernel thread: the exception comes
+    out only once the helper's task is done (it writes the caller's arrays, which C kernels
+    hold as raw pointers), and the next hand-off waits for its own task."""
+    class Interrupted(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Interrupted()
+
+    done = threading.Event()
+
+    def slow():
+        time.sleep(0.3)
+        done.set()
+
+    main = threading.main_thread().ident
+    timer = threading.Timer(0.1, lambda: signal.pthread_kill(main, signal.SIGINT))
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        timer.start()
+        with pytest.raises(Interrupted):
+            _parallel.run([lambda: None, slow])
+        assert done.is_set()
+        out = []
+        _parallel.run([lambda: None, lambda: (time.sleep(0.05), out.append(1))])
+        assert out == [1]
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, old)
 
 
 @two_threads

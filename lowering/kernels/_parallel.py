@@ -93,9 +93,20 @@ class _Worker:
         self._go.release()
 
     def wait(self) -> BaseException | None:
-        """Block until the task handed over has finished; returns its exception (or None)."""
-        self._done.acquire()
+        """Block until the task handed over has finished; returns its exception (or None). An
+        exception raised while waiting (a signal handler's: Ctrl-C) is re-raised only once the
+        task has finished: the task uses the caller's arrays (raw pointers in C kernels), and an
+        unconsumed ``done`` would let the next hand-off return before its own task ended."""
+        interrupted: BaseException | None = None
+        while True:
+            try:
+                self._done.acquire()
+                break
+            except BaseException as e:  # noqa: BLE001 - re-raised below, after the task
+                interrupted = interrupted or e
         err, self._error = self._error, None
+        if interrupted is not None:
+            raise interrupted
         return err
 
 
@@ -173,7 +184,10 @@ def run(tasks: Sequence[Callable[[], None]]) -> None:
             except BaseException as e:  # noqa: BLE001 - raised once the helpers are done
                 error = e
             for w in helpers:  # always wait: the helpers' tasks use the caller's arrays
-                err = w.wait()
+                try:
+                    err = w.wait()
+                except BaseException as e:  # noqa: BLE001 - interrupted (after its task): the rest too
+                    err = e
                 error = error or err
             if error is not None:
                 raise error
