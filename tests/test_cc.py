@@ -1,6 +1,10 @@
 """lowering/kernels/_cc.py: compiled kernels (C source -> shared library -> ctypes)."""
 
 import ctypes
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -128,3 +132,34 @@ def test_cc_with_arguments(fresh, monkeypatch):
     y = np.zeros(1, np.float32)
     fn(_cc.ptr(y))
     assert y[0] == 3.0
+
+
+@needs_cc
+def test_private_dir_survives_a_forked_child(tmp_path):
+    """A child forked after the private directory was made (a data loader, a launcher) and
+    exiting normally must not remove the parent's directory."""
+    script = tmp_path / "fork.py"
+    script.write_text(f"""
+import ctypes, os, sys
+from tr_mlir.lowering.kernels import _cc
+src = "int f(int a) {{ return a + 2; }}\\n"
+_cc.function(src, "f", [ctypes.c_int])
+d = _cc._private[0]
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # a normal exit: atexit handlers run in the child
+os.waitpid(pid, 0)
+assert d.exists(), "the child removed the parent's private directory"
+fn = _cc.function(src.replace("f(", "g("), "g", [ctypes.c_int])
+fn.restype = ctypes.c_int
+assert fn(1) == 3
+print("ok", d)
+""")
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    env = dict(os.environ, **{_cc.ENV_CACHE: str(blocker / "sub")})
+    env.pop(_cc.ENV_SWITCH, None)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("ok ")
+    assert not Path(proc.stdout.split()[1]).exists()  # removed at the parent's exit

@@ -128,12 +128,24 @@ _private: list[Path] = []
 
 def _private_dir() -> Path:
     """This process's directory for files the cache cannot take (created on first use, removed
-    at exit; a loaded library stays mapped after its file is gone)."""
+    at exit by this process only, not by a forked child; a loaded library stays mapped after
+    its file is gone)."""
     if not _private:
         d = Path(tempfile.mkdtemp(prefix="tr-mlir-cc-"))
-        atexit.register(shutil.rmtree, d, True)
+        atexit.register(_remove_private, d, os.getpid())
         _private.append(d)
     return _private[0]
+
+
+def _remove_private(d: Path, pid: int) -> None:
+    """The exit handler of :func:`_private_dir`: remove ``d`` if this is the process that made it
+    (a forked child inherits the handler, and the parent may still need the directory)."""
+    if os.getpid() == pid:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_private.clear)  # a child makes its own when it needs one
 
 
 def cached_file(name: str, write: Callable[[Path], None]) -> Path:
