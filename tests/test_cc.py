@@ -163,3 +163,18 @@ print("ok", d)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("ok ")
     assert not Path(proc.stdout.split()[1]).exists()  # removed at the parent's exit
+
+
+@needs_cc
+@pytest.mark.parametrize("damage", ["empty", "not a library"])
+def test_damaged_cached_library_is_built_again(fresh, damage):
+    """A cached file that does not load (empty, garbage, another user's unreadable file) is
+    rebuilt in the private directory instead of failing the run; the cache file is left alone."""
+    path = fresh / f"k{_cc._key(SRC, _cc.compiler())}.so"
+    path.write_bytes(b"" if damage == "empty" else b"\x7fELF garbage" * 10)
+    before = path.read_bytes()
+    fn = _cc.function(SRC, "scale", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_float])
+    x, y = np.ones(2, np.float32), np.zeros(2, np.float32)
+    fn(_cc.ptr(x), _cc.ptr(y), 2, 5.0)
+    np.testing.assert_array_equal(y, 5.0)
+    assert path.read_bytes() == before

@@ -148,17 +148,20 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_private.clear)  # a child makes its own when it needs one
 
 
-def cached_file(name: str, write: Callable[[Path], None]) -> Path:
+def cached_file(name: str, write: Callable[[Path], None], *, private: bool = False) -> Path:
     """The path of file ``name`` in :func:`cache_dir`, made there by ``write(path)`` (into a
     temporary name, then renamed into place: concurrent processes never see a half-written file)
     when it is not there yet. When the cache cannot be written (read-only, full, not a
-    directory), the file is made in the process's private directory instead (removed at exit)
-    and that path is returned; ``write`` raising ``OSError`` there propagates."""
+    directory), or with ``private``, the file is made in the process's private directory
+    instead (removed at exit) and that path is returned; ``write`` raising ``OSError`` there
+    propagates."""
     target = cache_dir() / name
-    if target.exists():
+    if target.exists() and not private:
         return target
     partial = None
     try:
+        if private:
+            raise FileExistsError(target)  # the cached file is there but unusable: a private one
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, partial = tempfile.mkstemp(dir=target.parent, prefix=name, suffix=".part")
         os.close(fd)
@@ -175,9 +178,10 @@ def cached_file(name: str, write: Callable[[Path], None]) -> Path:
     return private
 
 
-def _compile(source: str, cc: str, name: str) -> Path:
-    """Compile ``source`` into library ``name`` of the cache (:func:`cached_file`); returns its
-    path. Raises :class:`CompileError` when the compiler rejects the source."""
+def _compile(source: str, cc: str, name: str, private: bool = False) -> Path:
+    """Compile ``source`` into library ``name`` of the cache (:func:`cached_file`, ``private``
+    as there); returns its path. Raises :class:`CompileError` when the compiler rejects the
+    source."""
     with tempfile.TemporaryDirectory(prefix="tr-mlir-cc-") as tmp:
         src = Path(tmp) / "kernel.c"
         src.write_text(source, encoding="utf-8")
@@ -188,7 +192,7 @@ def _compile(source: str, cc: str, name: str) -> Path:
             head = "\n".join(source.splitlines()[:20])
             raise CompileError(f"{cc} failed on a generated kernel (exit {proc.returncode}):\n"
                                f"{proc.stderr.strip()}\n--- source (first lines) ---\n{head}")
-        return cached_file(name, lambda path: shutil.copyfile(out, path))
+        return cached_file(name, lambda path: shutil.copyfile(out, path), private=private)
 
 
 def load(source: str) -> ctypes.CDLL:
@@ -208,7 +212,12 @@ def load(source: str) -> ctypes.CDLL:
             path = cache_dir() / f"k{key}.so"
             if not path.exists():
                 path = _compile(source, cc, path.name)
-            lib = ctypes.CDLL(str(path))
+            try:
+                lib = ctypes.CDLL(str(path))
+            except OSError:  # a damaged or unreadable cached file (empty, another user's): build anew
+                if path.parent != cache_dir():
+                    raise
+                lib = ctypes.CDLL(str(_compile(source, cc, path.name, private=True)))
             _libs[key] = lib
     return lib
 
