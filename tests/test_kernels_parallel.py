@@ -170,6 +170,35 @@ def test_run_works_in_a_forked_child():
     assert os.waitstatus_to_exitcode(status) == 0
 
 
+def test_concurrent_callers_give_openblas_its_thread_count_back():
+    """Two Python threads running kernels at once (data-parallel ranks in one process) used to
+    save and restore OpenBLAS's thread count per call, so the second saved the first's 1 and
+    the count could stay at 1 for good; with the shared hold it comes back, and workers() reads
+    the user's count while another thread is inside a kernel (and 1 inside a piece of a split,
+    which never splits again)."""
+    a = np.ones((64, 64), np.float32)
+    seen = []
+
+    def hammer() -> None:
+        out = np.empty_like(a)
+        for _ in range(300):
+            _parallel.serial_matmul(a, a, out)
+            _parallel.run_dynamic([lambda: seen.append(("inside", _parallel.workers()))])
+            seen.append(("outside", _parallel.workers()))  # the other thread may be in a kernel
+
+    with threadpool_limits(2):
+        threads = [threading.Thread(target=hammer) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        blas = _parallel._controller()
+        if not blas:
+            pytest.skip("no OpenBLAS under NumPy: kernels run on one thread")
+        assert int(blas[0]()) == 2
+        assert set(seen) == {("inside", 1), ("outside", 2)}
+
+
 def test_blocks_cover_the_range():
     for size, t in ((10, 3), (7, 7), (1024, 4), (5, 2)):
         b = _parallel.blocks(size, t)

@@ -78,6 +78,7 @@ class _Worker:
         threading.Thread(target=self._loop, name=f"tr-mlir-kernel-{index}", daemon=True).start()
 
     def _loop(self) -> None:
+        _inside.depth = 1  # a kernel thread only ever runs pieces of a split
         while True:
             self._go.acquire()
             task, self._task = self._task, None
@@ -110,11 +111,65 @@ class _Worker:
         return err
 
 
+class _BlasHold:
+    """OpenBLAS held at one thread while any kernel is inside ``with _one_thread:``.
+
+    Nested and concurrent holders share one save and one restore of the thread count, so two
+    Python threads running kernels at once (data-parallel ranks in one process) cannot leave
+    OpenBLAS at one thread for good, as a save/restore per call did (the second caller saved the
+    first's 1). While held, :meth:`user_threads` is the saved count, so :func:`workers` (and with
+    it every split) does not depend on whether another thread is inside a kernel."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+        self.saved = 1
+
+    def __enter__(self) -> "_BlasHold":
+        _inside.depth = getattr(_inside, "depth", 0) + 1
+        blas = _controller()
+        if blas:
+            with self.lock:
+                if self.count == 0:
+                    self.saved = int(blas[0]())
+                    if self.saved > 1:
+                        blas[1](1)
+                self.count += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _inside.depth -= 1
+        blas = _controller()
+        if blas:
+            with self.lock:
+                self.count -= 1
+                if self.count == 0 and self.saved > 1:
+                    blas[1](self.saved)
+
+    def user_threads(self, blas) -> int:
+        """The OpenBLAS thread count the user set (the saved one while held)."""
+        with self.lock:
+            return self.saved if self.count else int(blas[0]())
+
+
+_one_thread = _BlasHold()
+
+_inside = threading.local()
+"""``depth`` > 0 on a thread that is running a piece of a split (the caller inside
+``_one_thread``, and every kernel thread): :func:`workers` is then 1, so a piece never splits
+again (nested splits would wait on each other)."""
+
+
 def _after_fork() -> None:
-    """A forked child has none of the parent's threads: make it start its own."""
-    global _lock, _workers
+    """A forked child has none of the parent's threads: make it start its own (and give
+    OpenBLAS back the user's thread count if the fork came while a kernel held it at one)."""
+    global _lock, _workers, _one_thread
     _lock = threading.Lock()
     _workers = None
+    held, _one_thread = _one_thread, _BlasHold()
+    blas = _controller() if held.count else None
+    if blas and held.saved > 1:
+        blas[1](held.saved)
     if _cgemm:
         _cgemm[1]()  # the C worker thread is gone too
 
@@ -145,12 +200,15 @@ def _controller():
 
 
 def workers() -> int:
-    """Threads a kernel may use now: the OpenBLAS thread count, at most :data:`MAX_WORKERS`
-    (1 without OpenBLAS or threadpoolctl)."""
+    """Threads a kernel may use now: the OpenBLAS thread count the user set, at most
+    :data:`MAX_WORKERS`; 1 without OpenBLAS or threadpoolctl, and 1 inside a piece of a split
+    (``_inside``: pieces do not split again)."""
     blas = _controller()
     if not blas:
         return 1
-    return max(1, min(MAX_WORKERS, int(blas[0]())))
+    if getattr(_inside, "depth", 0):
+        return 1
+    return max(1, min(MAX_WORKERS, _one_thread.user_threads(blas)))
 
 
 def run(tasks: Sequence[Callable[[], None]]) -> None:
@@ -166,34 +224,25 @@ def run(tasks: Sequence[Callable[[], None]]) -> None:
     if len(tasks) > MAX_WORKERS:  # more tasks than threads: each thread takes the next one
         run_dynamic(tasks)
         return
-    blas = _controller()
-    with _lock:
+    with _lock, _one_thread:
         if _workers is None:
             _workers = [_Worker(i + 1) for i in range(MAX_WORKERS - 1)]
-        if blas:
-            get, put = blas
-            n = int(get())
-            put(1)
+        helpers = _workers[:len(tasks) - 1]
+        for w, t in zip(helpers, tasks[1:]):
+            w.start(t)
+        error: BaseException | None = None
         try:
-            helpers = _workers[:len(tasks) - 1]
-            for w, t in zip(helpers, tasks[1:]):
-                w.start(t)
-            error: BaseException | None = None
+            tasks[0]()
+        except BaseException as e:  # noqa: BLE001 - raised once the helpers are done
+            error = e
+        for w in helpers:  # always wait: the helpers' tasks use the caller's arrays
             try:
-                tasks[0]()
-            except BaseException as e:  # noqa: BLE001 - raised once the helpers are done
-                error = e
-            for w in helpers:  # always wait: the helpers' tasks use the caller's arrays
-                try:
-                    err = w.wait()
-                except BaseException as e:  # noqa: BLE001 - interrupted (after its task): the rest too
-                    err = e
-                error = error or err
-            if error is not None:
-                raise error
-        finally:
-            if blas:
-                put(n)
+                err = w.wait()
+            except BaseException as e:  # noqa: BLE001 - interrupted (after its task): the rest too
+                err = e
+            error = error or err
+        if error is not None:
+            raise error
 
 
 def run_dynamic(tasks: Sequence[Callable[[], None]]) -> None:
@@ -205,16 +254,9 @@ def run_dynamic(tasks: Sequence[Callable[[], None]]) -> None:
     in :func:`run` (the other thread finishes the remaining tasks first)."""
     t = min(workers(), len(tasks))
     if t <= 1:
-        blas = _controller()
-        threads = int(blas[0]()) if blas else 1
-        if threads > 1:
-            blas[1](1)
-        try:
+        with _one_thread:
             for task in tasks:
                 task()
-        finally:
-            if threads > 1:
-                blas[1](threads)
         return
     counter = itertools.count()  # next() is atomic under the GIL
     n = len(tasks)
@@ -784,30 +826,20 @@ def run_jobs(*jobs: _Job) -> tuple[float, ...]:
     refused by :func:`gemm_job`.)"""
     run_list = _cgemm[0]
     arr = (_Job * len(jobs))(*jobs)
-    blas = _controller()
-    with _lock:
-        n = int(blas[0]())
-        blas[1](1)
-        try:
-            if run_list(ctypes.addressof(arr), len(jobs)) != 0:
-                raise RuntimeError("could not start the C kernel thread (pthread_create failed)")
-        finally:
-            blas[1](n)
+    with _lock, _one_thread:
+        if run_list(ctypes.addressof(arr), len(jobs)) != 0:
+            raise RuntimeError("could not start the C kernel thread (pthread_create failed)")
     return tuple(j.seconds for j in arr)
 
 
 def run_here(job: _Job) -> None:
     """Run one job (and its :func:`chain`) on the calling thread, without the GIL. Needs
     :func:`c_gemm`; for jobs of the kernels' own OpenBLAS (one thread) or element-wise calls."""
-    blas = _controller()
-    n = int(blas[0]())
-    if n > 1 and not job.own:
-        blas[1](1)
-    try:
+    if job.own:  # the kernels' own OpenBLAS instance runs at one thread anyway
         _cgemm[2](ctypes.addressof(job))
-    finally:
-        if n > 1 and not job.own:
-            blas[1](n)
+        return
+    with _one_thread:
+        _cgemm[2](ctypes.addressof(job))
 
 
 def cached_jobs(key: tuple, make: Callable[[], tuple | None]) -> tuple | None:
@@ -829,15 +861,7 @@ def array_key(*arrays: np.ndarray | None) -> tuple:
 def serial_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """``np.matmul(a, b, out=out)`` on the calling thread with OpenBLAS at one thread (module
     doc: a threaded OpenBLAS call leaves its threads spinning)."""
-    blas = _controller()
-    threads = int(blas[0]()) if blas else 1
-    if threads > 1:
-        blas[1](1)
-        try:
-            np.matmul(a, b, out=out)
-        finally:
-            blas[1](threads)
-    else:
+    with _one_thread:
         np.matmul(a, b, out=out)
 
 
