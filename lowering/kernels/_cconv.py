@@ -21,7 +21,7 @@ place, and a tile of up to :data:`TILE` vectors of the row stays in registers ov
 terms. The expanded input of one image is built per image in the thread's scratch (K times the
 padded image), the expanded weights once per call. The shifted reads ``xe[q + (j//s)*K]`` are
 unaligned; for stride 1 they are formed from two aligned loads by a constant shuffle instead
-(:data:`ALIGNED_FWD`: an unaligned 64-byte load splits across two cache lines).
+(:func:`_fwd_aligned_taps`: an unaligned 64-byte load splits across two cache lines).
 
 **Forward, K a multiple of 16 (LeNet's K = 16): broadcast input.** Each 16-lane block of the
 output row is one pixel's K-block, so the input operand is a broadcast scalar of the zero-padded
@@ -86,10 +86,6 @@ TILE = 12
 
 TILE_B = 8
 """Most accumulator vectors of one broadcast-input forward tile (K a multiple of 16)."""
-
-ALIGNED_WGRAD = True
-"""Expanded-path weight gradient: read the shifted input rows as aligned loads combined by a
-shuffle instead of unaligned loads (which split across cache lines)."""
 
 TILE_W = 16
 """Most accumulator vectors of one weight-gradient tile."""
@@ -315,13 +311,6 @@ def _valid_j_fwd(pl: Plan, b0: int, b1: int) -> tuple[int, int]:
     return (js[0], js[-1] + 1) if js else (0, 0)
 
 
-ALIGNED_FWD = True
-"""Expanded-path forward with stride 1: the taps j unrolled, the shifted input rows read as
-aligned loads combined by a constant shuffle (see :data:`ALIGNED_WGRAD`). Measured on one thread:
-LeNet conv1 0.58 -> 0.51 ms, 64x16x16x16 -> 6 or 12 channels 10-15% faster; a stride-2 conv
-(64x32x32x3 -> 8) 12% slower, so strided convs keep the unaligned loads."""
-
-
 def _shifted(row: str, shift: int, b: int) -> str:
     """C expression: the 16 floats at ``row + shift + b*16``, ``row`` 64-byte aligned: one aligned
     load, or two combined by a constant two-vector shuffle."""
@@ -333,7 +322,11 @@ def _shifted(row: str, shift: int, b: int) -> str:
 
 
 def _fwd_aligned_taps(pl: Plan, accs: list[str], blocks: list[int], jlo: int, jhi: int) -> str:
-    """The tap loops of an expanded-path forward tile with j unrolled (:data:`ALIGNED_FWD`)."""
+    """The tap loops of an expanded-path forward tile with stride 1: the taps j unrolled, the
+    shifted input rows read as aligned loads combined by a constant shuffle (:func:`_shifted`;
+    an unaligned 64-byte load splits across two cache lines). Measured on one thread: LeNet conv1
+    0.58 -> 0.51 ms, 64x16x16x16 -> 6 or 12 channels 10-15% faster; a stride-2 conv
+    (64x32x32x3 -> 8) 12% slower, so strided convs keep the unaligned loads."""
     body = []
     for j in range(jlo, jhi):
         body.append(f"              {{ const float* xp = xr + (long)(c * S + {j % pl.s}) * XR;")
@@ -369,7 +362,7 @@ def _fwd_source(pl: Plan) -> str:
                                 for a, b in zip(accs, range(b0, b1)))
                 xrow = "xe + (long)(oh * S + i) * C * S * XR"
                 xptr = "xr + (long)(c * S + j % S) * XR + (j / S) * K"
-            if not pl.bcast and ALIGNED_FWD and pl.s == 1:
+            if not pl.bcast and pl.s == 1:
                 lines.append(_fwd_aligned_taps(pl, accs, list(range(b0, b1)), jlo, jhi))
             else:
                 lines.append(f"""        for (int i = ilo; i < ihi; i++) {{
@@ -445,13 +438,10 @@ def _wgrad_source(pl: Plan) -> str:
     for chunk in chunks:
         acc = {(j, c, t): f"g{j}_{c}_{t}" for j, c in chunk for t in range(npat)}
         gp = {(j, c, t): f"G + {((j * pl.c + c) * pl.pk) + t * VL} + gi" for j, c, t in acc}
-        xp = {(j, c): f"xr + {(c * pl.s + j % pl.s) * pl.xr + (j // pl.s) * pl.kout}" for j, c in chunk}
 
         def xv(j: int, c: int, b: str) -> str:
-            """The expanded input at lane offset (j//s)*K of block b: an unaligned load, or (when
-            ALIGNED_WGRAD) two aligned loads combined by a constant two-vector shuffle."""
-            if not ALIGNED_WGRAD:
-                return f"ld({xp[j, c]} + {b})"
+            """The expanded input at lane offset (j//s)*K of block b: one aligned load, or two
+            combined by a constant two-vector shuffle (unaligned loads split across cache lines)."""
             q, r = divmod((j // pl.s) * pl.kout, VL)
             row = f"xr + {(c * pl.s + j % pl.s) * pl.xr + q * VL}"
             if r == 0:
