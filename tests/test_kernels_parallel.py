@@ -630,3 +630,15 @@ def test_cut_probes():
     assert isinstance(_parallel.cuts_keep_bits(), bool)
     if _parallel.own_blas():
         assert _parallel._own_cuts_keep_bits()
+
+
+@pytest.mark.skipif(_cc.compiler() is None, reason="no C compiler on this machine: compiled kernels untested")
+def test_cc_switch_applies_at_once_to_sgd_and_the_nan_check(monkeypatch):
+    """TR_MLIR_CC=0 sends the SGD update and the NaN check to their NumPy code on the next call,
+    as it does for the conv and pool kernels (they used to decide once per process)."""
+    monkeypatch.delenv(_cc.ENV_SWITCH, raising=False)
+    assert optim._sgd_c() is not None and ranges._nonfinite_c() is not None
+    monkeypatch.setenv(_cc.ENV_SWITCH, "0")
+    assert optim._sgd_c() is None and ranges._nonfinite_c() is None
+    monkeypatch.delenv(_cc.ENV_SWITCH)
+    assert optim._sgd_c() is not None

@@ -103,15 +103,16 @@ _sgd_fn: list = []
 
 
 def _sgd_c():
-    """The compiled ``tr_sgd`` (None when :func:`._cc.available` is False); its job form's
-    address is ``_sgd_job[0]``."""
+    """The compiled ``tr_sgd`` (None when :func:`._cc.available` is False, asked on every call
+    like the other compiled kernels: ``TR_MLIR_CC=0`` switches at once); its job form's address
+    is ``_sgd_job[0]``."""
+    if not _cc.available():
+        return None
     if not _sgd_fn:
-        fn = None
-        if _cc.available():
-            fp = ctypes.c_void_p
-            fn = _cc.function(SGD_C_SOURCE, "tr_sgd", [fp, fp, fp, ctypes.c_long, ctypes.c_float, ctypes.c_float,
-                                                         ctypes.c_float, ctypes.c_float, ctypes.c_int])
-            _sgd_job[:] = [ctypes.cast(_cc.load(SGD_C_SOURCE).tr_sgd_job, ctypes.c_void_p).value]
+        fp = ctypes.c_void_p
+        fn = _cc.function(SGD_C_SOURCE, "tr_sgd", [fp, fp, fp, ctypes.c_long, ctypes.c_float, ctypes.c_float,
+                                                     ctypes.c_float, ctypes.c_float, ctypes.c_int])
+        _sgd_job[:] = [ctypes.cast(_cc.load(SGD_C_SOURCE).tr_sgd_job, ctypes.c_void_p).value]
         _sgd_fn.append(fn)
     return _sgd_fn[0]
 

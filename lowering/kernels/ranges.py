@@ -107,19 +107,20 @@ _nonfinite_fns: list = []
 
 
 def _nonfinite_c() -> dict | None:
-    """``{dtype: compiled test}`` for fp32 and fp16 (None when :func:`._cc.available` is False)."""
+    """``{dtype: compiled test}`` for fp32 and fp16 (None when :func:`._cc.available` is False,
+    asked on every call: ``TR_MLIR_CC=0`` switches at once)."""
+    if not _cc.available():
+        return None
     if not _nonfinite_fns:
-        fns = None
-        if _cc.available():
-            args = [ctypes.c_void_p, ctypes.c_long]
-            fns = {}
-            for dt, name in ((F32, "tr_nonfinite"), (np.dtype(np.float16), "tr_nonfinite16")):
-                fn = _cc.function(NONFINITE_C_SOURCE, name, args)
-                fn.restype = ctypes.c_int
-                fns[dt] = fn
-            lib = _cc.load(NONFINITE_C_SOURCE)
-            fns["jobs"] = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
-                           for name in ("tr_nonfinite_job", "tr_zero_job")}
+        args = [ctypes.c_void_p, ctypes.c_long]
+        fns = {}
+        for dt, name in ((F32, "tr_nonfinite"), (np.dtype(np.float16), "tr_nonfinite16")):
+            fn = _cc.function(NONFINITE_C_SOURCE, name, args)
+            fn.restype = ctypes.c_int
+            fns[dt] = fn
+        lib = _cc.load(NONFINITE_C_SOURCE)
+        fns["jobs"] = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+                       for name in ("tr_nonfinite_job", "tr_zero_job")}
         _nonfinite_fns.append(fns)
     return _nonfinite_fns[0]
 
