@@ -89,8 +89,16 @@ def _gpu() -> bool:
     return cuda_available()[0]
 
 
-def test_device_resolution():
+def test_device_resolution(monkeypatch):
     assert tr_train.resolve_device("cpu")[0] == "cpu"
+    # the CPU line says whether the kernels compile C, and why not
+    monkeypatch.setenv("TR_MLIR_CC", "0")
+    assert tr_train.resolve_device("cpu")[1] == "CPU (NumPy backend, compiled C kernels off: disabled by TR_MLIR_CC=0)"
+    monkeypatch.delenv("TR_MLIR_CC")
+    from tr_mlir.lowering.kernels import _cc
+
+    if _cc.compiler() is not None:
+        assert "compiled C kernels on (" in tr_train.resolve_device("cpu")[1]
     if _gpu():
         assert tr_train.resolve_device("auto")[0] == tr_train.resolve_device("gpu")[0] == "gpu"
         return

@@ -257,3 +257,11 @@ def reason() -> str:
 def ptr(a) -> ctypes.c_void_p:
     """The data pointer of a NumPy array, for a ``ctypes.c_void_p`` argument."""
     return ctypes.c_void_p(a.ctypes.data)
+
+
+def describe() -> str:
+    """One line for a user: whether the CPU kernels compile C here (with which compiler), or
+    why not (then every kernel runs its NumPy code)."""
+    if available():
+        return f"compiled C kernels on ({_version(compiler())})"
+    return f"compiled C kernels off: {reason()}"

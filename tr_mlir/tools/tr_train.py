@@ -352,12 +352,15 @@ def _check_args(a: argparse.Namespace) -> None:
 
 
 def resolve_device(requested: str) -> tuple[str, str]:
-    """``--device`` -> (the device used, ``cpu`` or ``gpu``; in words). ``auto`` is the GPU when the
+    """``--device`` -> (the device used, ``cpu`` or ``gpu``; in words, for the CPU with whether its
+    kernels compile C: :func:`tr_mlir.lowering.kernels._cc.describe`). ``auto`` is the GPU when the
     CUDA backend can run (CuPy imports and a CUDA device answers:
     :func:`tr_mlir.lowering.cupy_backend.cuda_available`), else the CPU; ``gpu`` without one is a
     :class:`TrainError` saying why."""
+    from tr_mlir.lowering.kernels import _cc
+
     if requested == "cpu":
-        return "cpu", "CPU (NumPy backend)"
+        return "cpu", f"CPU (NumPy backend, {_cc.describe()})"
     from tr_mlir.lowering.cupy_backend import cuda_available
 
     ok, why = cuda_available()
@@ -365,7 +368,7 @@ def resolve_device(requested: str) -> tuple[str, str]:
         return "gpu", f"GPU: {why} (CUDA backend)"
     if requested == "gpu":
         raise TrainError(f"--device gpu: no usable GPU: {why}; use --device cpu or --device auto")
-    return "cpu", f"CPU (NumPy backend; no GPU: {why})"
+    return "cpu", f"CPU (NumPy backend, {_cc.describe()}; no GPU: {why})"
 
 
 # --------------------------------------------------------------------------------------
