@@ -368,3 +368,52 @@ def test_tanh_threads_reproducible_and_no_allocation():
         finally:
             tracemalloc.stop()
     assert peak < 64 * 1024, peak
+
+
+@pytest.mark.parametrize("n", [9, 200 * 1024, 300_000])  # a tail, the MLP's widest ReLU, split in two
+@pytest.mark.parametrize("alias", [False, True])
+def test_relu_c_equals_numpy_bit_for_bit(monkeypatch, n, alias):
+    """The compiled ReLU gives the NumPy code's bits: NaN kept by the forward, -0 -> +0, mask 0
+    for NaN, and dy * mask as a product (Inf/NaN in dy gives NaN where the mask is 0)."""
+    from tr_mlir.lowering.kernels import activation
+
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n).astype(np.float32)
+    dy = rng.standard_normal(n).astype(np.float32)
+    special = np.array([np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, -1e-45], np.float32)
+    x[:len(special)] = special
+    dy[:len(special)] = special[::-1]
+
+    def run():
+        xs, dys = x.copy(), dy.copy()
+        y = xs if alias else np.empty_like(xs)
+        m = np.empty(n, np.int8)
+        activation.relu_fwd(xs, y, m)
+        dx = dys if alias else np.empty_like(dys)
+        activation.relu_bwd(dys, m, dx)
+        return y, m, dx
+
+    with threadpool_limits(2):
+        assert activation._relu_fn("relu_fwd", x, x, np.empty(n, np.int8)) is not None
+        compiled = run()
+        monkeypatch.setenv(_cc.ENV_SWITCH, "0")
+        assert activation._relu_fn("relu_fwd", x, x, np.empty(n, np.int8)) is None
+        with np.errstate(invalid="ignore"):  # NumPy's Inf * 0: the NaN we check for
+            reference = run()
+    for c, r in zip(compiled, reference):
+        assert c.tobytes() == r.tobytes()
+    assert np.isnan(compiled[0][0]) and not np.signbit(compiled[0][4]) and compiled[1][0] == 0
+
+
+def test_relu_c_dispatch_and_sizes():
+    """fp16 (AMP) and non-contiguous arrays keep the NumPy code; mismatched sizes raise."""
+    from tr_mlir.lowering.kernels import activation
+
+    x16 = np.ones(8, np.float16)
+    assert activation._relu_fn("relu_fwd", x16, x16, np.empty(8, np.int8)) is None
+    x = np.ones(16, np.float32)[::2]
+    assert activation._relu_fn("relu_bwd", x, np.empty(8, np.int8), x) is None
+    with pytest.raises(ValueError, match="expected x, y, mask of one size"):
+        activation.relu_fwd(np.ones(4, np.float32), np.ones(4, np.float32), np.empty(3, np.int8))
+    with pytest.raises(ValueError, match="expected dy, mask, dx of one size"):
+        activation.relu_bwd(np.ones(4, np.float32), np.empty(3, np.int8), np.ones(4, np.float32))

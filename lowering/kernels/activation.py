@@ -275,11 +275,61 @@ def _halves(size: int, fn) -> None:
     _parallel.run([lambda w=w: fn(bounds[w], bounds[w + 1]) for w in range(t)])
 
 
+RELU_C_SOURCE = r"""
+/* fp32 ReLU in one pass each way, the NumPy code's results to the bit: y = max(x, 0) with NaN
+   kept (np.maximum propagates it) and -0 -> +0; mask = x > 0 (0 for NaN); dx = dy * mask as a
+   product, so an Inf or NaN in dy still gives NaN where the mask is 0 (the NaN check sees it).
+   y may be x's buffer and dx dy's (each element is read before it is written). */
+void relu_fwd(const float* x, float* y, signed char* m, long n0, long n1) {
+#pragma GCC ivdep
+  for (long e = n0; e < n1; e++) {
+    const float v = x[e];
+    m[e] = v > 0.0f;
+    y[e] = v <= 0.0f ? 0.0f : v;
+  }
+}
+void relu_bwd(const float* dy, const signed char* m, float* dx, long n0, long n1) {
+#pragma GCC ivdep
+  for (long e = n0; e < n1; e++) dx[e] = dy[e] * (float)m[e];
+}
+"""
+"""C source of the one-pass fp32 ReLU forward (y and mask) and backward (``dx = dy * mask``)."""
+
+_relu_c: dict = {}
+
+
+def _relu_fn(name: str, *arrays: np.ndarray):
+    """The compiled ``relu_fwd`` / ``relu_bwd`` when :func:`._cc.available` and the float arrays
+    are fp32 (the mask INT8), all C-contiguous; else None (the NumPy code runs). In the MLP's
+    step the pair went from 0.28 to ~0.1 ms (two NumPy passes and an int8 -> float product per
+    call before)."""
+    floats = [a for a in arrays if a.dtype != np.int8]
+    if not (all(a.dtype == F32 for a in floats) and all(a.flags.c_contiguous for a in arrays)
+            and len(floats) == len(arrays) - 1 and _cc.available()):
+        return None
+    fn = _relu_c.get(name)
+    if fn is None:
+        fn = _relu_c[name] = _cc.function(RELU_C_SOURCE, name, [ctypes.c_void_p] * 3 + [ctypes.c_long] * 2)
+    return fn
+
+
+def _relu_c_call(fn, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
+    """``fn(a, b, c, lo, hi)`` over element blocks, one per kernel thread for a large array."""
+    pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
+    _halves(a.size, lambda lo, hi: fn(pa, pb, pc, lo, hi))
+
+
 @kernel("relu_fwd", writes=("y", "mask"))
 def relu_fwd(x, y, mask) -> None:
     """``y = max(x, 0)``, ``mask = (x > 0)`` as INT8 (same shape as x); large arrays are split
-    among the kernel threads."""
+    among the kernel threads. fp32: one compiled pass (:data:`RELU_C_SOURCE`) when available."""
     xf, yf, mf = flat(x), flat(y), flat(mask)
+    if not (xf.size == yf.size == mf.size):
+        raise ValueError(f"expected x, y, mask of one size, got {xf.size}, {yf.size}, {mf.size}")
+    fn = _relu_fn("relu_fwd", xf, yf, mf)
+    if fn is not None:
+        _relu_c_call(fn, xf, yf, mf)
+        return
 
     def block(lo: int, hi: int) -> None:
         np.greater(xf[lo:hi], 0, out=mf[lo:hi])
@@ -296,6 +346,13 @@ def relu_inf(x, y, mask=None) -> None:
 
 @kernel("relu_bwd", writes=("dx",))
 def relu_bwd(dy, mask, dx) -> None:
-    """``dx = dy * mask`` (the INT8 mask of ``relu_fwd``); dx may be dy's buffer."""
+    """``dx = dy * mask`` (the INT8 mask of ``relu_fwd``); dx may be dy's buffer. fp32: one
+    compiled pass when available."""
     dyf, mf, dxf = flat(dy), flat(mask), flat(dx)
+    if not (dyf.size == mf.size == dxf.size):
+        raise ValueError(f"expected dy, mask, dx of one size, got {dyf.size}, {mf.size}, {dxf.size}")
+    fn = _relu_fn("relu_bwd", dyf, mf, dxf)
+    if fn is not None:
+        _relu_c_call(fn, dyf, mf, dxf)
+        return
     _halves(dxf.size, lambda lo, hi: np.multiply(dyf[lo:hi], mf[lo:hi], out=dxf[lo:hi]))
