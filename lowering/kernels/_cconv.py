@@ -522,6 +522,16 @@ void tr_wfold(const float* restrict G, long stride, long nslots, float* restrict
 """
 
 
+_DX_ROW = """    for (int h = 0; h < H; h++) {
+      const int rp = h + PD;
+      const int ohlo = rp - KS + 1 <= 0 ? 0 : (rp - KS + S) / S;
+      const int ohhi = imin(HO - 1, rp / S);
+      float* xr = dx + (n * H + h) * (long)(W * C);
+"""
+"""C head of an input-gradient row loop (both dgrad forms): input row h of image n, its padded
+row rp, and the output rows ohlo..ohhi whose windows reach it."""
+
+
 def _dgrad_source(pl: Plan) -> str:
     phases = []
     for ph in range(pl.s):
@@ -583,12 +593,7 @@ void tr_dgrad(const float* restrict dy, const float* restrict w, float* restrict
           float* d = de + ((long)oh * K + kk) * DR + (UPAD + ow) * C;
           for (int c = 0; c < C; c++) d[c] = v;
         }}
-    for (int h = 0; h < H; h++) {{
-      const int rp = h + PD;
-      const int ohlo = rp - KS + 1 <= 0 ? 0 : (rp - KS + S) / S;
-      const int ohhi = imin(HO - 1, rp / S);
-      float* xr = dx + (n * H + h) * (long)(W * C);
-{phase_code}
+{_DX_ROW}{phase_code}
     }}
   }}
 }}
@@ -691,12 +696,7 @@ void tr_dgrad(const float* restrict dy, const float* restrict w, float* restrict
       for (int kk = 0; kk < K; kk++) wd[((long)t * C + c) * K + kk] = w[((long)kk * KS * KS + t) * C + c];
   for (long n = n0; n < n1; n++) {{
     const float* dyn = dy + n * HO * WO * K;
-    for (int h = 0; h < H; h++) {{
-      const int rp = h + PD;
-      const int ohlo = rp - KS + 1 <= 0 ? 0 : (rp - KS + S) / S;
-      const int ohhi = imin(HO - 1, rp / S);
-      float* xr = dx + (n * H + h) * (long)(W * C);
-{tiles}
+{_DX_ROW}{tiles}
     }}
   }}
 }}
