@@ -642,3 +642,18 @@ def test_cc_switch_applies_at_once_to_sgd_and_the_nan_check(monkeypatch):
     assert optim._sgd_c() is None and ranges._nonfinite_c() is None
     monkeypatch.delenv(_cc.ENV_SWITCH)
     assert optim._sgd_c() is not None
+
+
+def test_c_worker_not_switched_off_for_good_by_an_early_switch(monkeypatch):
+    """A first c_gemm() call under TR_MLIR_CC=0 or TR_MLIR_C_GEMM=0 answers False without
+    deciding for the whole process (the suite's later C-worker tests were skipped that way)."""
+    monkeypatch.setattr(_parallel, "_cgemm", None)
+    monkeypatch.setenv(_cc.ENV_SWITCH, "0")
+    assert not _parallel.c_gemm()
+    assert _parallel._cgemm is None
+    monkeypatch.delenv(_cc.ENV_SWITCH)
+    monkeypatch.setenv(_parallel.ENV_C_GEMM, "0")
+    assert not _parallel.c_gemm()
+    monkeypatch.delenv(_parallel.ENV_C_GEMM)
+    if _cc.compiler() is not None and _parallel._find_sgemm() is not None:
+        assert _parallel.c_gemm()

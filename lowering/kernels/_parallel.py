@@ -579,14 +579,19 @@ def _find_sgemm():
 def c_gemm() -> bool:
     """Whether split GEMMs can run on the C worker (:func:`run_jobs`): a C compiler
     (:func:`._cc.available`), NumPy's OpenBLAS ``cblas_sgemm`` found, ``TR_MLIR_C_GEMM`` not ``0``.
-    Checked once per process."""
+    The two switches are read on every call; the worker is set up once, at the first call with
+    both on (a first call under ``TR_MLIR_CC=0`` used to turn it off for the whole process)."""
     global _cgemm
+    if os.environ.get(ENV_C_GEMM, "1").strip() == "0":
+        return False
     if _cgemm is None:
-        _cgemm = False
-        if os.environ.get(ENV_C_GEMM, "1").strip() != "0" and _controller():
-            from . import _cc
+        from . import _cc
 
-            found = _find_sgemm() if _cc.available() else None
+        if not _cc.available():  # no compiler, or switched off for now: asked again next call
+            return False
+        _cgemm = False
+        if _controller():
+            found = _find_sgemm()
             if found is not None:
                 try:
                     lib = _cc.load(GEMM_C_SOURCE)
