@@ -657,3 +657,19 @@ def test_c_worker_not_switched_off_for_good_by_an_early_switch(monkeypatch):
     monkeypatch.delenv(_parallel.ENV_C_GEMM)
     if _cc.compiler() is not None and _parallel._find_sgemm() is not None:
         assert _parallel.c_gemm()
+
+
+def test_numpy_openblas_is_picked_whatever_the_import_order():
+    """scikit-learn loads scipy's own OpenBLAS; threadpoolctl may list it first. The kernels
+    control and call NumPy's (the C worker was off for a whole test run when scipy's came
+    first)."""
+    import os
+
+    import scipy.linalg  # noqa: F401 - loads scipy's OpenBLAS next to NumPy's
+
+    lib = _parallel._numpy_openblas()
+    if lib is None:
+        pytest.skip("no OpenBLAS loaded")
+    assert "numpy" in os.path.basename(os.path.dirname(lib.filepath))
+    if _cc.compiler() is not None:
+        assert _parallel._find_sgemm() is not None

@@ -178,17 +178,26 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
+def _numpy_openblas():
+    """threadpoolctl's controller of NumPy's own OpenBLAS (the one in ``numpy.libs``), else of
+    the first OpenBLAS loaded, else None. Other wheels bring their own OpenBLAS (scipy, loaded
+    by scikit-learn); which one threadpoolctl lists first depends on import order, so the
+    kernels pick NumPy's by its directory (they call it through ``np.matmul``)."""
+    from threadpoolctl import ThreadpoolController
+
+    libs = [c for c in ThreadpoolController().lib_controllers if c.internal_api == "openblas"]
+    ours = [c for c in libs if "numpy" in os.path.basename(os.path.dirname(c.filepath))]
+    return (ours or libs or [None])[0]
+
+
 def _controller():
     """OpenBLAS's ``openblas_get_num_threads`` / ``openblas_set_num_threads``, found once through
     threadpoolctl (the C functions themselves: a call allocates nothing and costs ~1 us)."""
     global _blas
     if _blas is None:
         try:
-            from threadpoolctl import ThreadpoolController
-
-            libs = [c for c in ThreadpoolController().lib_controllers if c.internal_api == "openblas"]
-            if libs:
-                lib = libs[0]
+            lib = _numpy_openblas()
+            if lib is not None:
                 get, put = lib._get_symbol("openblas_get_num_threads"), lib._get_symbol("openblas_set_num_threads")
                 _blas = (get, put) if get is not None and put is not None else (lib.get_num_threads,
                                                                                   lib.set_num_threads)
@@ -561,14 +570,12 @@ def _find_sgemm():
     """(address of NumPy's OpenBLAS ``cblas_sgemm``, ILP64?) from the library :func:`_controller`
     controls, or None (another BLAS, or a library that is not NumPy's)."""
     try:
-        from threadpoolctl import ThreadpoolController
-
-        libs = [c for c in ThreadpoolController().lib_controllers if c.internal_api == "openblas"]
-        if not libs or "numpy" not in os.path.basename(os.path.dirname(libs[0].filepath)):
+        lib = _numpy_openblas()
+        if lib is None or "numpy" not in os.path.basename(os.path.dirname(lib.filepath)):
             return None
         for name, ilp64 in (("scipy_cblas_sgemm64_", True), ("cblas_sgemm64_", True), ("scipy_cblas_sgemm", False),
                             ("cblas_sgemm", False)):
-            fn = getattr(libs[0].dynlib, name, None)
+            fn = getattr(lib.dynlib, name, None)
             if fn is not None:
                 return ctypes.cast(fn, ctypes.c_void_p).value, ilp64
     except Exception:  # noqa: BLE001 - no threadpoolctl or an unexpected library: no C worker
@@ -665,11 +672,8 @@ def own_blas_core() -> str | None:
         env = env.strip()
         return None if env in ("", "0", "native") else env
     try:
-        from threadpoolctl import ThreadpoolController
-
-        libs = [c for c in ThreadpoolController().lib_controllers if c.internal_api == "openblas"
-                and "numpy" in os.path.basename(os.path.dirname(c.filepath))]
-        arch = str(libs[0].architecture or "").lower() if libs else ""
+        lib = _numpy_openblas()
+        arch = str(lib.architecture or "").lower() if lib is not None else ""
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             vendor = next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), "")
     except (OSError, IndexError, AttributeError):
@@ -692,14 +696,12 @@ def _load_own_blas() -> tuple[int, bool, str] | bool:
         import hashlib
         import shutil
 
-        from threadpoolctl import ThreadpoolController
-
         from . import _cc
 
-        libs = [c for c in ThreadpoolController().lib_controllers if c.internal_api == "openblas"]
-        if not libs or "numpy" not in os.path.basename(os.path.dirname(libs[0].filepath)):
+        lib = _numpy_openblas()
+        if lib is None or "numpy" not in os.path.basename(os.path.dirname(lib.filepath)):
             return False
-        src = libs[0].filepath
+        src = lib.filepath
         st = os.stat(src)
         tag = hashlib.sha256(f"{src}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
         # not named like an OpenBLAS: threadpoolctl must not find (and re-thread) this instance;
