@@ -139,6 +139,19 @@ class MemRegion(IntEnum):
     R_RESULT_ACCUMULATED = 67
 
 
+TRANSIENT_REGIONS: frozenset[MemRegion] = frozenset({
+    MemRegion.F_FEATURE_FP32, MemRegion.F_GRAD_SLOT_FP32, MemRegion.F_FEATURE_FP16, MemRegion.F_GRAD_SLOT_FP16,
+    MemRegion.S_MASK, MemRegion.T_TEMP_FP32, MemRegion.T_TEMP_FP16, MemRegion.T_TEMP_INT32, MemRegion.T_TEMP_INT8,
+})
+"""Regions whose DTensors are recomputed every step (DESIGN section 4): features, gradient slots,
+masks, temporaries and kernel workspaces. Their DTensors may share bytes when their lifetimes are
+disjoint (:mod:`tr_mlir.dialects.lifetimes`); all other regions hold persistent state.
+The region table's order does not depend on it."""
+
+WORKSPACE_PREFIX = "ws_"
+"""Name prefix of a kernel workspace DTensor (``ws_<kernel argument>``): call-scoped scratch memory,
+whose value never outlives the node that writes it."""
+
 NUM_REGIONS = len(MemRegion)
 """68: the seed's phantom 69th region is not reproduced (it is always empty)."""
 
@@ -756,19 +769,23 @@ class PlanOp(_ProgramChild):
     offsets = prop_def(_I64_ARRAY)
     inits = prop_def(ArrayAttr[StringAttr])
     init_values = prop_def(_F64_ARRAY)
+    pool = opt_prop_def(_I64_ARRAY)
     traits = lazy_traits_def(lambda: (HasParent(ProgramOp), SymbolOpInterface()))
     assembly_format = (
         "$sym_name `target` $target `total_bytes` `=` $total_bytes "
-        "`region_bases` `=` $region_bases `region_sizes` `=` $region_sizes "
+        "`region_bases` `=` $region_bases `region_sizes` `=` $region_sizes (`pool` `=` $pool^)? "
         "`ids` `=` $ids `names` `=` $names `regions` `=` $mem_regions `dtypes` `=` $dtypes "
         "`shapes` `=` $shapes `slots` `=` $slots `offsets` `=` $offsets `inits` `=` $inits "
         "`init_values` `=` $init_values attr-dict"
     )
 
     def __init__(self, name: str, target: Target, *, region_bases: Sequence[int],
-                 region_sizes: Sequence[int], tensors: Sequence[DTensor]):
+                 region_sizes: Sequence[int], tensors: Sequence[DTensor],
+                 pool: tuple[int, int] | None = None):
         total = (region_bases[-1] + region_sizes[-1]) if region_bases else 0
-        super().__init__(properties={
+        if pool is not None:
+            total = pool[0] + pool[1]
+        props: dict[str, Attribute] = {
             "sym_name": StringAttr(name), "target": TargetAttr(target),
             "total_bytes": IntegerAttr(total, i64),
             "region_bases": i64_array(region_bases), "region_sizes": i64_array(region_sizes),
@@ -781,7 +798,19 @@ class PlanOp(_ProgramChild):
             "offsets": i64_array([t.offset for t in tensors]),
             "inits": str_array([t.init for t in tensors]),
             "init_values": f64_array([t.init_value for t in tensors]),
-        })
+        }
+        if pool is not None:
+            props["pool"] = i64_array(pool)
+        super().__init__(properties=props)
+
+    @property
+    def transient_pool(self) -> tuple[int, int] | None:
+        """``(offset, bytes)`` of the transient pool (``memplan-assign-offsets`` with reuse), or ``None``
+        for the seed's layout (every DTensor in its own slot inside its region)."""
+        if self.pool is None:
+            return None
+        a, b = _ints(self.pool)
+        return a, b
 
     @property
     def plan_name(self) -> str:
@@ -870,11 +899,23 @@ class PlanOp(_ProgramChild):
                 raise _fail(self, f"expected region sizes to be non-negative multiples of {ALIGN}, "
                                   f"got {sizes[r]} for {r.name}")
             cursor += sizes[r]
+        pool = self.transient_pool
+        if pool is not None:
+            if pool[0] != cursor or pool[1] < 0 or pool[1] % ALIGN:
+                raise _fail(self, f"expected the transient pool to start at the end of the last region ({cursor}) "
+                                  f"with a non-negative multiple of {ALIGN} bytes, got pool = [{pool[0]}, {pool[1]}]")
+            for r in TRANSIENT_REGIONS:
+                if sizes[r]:
+                    raise _fail(self, f"expected transient region {r.name} to have no bytes of its own in a plan "
+                                      f"with a transient pool, got {sizes[r]}")
+            cursor += pool[1]
         if self.size != cursor:
-            raise _fail(self, f"expected total_bytes = end of the last region = {cursor}, got {self.size}")
+            what = "end of the transient pool" if pool is not None else "end of the last region"
+            raise _fail(self, f"expected total_bytes = {what} = {cursor}, got {self.size}")
 
     def _verify_layout(self) -> None:
         bases, sizes = _ints(self.region_bases), _ints(self.region_sizes)
+        pool = self.transient_pool
         by_region: dict[MemRegion, list[tuple[int, int, int]]] = {}
         for t in self.tensors():
             if t.offset % ALIGN or t.slot % ALIGN or t.slot < 0:
@@ -885,6 +926,11 @@ class PlanOp(_ProgramChild):
                 raise _fail(self, f"expected DTensor {t.id} '{t.name}' slot to hold its shape "
                                   f"{list(t.shape)} {t.dtype} ({need} bytes), got {t.slot}")
             r = t.region
+            if pool is not None and r in TRANSIENT_REGIONS:
+                if t.offset < pool[0] or t.offset + t.slot > pool[0] + pool[1]:
+                    raise _fail(self, f"expected DTensor {t.id} '{t.name}' [{t.offset}, {t.offset + t.slot}) "
+                                      f"inside the transient pool [{pool[0]}, {pool[0] + pool[1]})")
+                continue  # pooled DTensors may share bytes: the program verifier checks their lifetimes
             if t.offset < bases[r] or t.offset + t.slot > bases[r] + sizes[r]:
                 raise _fail(self, f"expected DTensor {t.id} '{t.name}' [{t.offset}, {t.offset + t.slot}) "
                                   f"inside its region {r.name} [{bases[r]}, {bases[r] + sizes[r]})")
@@ -1239,6 +1285,32 @@ class ProgramOp(IRDLOperation):
         self._verify_plans()
         self._verify_graphs()
         self._verify_links()
+        self._verify_lifetimes()
+
+    def _verify_lifetimes(self) -> None:
+        """No two transient DTensors share a byte while both are live (:mod:`tr_mlir.dialects.lifetimes`).
+
+        Runs once the program has plans, graphs and an atlas (the lifetimes follow the atlas); a plan
+        with a transient pool needs all three."""
+        plans = self.plans()
+        if not plans:
+            return
+        ready = bool(self.graphs()) and bool(self.ops_of(AtlasOp))
+        if not ready:
+            if plans[0].transient_pool is not None:
+                raise _fail(self, "expected graphs and an atlas in a program whose plans have a transient pool "
+                                  "(the placement follows the lifetimes of the atlas's graphs)")
+            return
+        from tr_mlir.dialects.lifetimes import analyze, check_placement
+
+        try:
+            life = analyze(self, plans[0])
+        except (KeyError, IndexError, ValueError) as e:  # ids or graphs the other checks reject
+            raise _fail(self, f"cannot compute the DTensor lifetimes: {e}") from None
+        collision = check_placement(self, plans[0], life)
+        if collision is not None:
+            raise _fail(self, f"expected DTensors live at the same time not to share bytes, got "
+                              f"{collision.message()} in @{plans[0].plan_name}")
 
     def _verify_plans(self) -> None:
         plans = self.plans()
@@ -1247,8 +1319,8 @@ class ProgramOp(IRDLOperation):
         base = plans[0]
         for other in plans[1:]:
             for field in ("ids", "names", "mem_regions", "dtypes", "slots", "offsets", "region_bases",
-                          "region_sizes", "target", "total_bytes"):
-                if base.properties[field] != other.properties[field]:
+                          "region_sizes", "target", "total_bytes", "pool"):
+                if base.properties.get(field) != other.properties.get(field):
                     raise _fail(self, f"expected plan @{other.plan_name} to share {field} with "
                                       f"@{base.plan_name} (one arena serves every variant)")
 

@@ -50,7 +50,9 @@ import numpy as np
 from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, StringAttr
 
 from tr_mlir.dialects.arch import ModelOp
+from tr_mlir.dialects.lifetimes import training_step_orders
 from tr_mlir.dialects.memplan import (
+    TRANSIENT_REGIONS,
     VARIANTS,
     AtlasOp,
     DTensor,
@@ -244,8 +246,6 @@ class Executable:
         self._views: dict[tuple[int, str, tuple[int, ...]], Any] = {}
         self._scalars: dict[str, Any] = {}
         self.initialize()
-        from tr_mlir.lowering.runner import training_step_orders
-
         self._dead_set = self._dead_outputs(training_step_orders())
         self.keys: list[Key] = [Key(g, gid, tuple(shape), p) for g, gid, shape, p in self.atlas.keys()]
         self.captured: list[CapturedGraph] = [self._capture(k) for k in self.keys]
@@ -263,9 +263,13 @@ class Executable:
         (parameters, gradients, optimizer state, scalars). The kernel workspaces are in neither:
         their size follows the kernels' rules (:meth:`workspace_bytes`)."""
         batch = self.variants[0].batch_size
-        scaled = sum(t.slot for t in self.tensors
-                     if t.region in _BATCH_REGIONS and t.shape[0] == batch and not t.name.startswith(WORKSPACE_PREFIX))
+        pool = self.base.transient_pool
         ws = sum(t.slot for t in self.tensors if t.name.startswith(WORKSPACE_PREFIX))
+        scaled = sum(t.slot for t in self.tensors
+                     if t.region in _BATCH_REGIONS and t.shape[0] == batch and not t.name.startswith(WORKSPACE_PREFIX)
+                     and (pool is None or t.region not in TRANSIENT_REGIONS))
+        if pool is not None:  # the transient pool: its bytes beyond the workspaces scale with the batch
+            scaled += max(pool[1] - ws, 0)
         return self.base.size - scaled - ws, -(-scaled // batch)
 
     def workspace_bytes(self, batch: int) -> int:

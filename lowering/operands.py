@@ -32,9 +32,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tr_mlir.dialects.memplan import WORKSPACE_PREFIX  # noqa: F401 - re-exported (the DTensor naming rule)
 from tr_mlir.lowering.kernels.registry import kernel_name
 
-WORKSPACE_PREFIX = "ws_"
 
 
 def workspace_tensor_name(arg: str) -> str:

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tr_mlir.dialects.lifetimes import after_deep
 from tr_mlir.dialects.memplan import GraphId
 from tr_mlir.lowering.executable import Executable
 from tr_mlir.lowering.operands import operands_for
@@ -54,24 +55,6 @@ _FIRST_FWD = {"a": G.FIRST_LAYER_FWD_A, "b": G.FIRST_LAYER_FWD_B}
 _FIRST_BWD = {"a": G.FIRST_LAYER_BWD_A, "b": G.FIRST_LAYER_BWD_B}
 _TRANSFER = {"a": G.TRANSFER_A, "b": G.TRANSFER_B}
 _INF = {"a": G.INF_MAIN_A, "b": G.INF_MAIN_B}
-
-
-def _after_deep(ab: str, last: bool) -> tuple[GraphId, ...]:
-    """The launches after ``DEEP_FWD_BWD`` in one training step (module doc)."""
-    return (G.DEEP_FWD_BWD, _FIRST_BWD[ab], G.CAST_DEEP_GRAD_FP16_TO_FP32, G.DEEP_COMM,
-            G.CAST_FIRST_GRAD_FP16_TO_FP32, G.FIRST_COMM,
-            G.ACCUM_METRICS_TRAIN_LAST if last else G.ACCUM_METRICS,
-            G.NAN_CHECK_AND_GRAD_SCALING, G.STATS_COMM, G.UPDATE_STATS,
-            G.OPTIMIZER, G.LARS_FC_OPT, G.LARS_FIRST_CONV_OPT, G.LARS_DEEP_CONV_OPT,
-            G.CAST_MAIN_FP32_TO_FP16) + ((G.UPDATE_BN_INF_PARAMS,) if last else ())
-
-
-def training_step_orders() -> tuple[tuple[GraphId, ...], ...]:
-    """Every GraphId order one training step can replay (input buffer A or B, last batch or
-    not, with the prefetch of the other buffer), as :class:`Runner` runs them; read by the
-    executable's dead-output analysis."""
-    return tuple((G.ZERO_GRAD, _FIRST_FWD[ab], _TRANSFER["b" if ab == "a" else "a"]) + _after_deep(ab, last)
-                 for ab in _AB for last in (False, True))
 
 
 @dataclass(frozen=True)
@@ -107,7 +90,7 @@ class Runner:
         self._buffer = 0  # the input buffer the next standalone step uses (A/B alternate)
         s = exe.sequence
         self._pre = {(v, ab): s(v, (G.ZERO_GRAD, _FIRST_FWD[ab])) for v in range(4) for ab in _AB}
-        self._post = {(v, ab, last): s(v, _after_deep(ab, last)) for v in range(4) for ab in _AB
+        self._post = {(v, ab, last): s(v, after_deep(ab, last)) for v in range(4) for ab in _AB
                       for last in (False, True)}
         self._transfer = {ab: s(TRAIN_BASE, (_TRANSFER[ab],)) for ab in _AB}
         self._infer = {(v, ab): s(v, (_INF[ab],)) for v in (VAL_BASE, VAL_LAST) for ab in _AB}

@@ -32,6 +32,7 @@ PASSES: dict[str, str] = {
     "memplan-build-graph": "MemplanBuildGraphPass",
     "memplan-share-variants": "MemplanShareVariantsPass",
     "memplan-build-atlas": "MemplanBuildAtlasPass",
+    "memplan-assign-offsets": "MemplanAssignOffsetsPass",
     "memplan-compile": "MemplanCompilePass",
     "tr-compile": "TrCompilePass",
 }

@@ -2,7 +2,8 @@
 
 Runs ``memplan-derive-shapes`` (phase 1, with the compile-spec options), ``memplan-max-slots``
 (2), ``memplan-create-plans`` (3), ``memplan-build-graph`` (4), ``memplan-share-variants`` (5) and
-``memplan-build-atlas``, verifying the module after each, on the flat ``arch.model`` that
+``memplan-build-atlas``, then places the transient DTensors by lifetime (``memplan-assign-offsets``),
+verifying the module after each, on the flat ``arch.model`` that
 ``arch-plan`` produces (DESIGN section 1). The result is the self-contained memplan program: spec,
 six variants, descriptors, six plans, the ``@train`` / ``@infer`` graphs and the atlas.
 
@@ -12,6 +13,8 @@ the compile spec of ``memplan-derive-shapes``: ``batch_size`` (per process), ``t
 ``train_res_end``, ``val_res`` (default: the model's input resolution), ``world_size`` (default
 1), ``optimizer`` (sgd, momentum, nesterov, adam, adamw, lars, lars-nesterov; default momentum),
 ``target`` (cpu or cuda; default cpu). Each, when given, rewrites the spec field it names.
+``reuse`` (default true) is ``memplan-assign-offsets``'s: ``reuse=false`` keeps the seed's
+one-slot-per-tensor layout.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
+from tr_mlir.passes.memplan_assign_offsets import MemplanAssignOffsetsPass
 from tr_mlir.passes.memplan_build_atlas import MemplanBuildAtlasPass
 from tr_mlir.passes.memplan_build_graph import MemplanBuildGraphPass
 from tr_mlir.passes.memplan_create_plans import MemplanCreatePlansPass
@@ -39,11 +43,14 @@ class MemplanCompilePass(CompileSpecOptions, ModulePass):
 
     name = "memplan-compile"
 
+    reuse: bool = True
+
     def phases(self) -> list[ModulePass]:
         """The passes this pipeline runs, in order, with the spec options on phase 1."""
         spec = {k: getattr(self, k) for k in SPEC_OPTIONS}
         return [MemplanDeriveShapesPass(**spec), MemplanMaxSlotsPass(), MemplanCreatePlansPass(),
-                MemplanBuildGraphPass(), MemplanShareVariantsPass(), MemplanBuildAtlasPass()]
+                MemplanBuildGraphPass(), MemplanShareVariantsPass(), MemplanBuildAtlasPass(),
+                MemplanAssignOffsetsPass(reuse=self.reuse)]
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for phase in self.phases():

@@ -10,7 +10,8 @@ atlas. Example (the done-when command of issue 4)::
 Options: those of ``arch-plan`` (``fuse``, ``amp``, ``num_classes`` rewrite the model attributes
 they name; ``cbrp`` adds the conv+bn+relu+maxpool merge) and those of ``memplan-compile`` (the
 compile spec: ``batch_size``, ``train_size``, ``val_size``, ``train_res``, ``train_res_end``,
-``val_res``, ``world_size``, ``optimizer``, ``target``).
+``val_res``, ``world_size``, ``optimizer``, ``target``, and ``reuse``: place transient DTensors by
+lifetime, default true).
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ class TrCompilePass(CompileSpecOptions, ModulePass):
     amp: bool | None = None
     num_classes: int | None = None
     cbrp: bool = False
+    reuse: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         ArchPlanPass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, cbrp=self.cbrp).apply(ctx, op)
         op.verify()
-        MemplanCompilePass(**{k: getattr(self, k) for k in SPEC_OPTIONS}).apply(ctx, op)
+        MemplanCompilePass(**{k: getattr(self, k) for k in SPEC_OPTIONS}, reuse=self.reuse).apply(ctx, op)

@@ -193,6 +193,9 @@ class Task:
             CuPy imports and a CUDA device answers, else the CPU), or a backend object (tests:
             the CUDA backend over the CPU emulator).
         seed: parameter initialization, data order, dropout.
+        reuse: place transient DTensors by lifetime (``memplan-assign-offsets``): tensors never live
+            at the same time share bytes. ``False`` keeps the seed's one-slot-per-tensor layout
+            (same numerics, bit for bit; more memory).
 
     Raises:
         TaskError: a bad argument, or ``device='gpu'`` on a machine without a usable GPU.
@@ -202,7 +205,8 @@ class Task:
                  optimizer: _optim.Optimizer = _optim.SGD(lr=0.1, momentum=0.9),
                  scheduler: _sched.CosineAnnealingLR | None = None,
                  loss: CrossEntropyLoss = CrossEntropyLoss(label_smoothing=0.0),
-                 amp: bool = False, fuse: bool = False, device: str = "cpu", seed: int = 0):
+                 amp: bool = False, fuse: bool = False, device: str = "cpu", seed: int = 0,
+                 reuse: bool = True):
         if isinstance(input_shape, (str, bytes)) or not isinstance(input_shape, Sequence) or len(input_shape) != 3:
             raise TaskError(f"Task: input_shape must be (H, W, C), got {input_shape!r}")
         self.input_shape = tuple(_check_int("Task", f"input_shape[{i}]", d) for i, d in enumerate(input_shape))
@@ -215,7 +219,7 @@ class Task:
             raise TaskError(f"Task: scheduler must be None or tr_mlir.sched.CosineAnnealingLR, got {scheduler!r}")
         if not isinstance(loss, CrossEntropyLoss):
             raise TaskError(f"Task: loss must be tr_mlir.CrossEntropyLoss, got {loss!r}")
-        for name, flag in (("amp", amp), ("fuse", fuse)):
+        for name, flag in (("amp", amp), ("fuse", fuse), ("reuse", reuse)):
             if not isinstance(flag, bool):
                 raise TaskError(f"Task: {name} must be a bool, got {flag!r}")
         self._backend = None
@@ -236,7 +240,7 @@ class Task:
             raise TaskError(f"Task: device must be 'cpu', 'auto' or 'gpu', got {device!r}")
         self.seed = _check_int("Task", "seed", seed, low=0)
         self.optimizer, self.scheduler, self.loss = optimizer, scheduler, loss
-        self.amp, self.fuse, self.device = amp, fuse, device
+        self.amp, self.fuse, self.device, self.reuse = amp, fuse, device, reuse
         self._tree = self._emit(model)
         self.train_size: int | None = None
         self.val_size: int | None = None
@@ -298,7 +302,8 @@ class Task:
         try:
             TrCompilePass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, batch_size=self.batch_size,
                           train_size=train_size, val_size=val_size, optimizer=self.optimizer.kind.value,
-                          target=backend.target.value, world_size=self.world_size).apply(make_context(), module)
+                          target=backend.target.value, world_size=self.world_size,
+                          reuse=self.reuse).apply(make_context(), module)
             module.verify()
         except (DiagnosticException, PassFailedException, VerifyException) as e:
             raise TaskError(f"Task.compile: the compiler rejected the model: {e}") from e
@@ -663,7 +668,7 @@ class Task:
             "scheduler": None if self.scheduler is None else self.scheduler.config(),
             "label_smoothing": self.loss.label_smoothing, "amp": self.amp, "fuse": self.fuse,
             "device": self.device, "seed": self.seed, "train_size": self.train_size, "val_size": self.val_size,
-            "steps": self.steps, "epochs": self.epochs,
+            "steps": self.steps, "epochs": self.epochs, "reuse": self.reuse,
         }
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -725,7 +730,8 @@ class Task:
             task = cls(module, tuple(cfg["input_shape"]), cfg["num_classes"], cfg["batch_size"],
                        optimizer=_optim.from_config(cfg["optimizer"]), scheduler=_sched.from_config(cfg["scheduler"]),
                        loss=CrossEntropyLoss(cfg["label_smoothing"]), amp=cfg["amp"], fuse=cfg["fuse"],
-                       device=cfg["device"] if device is None else device, seed=cfg["seed"])
+                       device=cfg["device"] if device is None else device, seed=cfg["seed"],
+                       reuse=bool(cfg.get("reuse", True)))
             task.steps, task.epochs = int(cfg["steps"]), int(cfg["epochs"])
             task.compile(cfg["train_size"], cfg["val_size"])
         except (KeyError, TypeError, ValueError, ParseError, DiagnosticException) as e:
