@@ -32,6 +32,7 @@ def arch_plan(
     num_classes: int,
     cbrp: bool = False,
     name: str = "model",
+    reuse: bool = True,
 ) -> ModuleOp:
     """Compile a BluePrint to the flat, shape-deduced, verified ArchPlan module.
 
@@ -80,6 +81,7 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
     world_size: int = 1,
     cbrp: bool = False,
     name: str = "model",
+    reuse: bool = True,
 ) -> ModuleOp:
     """Compile a BluePrint to its memplan program (``tr-compile``: ArchPlan, phases 1..5, atlas).
 
@@ -100,6 +102,8 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
             samples per epoch).
         cbrp: also fuse conv+bn+relu+maxpool.
         name: symbol name of the ``arch.model``.
+        reuse: place transient DTensors by lifetime (``memplan-assign-offsets``); ``False``
+            keeps the seed's one slot per DTensor.
 
     Returns:
         A verified ``builtin.module`` with the flat ``arch.model`` and its ``memplan.program``
@@ -126,11 +130,12 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
         if not isinstance(value, str):
             raise BluePrintTypeError(f"compile: {key} must be a str, got {type(value).__name__} {value!r}")
     _bool("compile", "cbrp", cbrp)
+    _bool("compile", "reuse", reuse)
     module = emit(model, input_shape, amp=amp, fuse=fuse, num_classes=num_classes, name=name)
     TrCompilePass(
         cbrp=cbrp, batch_size=batch_size, train_size=train_size, val_size=val_size, train_res=train_res,
         train_res_end=train_res_end, val_res=val_res, world_size=world_size, optimizer=optimizer,
-        target=target,
+        target=target, reuse=reuse,
     ).apply(make_context(), module)
     module.verify()
     return module

@@ -1,7 +1,9 @@
 """``tr-opt -t memplan-summary``: a readable table of a compiled memplan program.
 
 For every ``memplan.program`` of the module: one header line (model, target, optimizer, amp,
-arena bytes, DTensor and capture-key counts), then one table per variant:
+arena bytes, DTensor and capture-key counts); once the program has its graphs and atlas, the memory
+lines of :func:`memory_lines` (the transient pool, the liveness lower bound, the node at the peak
+and the largest tensors live there: "why is my model out of memory"); then one table per variant:
 
 * its batch, resolution, plan and graphs;
 * per non-empty region: the bytes reserved in the arena (identical in all six plans), the bytes
@@ -89,6 +91,7 @@ def summarize(program: ProgramOp) -> str:
     if atlases:
         head.append(f"{len(atlases[0].keys())} capture keys")
     lines = [": ".join([head[0], ", ".join(head[1:])])]
+    lines += memory_lines(program)
     for v_index, variant in enumerate(variants):
         name = variant.variant_name
         plan: PlanOp | None = None
@@ -109,6 +112,45 @@ def summarize(program: ProgramOp) -> str:
     return "\n".join(lines) + "\n"
 
 
+def memory_lines(program: ProgramOp, top: int = 5) -> list[str]:
+    """The memory lines of the summary (empty before the program has plans, graphs and an atlas).
+
+    * the layout: the transient pool of ``memplan-assign-offsets`` (its bytes against the sum of
+      the transient slots it holds), or the seed's one slot per DTensor (``reuse=false``);
+    * the liveness lower bound (:func:`tr_mlir.dialects.lifetimes.lower_bound`): persistent bytes
+      plus the largest sum of transient slots live at one node, and arena / bound;
+    * the node where that peak is reached and the ``top`` largest DTensors live there.
+    """
+    from tr_mlir.dialects.lifetimes import analyze, lower_bound
+
+    plans = program.plans()
+    if not plans or not program.graphs() or not program.ops_of(AtlasOp):
+        return []
+    plan = plans[0]
+    life = analyze(program, plan)
+    rows = sorted(plan.tensors(), key=lambda t: t.id)
+    slots = [t.slot for t in rows]
+    transient_bytes = sum(slots[i] for i in life.transient)
+    persistent = sum(t.slot for t in rows if t.id not in life.transient)
+    peak, at = lower_bound(life, slots)
+    bound = persistent + peak
+    pool = plan.transient_pool
+    if pool is not None:
+        layout = (f"transient pool {_n(pool[1])} bytes for {len(life.transient)} transient DTensors of "
+                  f"{_n(transient_bytes)} bytes (placed by lifetime)")
+    else:
+        layout = (f"one slot per DTensor (reuse=false): {len(life.transient)} transient DTensors of "
+                  f"{_n(transient_bytes)} bytes")
+    lines = [f"memory: {layout}",
+             f"  liveness lower bound {_n(bound)} bytes = persistent {_n(persistent)} + transient peak {_n(peak)}; "
+             f"arena / bound {plan.size / max(bound, 1):.3f}"]
+    if life.length:
+        live = sorted(life.live_at(at), key=lambda i: (-slots[i], i))
+        largest = ", ".join(f"{rows[i].name} {_n(slots[i])}" for i in live[:top])
+        lines.append(f"  peak at {life.step_at(at).where}: {len(live)} live, largest {largest}")
+    return lines
+
+
 def _region_table(plan: PlanOp) -> list[str]:
     reserved: dict[MemRegion, int] = {}
     used: dict[MemRegion, int] = {}
@@ -124,6 +166,9 @@ def _region_table(plan: PlanOp) -> list[str]:
     for r in MemRegion:
         if r in reserved or r in count:
             rows.append(f"  {r.name:<22} {_n(reserved.get(r, 0)):>16} {_n(used.get(r, 0)):>16} {count.get(r, 0):>9}")
+    pool = plan.transient_pool
+    if pool is not None:
+        rows.append(f"  {'transient pool':<22} {_n(pool[1]):>16}")
     rows.append(f"  {'total':<22} {_n(plan.size):>16} {_n(sum(used.values())):>16} {len(plan):>9}")
     return rows
 

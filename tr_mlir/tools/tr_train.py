@@ -624,10 +624,13 @@ def plan_table(model: Any, batch: int | None = None) -> str:
 
 def memory_summary(program: Any) -> str:
     """Arena bytes and the bytes reserved per non-empty region of the base plan (the six plans
-    share one arena), with DTensor counts: the head line and totals of ``tr-opt -t
-    memplan-summary`` (:mod:`tr_mlir.memplan_summary`), regions with no bytes left out."""
+    share one arena), with DTensor counts, the transient pool, the liveness lower bound and the
+    node at the peak: the head line, totals and memory lines of ``tr-opt -t memplan-summary``
+    (:mod:`tr_mlir.memplan_summary`), regions with no bytes left out."""
     from tr_mlir.dialects.memplan import MemRegion
     from tr_mlir.memplan_summary import summarize
+
+    from tr_mlir.memplan_summary import memory_lines
 
     head = summarize(program).splitlines()[0]
     base = program.plans()[0]
@@ -642,8 +645,12 @@ def memory_summary(program: Any) -> str:
     rows = [head, f"  {title}    {title}"]
     for i in range(half):
         rows.append(("  " + cells[i] + ("    " + cells[half + i] if half + i < len(cells) else "")).rstrip())
+    pool = base.transient_pool
+    if pool is not None:
+        rows.append(f"  {'transient pool':<20} {pool[1]:>13,} {100 * pool[1] / total:>5.1f}%")
     rows.append(f"  {'arena':<20} {base.size:>13,} {'100.0%':>6} {len(base):>4}  "
                 f"({base.size / 2**20:.2f} MiB; one arena serves all {len(program.plans())} variants)")
+    rows += memory_lines(program)[1:]
     return "\n".join(rows)
 
 
