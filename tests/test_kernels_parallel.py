@@ -242,7 +242,8 @@ def test_matmul_splits_give_the_serial_bits(monkeypatch, m, k, n, c_worker):
 def test_matmul_batched_and_epilogue_blocks():
     rng = np.random.default_rng(3)
     a, b = rnd(rng, (3, 300, 200)), rnd(rng, (3, 200, 400))
-    want = np.matmul(a, b)
+    with threadpool_limits(1):  # the serial bits (OpenBLAS's own threads cut the GEMM its way)
+        want = np.matmul(a, b)
     for axis in (-2, -1):
         seen = np.zeros((300, 400), np.int32)
         got = np.empty_like(want)
@@ -625,11 +626,102 @@ def test_own_blas_without_a_writable_cache(monkeypatch, tmp_path):
 
 
 def test_cut_probes():
-    """NumPy's OpenBLAS here keeps its bits under any cut (the probe); an own instance in use
-    passed its probe for row cuts at multiples of OWN_ROW_ALIGN."""
+    """Where NumPy's OpenBLAS here keeps its bits (the probes: any cut, row cuts at multiples of
+    OWN_ROW_ALIGN, or none); an own instance in use passed its probe for row cuts at multiples
+    of OWN_ROW_ALIGN."""
     assert isinstance(_parallel.cuts_keep_bits(), bool)
+    align = _parallel.numpy_cut_align()
+    assert align in (0, 1, _parallel.OWN_ROW_ALIGN) and (align == 1) == _parallel.cuts_keep_bits()
     if _parallel.own_blas():
         assert _parallel._own_cuts_keep_bits()
+
+
+@two_threads
+@pytest.mark.parametrize("c_worker", [True, False])
+@pytest.mark.parametrize("align", [0, _parallel.OWN_ROW_ALIGN])
+def test_gemm_cuts_follow_numpy_cut_align(monkeypatch, align, c_worker):
+    """Where NumPy's OpenBLAS keeps its bits only under row cuts at multiples of OWN_ROW_ALIGN
+    (its Haswell kernels), split GEMMs and the FC kernels cut nothing else (no column blocks,
+    no one-section backward); where it keeps them under no cut, nothing splits."""
+    if c_worker and not _parallel.c_gemm():
+        pytest.skip("no C worker here")
+    if c_worker and _parallel._cgemm[3]:  # NumPy's OpenBLAS only (the own instance has its own rule)
+        monkeypatch.setattr(_parallel, "_cgemm", _parallel._cgemm[:3] + (False,))
+    if not c_worker:
+        monkeypatch.setattr(_parallel, "_cgemm", False)
+    monkeypatch.setattr(_parallel, "_numpy_align", [align])
+    monkeypatch.setattr(_parallel, "_jobs_cache", {})
+    monkeypatch.setattr(_parallel, "_contended", 100)  # dynamic blocks too, where they would apply
+    monkeypatch.setattr(_parallel, "IMBALANCE", 1e9)
+    cuts, real_blocks = [], _parallel.blocks
+
+    def spy(size, t, step=1):
+        cuts.append((size, t, step))
+        return real_blocks(size, t, step)
+
+    monkeypatch.setattr(_parallel, "blocks", spy)
+    rng = np.random.default_rng(14)
+    with threadpool_limits(2):
+        for m, k, n in ((200, 512, 256), (256, 200, 512), (3 * 24, 100, 999)):
+            a, b = rnd(rng, (m, k)), rnd(rng, (k, n))
+            for axis in (None, -2, -1):
+                _parallel.matmul(a, b, np.empty((m, n), F32), axis=axis, bias=rnd(rng, (n,)))
+        _fc_step(*_fc_case(rng, 200, 512, 256), 2, alias=True)
+    if align == 0:
+        assert cuts == []
+    else:
+        assert cuts and all(step == align for _, _, step in cuts), cuts
+
+
+def test_numpy_openblas_haswell_kernels_split_with_the_serial_bits():
+    """NumPy's OpenBLAS made to run its Haswell kernels (OPENBLAS_CORETYPE=Haswell, as set on
+    some machines; the core type of Zen 1-3 CPUs too), whose bits change under column cuts and
+    row cuts off multiples of 24: the probe finds that, and split GEMMs and the FC kernels on
+    two threads still give the one-thread bits (they did not: every split cut in halves)."""
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np
+from threadpoolctl import threadpool_limits
+from tr_mlir.lowering.kernels import KERNELS, _parallel as P
+lib = P._numpy_openblas()
+if lib is None or str(lib.architecture).lower() != "haswell":
+    print("SKIP", None if lib is None else lib.architecture); raise SystemExit
+assert P.numpy_cut_align() == P.OWN_ROW_ALIGN, P.numpy_cut_align()
+rng = np.random.default_rng(0)
+r = lambda *s: rng.standard_normal(s).astype(np.float32)
+for c_worker in (True, False):
+    if not c_worker:
+        P._cgemm = False
+    for m, k, n in ((200, 512, 256), (256, 200, 512)):
+        a, b = r(m, k), r(k, n)
+        for lhs in (a, np.ascontiguousarray(a.T).T):
+            with threadpool_limits(1):
+                want = lhs @ b
+            for axis in (None, -2, -1):
+                got = np.empty_like(want)
+                with threadpool_limits(2):
+                    P.matmul(lhs, b, got, axis=axis)
+                assert np.array_equal(got, want), (c_worker, m, k, n, axis)
+    x, w, b, dy = r(200, 1, 1, 512), r(256, 1, 1, 512), r(1, 1, 1, 256), r(200, 1, 1, 256)
+    outs = []
+    for t in (1, 2):
+        xx = x.copy()
+        y, dw, db = np.empty((200, 1, 1, 256), np.float32), np.empty_like(w), np.empty_like(b)
+        with threadpool_limits(t):
+            KERNELS["fc_fwd"].bind(dict(x=xx, w=w, b=b, y=y), {})()
+            KERNELS["fc_bwd"].bind(dict(dy=dy, w=w, x=xx, dw=dw, db=db, dx=xx), {})()
+        outs.append((y, dw, db, xx))
+    assert all(np.array_equal(p, q) for p, q in zip(*outs)), c_worker
+print("OK")
+"""
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell", _parallel.ENV_OWN_BLAS: "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    if out.stdout.startswith("SKIP"):
+        pytest.skip(f"NumPy's OpenBLAS does not take OPENBLAS_CORETYPE=Haswell here ({out.stdout.strip()})")
+    assert out.stdout.strip() == "OK", out.stdout
 
 
 @pytest.mark.skipif(_cc.compiler() is None, reason="no C compiler on this machine: compiled kernels untested")

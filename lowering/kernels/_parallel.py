@@ -36,6 +36,13 @@ OpenBLAS call over all of ``k``; element-wise pieces are independent):
 OpenBLAS instance when :func:`own_blas_core` names a core type (Haswell kernels on AMD CPUs
 where NumPy's OpenBLAS picked an Intel AVX-512 type: 10-14% faster here), cut only where that
 instance gives the same bits (:data:`OWN_ROW_ALIGN`), so one and two threads agree.
+
+"The same bits" holds only where the BLAS kernels give each output element the same sums
+wherever the GEMM is cut: NumPy's OpenBLAS with its SkylakeX kernels does; with its Haswell
+kernels (the core type of Zen 1-3 and Intel AVX2 CPUs, or any CPU under
+``OPENBLAS_CORETYPE=Haswell``) only row cuts at multiples of :data:`OWN_ROW_ALIGN` do. A probe
+(:func:`numpy_cut_align`) decides which cuts the kernels make with NumPy's OpenBLAS; a
+BLAS that keeps its bits under neither runs every GEMM whole.
 """
 
 from __future__ import annotations
@@ -624,6 +631,7 @@ def c_gemm() -> bool:
                         lib.tr_setup_own(own[0], int(own[1]))
                     _cgemm = (run2, after, here, own)
                     if own and not _own_cuts_keep_bits():
+                        lib.tr_setup_own(None, 0)  # jobs with own=1 then take NumPy's sgemm too
                         _cgemm = (run2, after, here, False)
     return bool(_cgemm)
 
@@ -632,17 +640,24 @@ def _own_cuts_keep_bits() -> bool:
     """Whether the own OpenBLAS instance gives the same bits for row blocks cut at multiples of
     :data:`OWN_ROW_ALIGN`, plain or transposed operands, as for the whole GEMM (a probe when it
     is loaded; if not, it is not used)."""
+    return _row_cuts_keep_bits(lambda a, b, out: run_here(gemm_job(a, b, out, own=True)))
+
+
+def _row_cuts_keep_bits(gemm: Callable[[np.ndarray, np.ndarray, np.ndarray], None]) -> bool:
+    """Whether ``gemm(a, b, out)`` (``out = a @ b`` on one thread) gives the same bits for row
+    blocks cut at multiples of :data:`OWN_ROW_ALIGN`, plain or transposed operands, as for the
+    whole GEMM."""
     rng = np.random.default_rng(1)
     a = rng.standard_normal((200, 131)).astype(np.float32)
     b = rng.standard_normal((131, 203)).astype(np.float32)
     for lhs in (a, np.ascontiguousarray(a.T).T):
         for rhs in (b, np.ascontiguousarray(b.T).T):
             whole = np.empty((200, 203), np.float32)
-            run_here(gemm_job(lhs, rhs, whole, own=True))
+            gemm(lhs, rhs, whole)
             for cuts in ((0, 96, 200), (0, 48, 120, 200)):
                 part = np.empty_like(whole)
                 for lo, hi in zip(cuts, cuts[1:]):
-                    run_here(gemm_job(lhs[lo:hi], rhs, part[lo:hi], own=True))
+                    gemm(lhs[lo:hi], rhs, part[lo:hi])
                 if not np.array_equal(part, whole):
                     return False
     return True
@@ -896,7 +911,8 @@ OWN_COL_BLOCKS = 2
 FC forward): a fixed cut, the same on one or two threads."""
 
 OWN_ROW_ALIGN = 24
-"""Row cut granularity of GEMMs with the kernels' own OpenBLAS instance (Haswell kernels): their
+"""Row cut granularity of GEMMs with the kernels' own OpenBLAS instance (Haswell kernels), and
+with NumPy's OpenBLAS where it runs Haswell kernels too (:func:`numpy_cut_align`): their
 results change when a GEMM is cut into column blocks, or into row blocks at other multiples
 (their row unroll is 24), and stay the same bits at multiples of 24 (checked for the MLP's
 shapes, tests/test_kernels_parallel.py)."""
@@ -909,7 +925,10 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
     split across :func:`workers` threads when large enough (:data:`MIN_SPLIT_FLOPS`): into row
     blocks of ``m`` (``axis=-2``) or column blocks of ``n`` (``axis=-1``); ``None`` chooses by
     :func:`split_axis`. Each output element is computed by one OpenBLAS call over all of ``k``
-    either way, so the split does not change the result.
+    either way, and the blocks are cut only where NumPy's OpenBLAS keeps its bits
+    (:func:`numpy_cut_align`: row blocks at multiples of :data:`OWN_ROW_ALIGN` whatever ``axis``
+    says, or no split, where cuts anywhere would change them), so the split does not change the
+    result.
 
     ``epilogue(rows, cols)``, when given, runs on the thread that computed the output block
     ``out[..., rows, cols]`` right after it (while the block is in cache). It must touch only
@@ -954,8 +973,13 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
                 for job in jobs:
                     run_here(job)
             return
-    if own:  # row blocks at multiples of OWN_ROW_ALIGN: the only other cuts that keep its bits
-        axis, size = -2, m // OWN_ROW_ALIGN
+    align = 1  # cuts anywhere keep the bits
+    if own:
+        align = OWN_ROW_ALIGN
+    elif t > 1 and flops >= MIN_SPLIT_FLOPS:
+        align = numpy_cut_align()  # 0: no cut keeps NumPy's bits, the GEMM runs whole
+    if align != 1:  # row blocks at multiples of align: the only other cuts that keep the bits
+        axis, size = -2, m // align if align else 0
     if t == 1 or flops < MIN_SPLIT_FLOPS or size < 2 * t:
         if own:
             job = cached_jobs(("one",) + array_key(a, b, out, bias),
@@ -972,9 +996,9 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
 
     count = gemm_blocks(flops, size, t)
     if t == 2 and user is None and a.ndim == 2 and b.ndim == 2 and c_gemm():
-        jobs = cached_jobs(("mm", axis, count, own) + array_key(a, b, out, bias),
+        jobs = cached_jobs(("mm", axis, count, own, align) + array_key(a, b, out, bias),
                            lambda: _split_jobs(a, b, out, axis, None if bias is None else bias.reshape(-1), count, own,
-                                               OWN_ROW_ALIGN if own else 1))
+                                               align))
         if jobs is not None:
             if count > t:
                 note_dynamic_call()
@@ -982,7 +1006,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
             else:
                 note_split(run_jobs(*jobs))
             return
-    tasks = matmul_tasks(a, b, out, axis, count, epilogue)
+    tasks = matmul_tasks(a, b, out, axis, count, epilogue, align)
     if count > t:
         note_dynamic_call()
         run_dynamic(tasks)
@@ -1045,6 +1069,24 @@ def cuts_keep_bits() -> bool:
     return _invariant[0]
 
 
+_numpy_align: list[int] = []
+
+
+def numpy_cut_align() -> int:
+    """Where a GEMM of NumPy's OpenBLAS may be cut and keep the bits of the whole (probes, once
+    per process, on one thread): 1, anywhere, into row or column blocks (:func:`cuts_keep_bits`:
+    its SkylakeX kernels); :data:`OWN_ROW_ALIGN`, into row blocks at its multiples only (its
+    Haswell kernels, which sum column tails and other row cuts differently: the core type
+    OpenBLAS picks on Zen 1-3 and AVX2 Intel CPUs, and on any CPU under
+    ``OPENBLAS_CORETYPE=Haswell``); 0, nowhere found (its split GEMMs run whole)."""
+    if not _numpy_align:
+        if cuts_keep_bits():
+            _numpy_align.append(1)
+        else:
+            _numpy_align.append(OWN_ROW_ALIGN if _row_cuts_keep_bits(serial_matmul) else 0)
+    return _numpy_align[0]
+
+
 def gemm_blocks(flops: float, size: int, t: int) -> int:
     """Blocks a split GEMM of ``flops`` is cut into along an axis of ``size``, on ``t`` threads:
     ``t``, or ``2 t`` while :func:`contended` from :data:`BLOCK_FLOPS` per thread on (each block
@@ -1054,10 +1096,10 @@ def gemm_blocks(flops: float, size: int, t: int) -> int:
 
 
 def matmul_tasks(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, count: int,
-                 epilogue: Callable[[slice, slice], None] | None = None) -> list[Callable[[], None]]:
+                 epilogue: Callable[[slice, slice], None] | None = None, align: int = 1) -> list[Callable[[], None]]:
     """``np.matmul(a, b, out=out)`` as ``count`` independent tasks: row blocks (``axis=-2``) or
-    column blocks (``axis=-1``) of ``out``, each followed by ``epilogue(rows, cols)`` of its
-    block (see :func:`matmul`). For :func:`run` / :func:`run_dynamic`."""
+    column blocks (``axis=-1``) of ``out``, cut at multiples of ``align``, each followed by
+    ``epilogue(rows, cols)`` of its block (see :func:`matmul`). For :func:`run` / :func:`run_dynamic`."""
     size = out.shape[axis]
     whole = slice(None)
 
@@ -1070,7 +1112,7 @@ def matmul_tasks(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, count
         if epilogue is not None:
             epilogue(s, whole) if axis == -2 else epilogue(whole, s)
 
-    return [(lambda lo=lo, hi=hi: piece(lo, hi)) for lo, hi in blocks(size, count)]
+    return [(lambda lo=lo, hi=hi: piece(lo, hi)) for lo, hi in blocks(size, count, align)]
 
 
 MIN_SPLIT_ELEMENTS = 1 << 18

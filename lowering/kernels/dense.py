@@ -12,8 +12,10 @@ each with its db sums. The C worker
 of :mod:`._parallel` runs the second thread's part when it is there. GEMMs of at least
 :data:`._parallel.MIN_SPLIT_FLOPS` use the kernels' own OpenBLAS instance when there is one
 (:func:`._parallel.own_blas`: results agree with NumPy's to float rounding); the blocks are then
-fixed by the shapes. Every strategy gives the same bits on one or two threads, contended or
-not (tests/test_kernels_parallel.py).
+fixed by the shapes. With NumPy's OpenBLAS, the cuts are those that keep its bits
+(:func:`._parallel.numpy_cut_align`: where only row cuts at multiples of 24 do, no column
+blocks and no one-section backward). Every strategy gives the same bits on one or two threads,
+contended or not (tests/test_kernels_parallel.py).
 """
 
 from __future__ import annotations
@@ -130,13 +132,16 @@ def _weight_grad_c(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.nda
     if t != 2 or flops < _parallel.MIN_SPLIT_FLOPS or db2 is not None and db2.dtype != F32 or not _parallel.c_gemm():
         return False
     own = _parallel.own_blas() is not None
-    align = _parallel.OWN_ROW_ALIGN if own else 1  # own OpenBLAS: row cuts at multiples of 24 only
-    axis = -2 if own else _parallel.split_axis(o, f)
+    # own OpenBLAS: row cuts at multiples of 24 only; NumPy's: where its probe says they keep its bits
+    align = _parallel.OWN_ROW_ALIGN if own else _parallel.numpy_cut_align()
+    if not align:
+        return False
+    axis = -2 if align > 1 else _parallel.split_axis(o, f)
     size = (o // align) if axis == -2 else f
     if size < 2 * t:
         return False
     count = _parallel.gemm_blocks(flops, size, t)
-    jobs = _parallel.cached_jobs(("dw", axis, count) + _parallel.array_key(dy2, x2, dw2, db2),
+    jobs = _parallel.cached_jobs(("dw", axis, count, align) + _parallel.array_key(dy2, x2, dw2, db2),
                                  lambda: _weight_grad_jobs(dy2, x2, dw2, db2, axis, count, align))
     if jobs is None:
         return False
@@ -172,6 +177,8 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> 
     dy2, w2, x2, dw2, dx2 = dy.reshape(n, o), w.reshape(o, f), x.reshape(n, f), dw.reshape(o, f), dx.reshape(n, f)
     db2 = None if db is None else db.reshape(o)
     writes = (dw2,) if db2 is None else (dw2, db2)
+    if not own and _parallel.numpy_cut_align() != 1:
+        return False  # NumPy's OpenBLAS changes its bits under column cuts here (its Haswell kernels)
     if any(np.may_share_memory(a, b) for a in writes for b in (dy2, w2, x2, dx2)) or \
             np.may_share_memory(dx2, dy2) or np.may_share_memory(dx2, w2):
         return False
