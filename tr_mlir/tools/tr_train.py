@@ -292,6 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "loss scaling (emulated with NumPy on the CPU) (default: off)")
     p.add_argument("--fuse", action="store_true",
                    help="fuse residual blocks, conv+bn+relu and gap+fc (default: off)")
+    p.add_argument("--no-reuse", dest="reuse", action="store_false",
+                   help="give every transient DTensor its own slot (the seed's layout) instead of placing "
+                        "tensors that are never live together in the same bytes (same numerics, more memory)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
                    help="auto: the GPU when the GPU backend can run (CuPy imports and a CUDA device "
                         "answers), else the CPU; gpu without one is an error")
@@ -666,11 +669,12 @@ def _as_tr_opt_prints(module: Any) -> str:
 
 
 def dump_ir(tree_text: str, out_dir: Path, *, fuse: bool, amp: bool, num_classes: int,
-            spec: dict[str, Any]) -> list[Path]:
+            spec: dict[str, Any], reuse: bool = True) -> list[Path]:
     """Run ``tr-compile`` pass by pass on the tree-form module ``tree_text``, writing
     ``out_dir/00-input.mlir`` and ``out_dir/NN-<pass>.mlir`` after each pass, and
     ``out_dir/replay.sh`` (each pass replayed with tr-opt and compared). ``spec``: the compile
-    spec options of ``memplan-derive-shapes``. Returns the files written. A pass that fails
+    spec options of ``memplan-derive-shapes``; ``reuse``: ``memplan-assign-offsets``'s option.
+    Returns the files written. A pass that fails
     leaves the files before it and raises its exception."""
     from xdsl.parser import Parser
 
@@ -687,7 +691,7 @@ def dump_ir(tree_text: str, out_dir: Path, *, fuse: bool, amp: bool, num_classes
         old.unlink()
     registry = get_all_passes()
     passes = [registry[name]()() for name in plan_steps(fuse, cbrp=False)]
-    passes += MemplanCompilePass(**spec).phases()
+    passes += MemplanCompilePass(**spec, reuse=reuse).phases()
     width = max(2, len(str(len(passes))))
     files = [out_dir / f"{0:0{width}d}-input.mlir"]
     files[0].write_text(_as_tr_opt_prints(module))
@@ -1048,7 +1052,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
                         optimizer=choice.build(lr, args.weight_decay),
                         scheduler=CosineAnnealingLR(T_max=args.epochs, warmup_epochs=args.warmup),
                         loss=CrossEntropyLoss(label_smoothing=args.label_smoothing),
-                        amp=args.amp, fuse=args.fuse, device=device, seed=args.seed)
+                        amp=args.amp, fuse=args.fuse, device=device, seed=args.seed, reuse=args.reuse)
     except (TaskError, BluePrintError, ValueError) as e:
         if isinstance(e, TrainError):
             raise
@@ -1067,7 +1071,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         "epochs": args.epochs, "batch_size": args.batch_size, "optimizer": args.optimizer, "lr": lr,
         "weight_decay": args.weight_decay, "label_smoothing": args.label_smoothing, "warmup": args.warmup,
         "amp": args.amp, "fuse": args.fuse, "device": args.device, "device_used": device, "seed": args.seed,
-        "dump_ir": None if args.dump_ir is None else str(args.dump_ir),
+        "reuse": task.reuse, "dump_ir": None if args.dump_ir is None else str(args.dump_ir),
         "report_json": None if args.report_json is None else str(args.report_json),
         "plot": None if args.plot is None else str(args.plot),
         "save_dir": None if args.save_dir is None else str(args.save_dir),
@@ -1084,14 +1088,14 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     spec = {"batch_size": task.batch_size, "train_size": ds.num_train, "val_size": ds.num_val,
             "world_size": task.world_size, "optimizer": task.optimizer.kind.value,
             "target": "cuda" if task.device == "gpu" else "cpu"}
-    pipeline = TrCompilePass(fuse=task.fuse, amp=task.amp, num_classes=task.num_classes, **spec)
+    pipeline = TrCompilePass(fuse=task.fuse, amp=task.amp, num_classes=task.num_classes, reuse=task.reuse, **spec)
     _say("== compile")
     _say(f"pipeline: builtin.module({pipeline.pipeline_pass_spec()})")
     if args.dump_ir is not None:
         t0 = time.perf_counter()
         try:
             files = dump_ir(task.config()["model"], args.dump_ir, fuse=task.fuse, amp=task.amp,
-                            num_classes=task.num_classes, spec=spec)
+                            num_classes=task.num_classes, spec=spec, reuse=task.reuse)
         except OSError as e:
             raise TrainError(f"--dump-ir {args.dump_ir}: {e}") from None
         except Exception as e:
