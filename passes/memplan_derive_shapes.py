@@ -20,7 +20,8 @@ adam, adamw, lars, lars-nesterov; default momentum), ``target`` (cpu or cuda; de
 
 Diagnostics: bad spec values; a first layer other than flatten, conv, channel_padding or cbr (the
 seed's ``validate_first_layer``) or another layer reading the model input; batch norms with
-different eps/momentum (they share the BN range-op scalars); shape errors of a variant's
+different eps/momentum (they share the BN range-op scalars); a batch norm of a training variant
+over one value per channel (batch 1 on a 1x1 map: zero variance, refused as PyTorch does); shape errors of a variant's
 resolution; the seed's three cross-variant consistency checks (tensor count, region, name) and a
 fourth: every parameter-like tensor (W, G, M, V, A, N, E, B regions) has one shape in all six
 variants (DESIGN section 4).
@@ -52,6 +53,7 @@ from tr_mlir.dialects.memplan import (
     SpecOp,
     Target,
     VariantOp,
+    is_train_variant,
 )
 from tr_mlir.passes._descriptors import (
     DescriptorError,
@@ -224,6 +226,36 @@ def _bn_checks(ops: list[Operation]) -> None:
                      f"('{ref.name}'); all batch norms must share eps and momentum (one pair of BN scalars)")
 
 
+def _bn_sample_checks(ops: list[Operation], variants: list[VariantSpec], per_variant: list[list[LayerPlan]]) -> None:
+    """A training variant must not batch-normalize over one value per channel.
+
+    A batch norm's statistics in training are over N*H*W values per channel; with one value the
+    variance is zero and PyTorch refuses ("Expected more than 1 value per channel when
+    training"). Every batch norm of a layer (fused ones included) is found by its weight tensor
+    (region ``W_BN_WEIGHT``, ``<prefix>bn_weight``), its input shape by the ``<prefix>bn_output``
+    tensor of the same shape."""
+    for v_index, v in enumerate(variants):
+        if not is_train_variant(v.name):
+            continue
+        for op, plan in zip(ops, per_variant[v_index]):
+            by_name = {t.name: t for t in plan.tensors}
+            for t in plan.tensors:
+                if t.region is not MemRegion.W_BN_WEIGHT or not t.name.endswith("bn_weight"):
+                    continue
+                out = by_name.get(t.name[:-len("weight")] + "output")
+                if out is None:
+                    continue
+                n, h, w, _ = out.shape
+                if n * h * w == 1:
+                    where = f" ({t.name[:-len('bn_weight')].rstrip('_')} batch norm)" if t.name != "bn_weight" else ""
+                    fail(op, f"'{op.name}' op{where} would normalize over a single value per channel in the "
+                             f"training variant {v.name} (batch {v.batch}, {h}x{w} map): its variance is zero "
+                             f"(PyTorch refuses this: 'Expected more than 1 value per channel when training'); "
+                             f"use a batch size that leaves no last batch of one sample (train_size % batch_size "
+                             f"== 1 makes one), or drop the last partial batch (Task.fit(drop_last=True), "
+                             f"tr-train --drop-last)")
+
+
 def _plan_variant(model: ModelOp, ops: list[Operation], v: VariantSpec) -> list[LayerPlan]:
     amp = bool(model.param("amp"))
     shapes: dict[SSAValue, Shape] = {model.input_value: _variant_input(model, v)}
@@ -299,6 +331,7 @@ def derive(model: ModelOp, spec: SpecOp) -> ProgramOp:
     variants = variant_specs(spec, _input_channels(model))
     per_variant = [_plan_variant(model, ops, v) for v in variants]
     _consistency(ops, per_variant)
+    _bn_sample_checks(ops, variants, per_variant)
     body: list[Operation] = [spec]
     body += [VariantOp(v.name, batch=v.batch, res=v.res, max_res=v.max_res, channels=v.channels, amp=amp)
              for v in variants]

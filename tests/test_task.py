@@ -448,3 +448,45 @@ def test_naming_table_covers_every_trained_region():
     stats = {MemRegion.B_NEXT_MEAN, MemRegion.B_NEXT_VAR}
     assert set(_NAMING) == trained | stats
     assert {r for r, rule in _NAMING.items() if rule.buffer} == stats
+
+
+def test_batch_norm_over_one_sample_is_refused_at_compile_time_and_drop_last_fixes_it():
+    """Issue 15, item 2: 17 samples at batch 8 leave a last batch of one; a BN1d there would
+    normalize over a single value per channel (PyTorch raises, the seed trained silently)."""
+    from tr_mlir.blueprint import bn, fc, flatten, relu, seq
+
+    net = seq(flatten(), fc(16, True), bn(), relu(), fc(10, True))
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((17, 4, 4, 1)).astype(np.float32), rng.integers(0, 10, 17)
+    task = tr_mlir.Task(net, (4, 4, 1), 10, 8)
+    with pytest.raises(tr_mlir.TaskError) as e:
+        task.fit((x, y), epochs=1)
+    msg = str(e.value)
+    assert "'arch.bn1d' op would normalize over a single value per channel" in msg
+    assert "train_last (batch 1, 1x1 map)" in msg and "drop_last" in msg
+    # a 2d batch norm on a 1x1 map is the same case; on a 2x2 map a batch of one is fine
+    from tr_mlir.blueprint import cbr, gap_fc
+
+    for hw, ok in ((1, False), (2, True)):
+        t2 = tr_mlir.Task(seq(cbr(8, 1, 1, 0), gap_fc(10, True)), (hw, hw, 1), 10, 8)
+        if ok:
+            t2.compile(17, 8)
+        else:
+            with pytest.raises(tr_mlir.TaskError, match="single value per channel"):
+                t2.compile(17, 8)
+    hist = task.fit((x, y), epochs=2, drop_last=True)
+    assert task.train_size == 16 and task.steps == 4
+    # the same steps by hand: each epoch's shuffled order without its last (partial) batch
+    from tr_mlir.data import iterate_batches
+
+    by_hand = tr_mlir.Task(net, (4, 4, 1), 10, 8)
+    by_hand.compile(16, 8)
+    losses = [[by_hand.train_step(b.x.copy(), b.y.copy()) for b in iterate_batches(x, y, 8, shuffle=True, seed=e,
+                                                                                   drop_last=True)]
+              for e in range(2)]
+    assert [h["train_loss"] for h in hist] == pytest.approx([np.mean(ls) for ls in losses], rel=1e-6)
+    for (name, a), (_, b) in zip(task.parameters(), by_hand.parameters(), strict=True):
+        assert np.array_equal(a, b), name
+    assert task.epoch_samples(17, drop_last=True) == 16 and task.epoch_samples(17) == 17
+    with pytest.raises(tr_mlir.TaskError, match="leaves no batch"):
+        task.epoch_samples(7, drop_last=True)

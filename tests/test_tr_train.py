@@ -542,3 +542,46 @@ def test_plot_marks_whole_epochs(tmp_path, monkeypatch):
     for ax in fig.axes:
         ticks = [t for t in ax.get_xticks() if 1 <= t <= 3]
         assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_resume_without_epochs_runs_to_the_saved_total(tmp_path, capsys, monkeypatch):
+    """Issue 15, item 7: a resumed run keeps its epoch total (the cosine schedule's length) unless
+    --epochs is given again; the resumed run ends where an uninterrupted one would."""
+    save = tmp_path / "ckpt"
+    args = ["--device", "cpu", "--model", "mlp_digits", "--epochs", "3", "--save-dir", save]
+    from tr_mlir.tools import tr_train as tt
+
+    real = tt._train_epoch
+    calls = []
+
+    def stop_after_first(task, ds, epoch, epochs, drop_last=False):
+        calls.append(epoch)
+        if len(calls) == 2 and epoch == 2:
+            raise KeyboardInterrupt  # interrupted during epoch 2: the checkpoint holds epoch 1
+        return real(task, ds, epoch, epochs, drop_last)
+
+    monkeypatch.setattr(tt, "_train_epoch", stop_after_first)
+    code, out, err = run_main(args, capsys)
+    assert code != 0
+    monkeypatch.setattr(tt, "_train_epoch", real)
+    code, out, err = run_main(["--device", "cpu", "--resume", save, "--report-json", tmp_path / "r.json"], capsys)
+    assert code == 0, err
+    assert "epochs 2..3" in out and "epoch 3/3" in out and "epoch 4/" not in out
+    resumed = json.loads((tmp_path / "r.json").read_text())
+    assert resumed["config"]["epochs"] == 3
+    code, out, err = run_main(args[:-2] + ["--report-json", tmp_path / "u.json"], capsys)
+    assert code == 0, err
+    whole = json.loads((tmp_path / "u.json").read_text())
+    keep = ("train_loss", "val_loss", "val_top1", "lr")
+    assert [{k: e[k] for k in keep} for e in resumed["epochs"]] == [{k: e[k] for k in keep} for e in whole["epochs"]]
+
+
+def test_drop_last_trains_full_batches_only(tmp_path, capsys):
+    """Issue 15, item 2: --drop-last skips the partial last batch (1437 digits, batch 32: 44 full
+    batches), so a batch norm never sees a last batch of one sample."""
+    code, out, err = run_main(["--device", "cpu", "--model", "mlp_digits", "--epochs", "1", "--drop-last",
+                               "--report-json", tmp_path / "r.json"], capsys)
+    assert code == 0, err
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["config"]["drop_last"] is True and r["config"]["train_size"] == 1437
+    assert "batch_size=32 train_size=1408 " in out

@@ -581,8 +581,25 @@ class Task:
         self._bn_dirty = True
         return loss
 
+    def epoch_samples(self, n: int, drop_last: bool = False) -> int:
+        """The training-set size an epoch over ``n`` samples compiles for: ``n``, or with
+        ``drop_last`` the samples of the full batches only (per process, ``n`` is split into
+        ``ceil(n / world_size)`` shards and each drops its last partial batch, as PyTorch's
+        ``DataLoader(drop_last=True)``). Raises :class:`TaskError` when ``drop_last`` leaves no
+        batch."""
+        n = _check_int("Task", "train samples", n)
+        if not drop_last:
+            return n
+        per_rank = -(-n // self.world_size)
+        full = per_rank // self.batch_size
+        if full < 1:
+            raise TaskError(f"Task.fit: drop_last with {per_rank} samples per process and batch size "
+                            f"{self.batch_size} leaves no batch")
+        return full * self.batch_size * self.world_size
+
     def fit(self, train: Any, val: Any = None, epochs: int = 1, *, shuffle: bool = True,
-            verbose: bool = False, on_batch: Callable[[int], None] | None = None) -> list[dict[str, float]]:
+            verbose: bool = False, on_batch: Callable[[int], None] | None = None,
+            drop_last: bool = False) -> list[dict[str, float]]:
         """Train ``epochs`` epochs; returns one dict per epoch (``epoch``, ``lr`` at its start,
         ``train_loss``, ``train_top1``, ``train_top5``, ``val_loss``, ``val_top1``, ``val_top5``
         when there is validation data, ``seconds``).
@@ -594,7 +611,10 @@ class Task:
         variant; BN inference parameters are refreshed at the end of every epoch (facts 13).
         ``on_batch(b)``: called as the runner takes training batch ``b`` (0-based, counted per
         epoch); the runner stages batch ``b`` while step ``b - 1`` runs, so steps ``0 .. b - 2``
-        have finished (progress bars: ``tr-train``).
+        have finished (progress bars: ``tr-train``). ``drop_last``: skip each epoch's last
+        partial batch (a different one each epoch when shuffling), so every step has the full
+        batch (:meth:`epoch_samples`; the fix for a batch norm that would otherwise see one
+        sample in the last batch).
         """
         from tr_mlir.data import Dataset, iterate_batches, num_batches
 
@@ -607,17 +627,21 @@ class Task:
             val = (val.val_x, val.val_y)
         tx, ty = self._pair(train, "Task.fit (train)")
         vx, vy = self._pair(val, "Task.fit (val)") if val is not None else (None, None)
-        self.compile(train_size=tx.shape[0], val_size=None if vx is None else vx.shape[0])
+        if not isinstance(drop_last, bool):
+            raise TaskError(f"Task.fit: drop_last must be a bool, got {drop_last!r}")
+        self.compile(train_size=self.epoch_samples(tx.shape[0], drop_last),
+                     val_size=None if vx is None else vx.shape[0])
         tx, ty = self._shard(tx, ty)
         if vx is not None:
             vx, vy = self._shard(vx, vy)
-        nb = num_batches(tx.shape[0], self.batch_size)
+        nb = num_batches(tx.shape[0], self.batch_size, drop_last=drop_last)
         history = []
         for _ in range(epochs):
             t0 = time.perf_counter()
             start = self.steps
             seed = self.seed * 1_000_003 + self.epochs
-            batches = ((b.x, b.y) for b in iterate_batches(tx, ty, self.batch_size, shuffle=shuffle, seed=seed))
+            batches = ((b.x, b.y) for b in iterate_batches(tx, ty, self.batch_size, shuffle=shuffle, seed=seed,
+                                                           drop_last=drop_last))
             if on_batch is not None:
                 batches = _tapped(batches, on_batch)
             met = self.runner.train_epoch(batches, nb, lambda b: self._lr_at(start + b))

@@ -1,5 +1,6 @@
 // RUN: tr-opt %s --split-input-file --verify-diagnostics -p 'memplan-derive-shapes{batch_size=4 train_size=10 val_size=5}' | filecheck %s
 // RUN: tr-opt %s --split-input-file --verify-diagnostics -p 'memplan-derive-shapes{batch_size=4 train_size=10 val_size=5 train_res_end=14}' | filecheck %s --check-prefix=LOWRES
+// RUN: tr-opt %s --split-input-file --verify-diagnostics -p 'memplan-derive-shapes{batch_size=4 train_size=9 val_size=5}' | filecheck %s --check-prefix=BN1
 
 // The six variants (last train batch 10 % 4 = 2, last val batch 5 % 4 = 1) and one descs op per
 // layer with the shapes of all six variants.
@@ -96,4 +97,20 @@ arch.model @amp_bn input(4, 4, 8) num_classes = 4 amp {
   %2 = arch.gap %1 : tensor<?x4x4x4xf32> -> tensor<?x1x1x4xf32>
   %3 = arch.softmax_ce %2 num_classes = 4 : tensor<?x1x1x4xf32> -> tensor<?x1x1x4xf32>
   arch.output %3 : tensor<?x1x1x4xf32>
+}
+
+// -----
+
+// A batch norm over one value per channel in a training variant (train_size 9 at batch 4 leaves a
+// last batch of one; a BN1d after an FC sees 1 value per channel): refused, as PyTorch does.
+// With train_size 10 (last batch 2) the same model compiles.
+// BN1: 'arch.bn1d' op would normalize over a single value per channel in the training variant train_last (batch 1, 1x1 map): its variance is zero
+// CHECK-LABEL: memplan.program for @bn_one
+arch.model @bn_one input(2, 2, 1) num_classes = 8 first_layer = 0 {
+^bb0(%x: tensor<?x2x2x1xf32>):
+  %0 = arch.flatten %x : tensor<?x2x2x1xf32> -> tensor<?x1x1x4xf32>
+  %1 = arch.fc %0 out_features = 8 bias : tensor<?x1x1x4xf32> -> tensor<?x1x1x8xf32>
+  %2 = arch.bn1d %1 : tensor<?x1x1x8xf32> -> tensor<?x1x1x8xf32>
+  %3 = arch.softmax_ce %2 num_classes = 8 : tensor<?x1x1x8xf32> -> tensor<?x1x1x8xf32>
+  arch.output %3 : tensor<?x1x1x8xf32>
 }

@@ -274,7 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--download", action="store_true",
                    help="download missing MNIST files into --data-dir (SHA-256 checked) (default: off)")
     p.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS, metavar="N",
-                   help="total number of epochs (with --resume: including the checkpoint's)")
+                   help="total number of epochs (with --resume: including the checkpoint's; default there: "
+                        "the resumed run's total)")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="B",
                    help="samples per training step and process (torchrun with N GPU processes: N*B per step)")
     p.add_argument("--optimizer", default=DEFAULT_OPTIMIZER, choices=list(OPTIMIZERS),
@@ -292,6 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "loss scaling (emulated with NumPy on the CPU) (default: off)")
     p.add_argument("--fuse", action="store_true",
                    help="fuse residual blocks, conv+bn+relu and gap+fc (default: off)")
+    p.add_argument("--drop-last", action="store_true",
+                   help="skip each epoch's last partial batch (every step has the full batch; needed when "
+                        "a last batch of one sample would reach a batch norm)")
     p.add_argument("--no-reuse", dest="reuse", action="store_false",
                    help="give every transient DTensor its own slot (the seed's layout) instead of placing "
                         "tensors that are never live together in the same bytes (same numerics, more memory)")
@@ -325,8 +329,12 @@ def explicit_flags(argv: Sequence[str]) -> set[str]:
 
 
 TRAINING_KEYS: tuple[str, ...] = ("model", "blueprint", "dataset", "batch_size", "optimizer", "lr", "weight_decay",
-                                  "label_smoothing", "warmup", "amp", "fuse", "seed")
+                                  "label_smoothing", "warmup", "amp", "fuse", "seed", "drop_last")
 """Options that define a run: fixed by the checkpoint on ``--resume``."""
+
+RESUMED_DEFAULTS: tuple[str, ...] = ("epochs", "device", "reuse")
+"""Options a resumed run takes from its checkpoint unless given again: ``--epochs`` (the cosine
+schedule's length: resuming an interrupted run must not change it), ``--device``, ``--no-reuse``."""
 
 
 def _check_args(a: argparse.Namespace) -> None:
@@ -887,7 +895,8 @@ def _run_state_problem(run: dict[str, Any]) -> str | None:
     if not isinstance(cfg, dict):
         return "no 'config' object"
     for action in build_parser()._actions:
-        if action.dest in TRAINING_KEYS and action.dest in cfg and not _valid_flag_value(action, cfg[action.dest]):
+        if (action.dest in TRAINING_KEYS + RESUMED_DEFAULTS and action.dest in cfg
+                and not _valid_flag_value(action, cfg[action.dest])):
             return f"'{action.dest}' is {cfg[action.dest]!r}, not a valid {action.option_strings[0]} value"
 
     def ints(v: Any, n: int) -> bool:
@@ -981,6 +990,9 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         for key in TRAINING_KEYS:
             if key in cfg:
                 setattr(args, key, cfg[key])
+        for key in RESUMED_DEFAULTS:  # the saved run's values unless the flag is given again
+            if key not in explicit and key in cfg:
+                setattr(args, key, cfg[key])
         if "dataset" not in explicit and "data_dir" not in explicit and cfg.get("data_dir"):
             args.data_dir = Path(cfg["data_dir"])
         history = list(saved.get("epochs", []))
@@ -1071,7 +1083,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         "epochs": args.epochs, "batch_size": args.batch_size, "optimizer": args.optimizer, "lr": lr,
         "weight_decay": args.weight_decay, "label_smoothing": args.label_smoothing, "warmup": args.warmup,
         "amp": args.amp, "fuse": args.fuse, "device": args.device, "device_used": device, "seed": args.seed,
-        "reuse": task.reuse, "dump_ir": None if args.dump_ir is None else str(args.dump_ir),
+        "reuse": task.reuse, "drop_last": args.drop_last, "dump_ir": None if args.dump_ir is None else str(args.dump_ir),
         "report_json": None if args.report_json is None else str(args.report_json),
         "plot": None if args.plot is None else str(args.plot),
         "save_dir": None if args.save_dir is None else str(args.save_dir),
@@ -1085,7 +1097,8 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     from tr_mlir.lowering.backend import ArenaTooLargeError
     from tr_mlir.passes.tr_compile import TrCompilePass
 
-    spec = {"batch_size": task.batch_size, "train_size": ds.num_train, "val_size": ds.num_val,
+    train_size = task.epoch_samples(ds.num_train, args.drop_last)
+    spec = {"batch_size": task.batch_size, "train_size": train_size, "val_size": ds.num_val,
             "world_size": task.world_size, "optimizer": task.optimizer.kind.value,
             "target": "cuda" if task.device == "gpu" else "cpu"}
     pipeline = TrCompilePass(fuse=task.fuse, amp=task.amp, num_classes=task.num_classes, reuse=task.reuse, **spec)
@@ -1105,7 +1118,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
              f"replay: sh {args.dump_ir / 'replay.sh'}")
     t0 = time.perf_counter()
     try:
-        task.compile(ds.num_train, ds.num_val)
+        task.compile(train_size, ds.num_val)
     except ArenaTooLargeError as e:
         raise TrainError(f"{source.label} does not fit in memory: {e}; lower --batch-size") from None
     except TaskError as e:
@@ -1140,7 +1153,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
 
     try:
         for epoch in range(start_epoch + 1, args.epochs + 1):
-            row = _train_epoch(task, ds, epoch, args.epochs)
+            row = _train_epoch(task, ds, epoch, args.epochs, args.drop_last)
             timings["train_s"] += row["train_s"]
             timings["val_s"] += row["val_s"]
             history.append(row)
@@ -1221,12 +1234,12 @@ def _build(source: ModelSource, num_classes: int) -> Any:
         raise TrainError(f"{source.label}: {e}") from None
 
 
-def _train_epoch(task: Any, ds: Any, epoch: int, epochs: int) -> dict[str, Any]:
+def _train_epoch(task: Any, ds: Any, epoch: int, epochs: int, drop_last: bool = False) -> dict[str, Any]:
     """One epoch of ``task`` on ``ds`` with a tqdm bar (stderr, only on a terminal), then the
     validation pass; returns the report row."""
     from tqdm import tqdm
 
-    n, b = ds.num_train, task.batch_size * task.world_size  # every rank trains a batch per step
+    n, b = task.epoch_samples(ds.num_train, drop_last), task.batch_size * task.world_size  # a batch per rank and step
     bar = tqdm(total=n, desc=f"epoch {epoch}/{epochs}", unit="img", leave=False, disable=None,
                file=sys.stderr, dynamic_ncols=True, mininterval=0.25)
     done = [0]
@@ -1248,7 +1261,7 @@ def _train_epoch(task: Any, ds: Any, epoch: int, epochs: int) -> dict[str, Any]:
 
     try:
         t0 = time.perf_counter()
-        row = task.fit((ds.train_x, ds.train_y), None, epochs=1, on_batch=on_batch)[0]
+        row = task.fit((ds.train_x, ds.train_y), None, epochs=1, on_batch=on_batch, drop_last=drop_last)[0]
         train_s = time.perf_counter() - t0
         if not bar.disable:
             bar.set_postfix(loss=f"{row['train_loss']:.4f}", refresh=False)
