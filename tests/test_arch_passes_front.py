@@ -411,7 +411,7 @@ def test_resnet50_fused_7a() -> None:
 
 def test_resnet50_emitted_by_blueprint_matches() -> None:
     """The same net written with the BluePrint DSL goes through the front passes to the same IR."""
-    bp = pytest.importorskip("tr_mlir.blueprint")
+    import tr_mlir.blueprint as bp  # first-party: an import error must fail, never skip
     net = bp.seq(
         bp.cbrp(64, 7, 2, 3, 3, 2, 1),
         bp.repeat(bp.block(64, 256, R131), 3), bp.block(128, 512, R131_DS),

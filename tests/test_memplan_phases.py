@@ -1,6 +1,8 @@
 """Compiler phases 1-3 (memplan-derive-shapes, memplan-max-slots, memplan-create-plans) and the
 layer descriptors, on small hand-written flat arch models."""
 
+import dataclasses
+
 import pytest
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
@@ -106,13 +108,20 @@ def test_residual_gradient_slots_and_workspace():
     descs = {d.layer_index: d.tensor_names for d in program.descs()}
     # relu output feeds the conv and the identity shortcut: a gradient slot plus a partial slot.
     assert descs[1][-2:] == ("relu_output_grad", "relu_output_grad_part")
-    # tanh reads its output in backward: its gradient cannot overwrite it.
-    assert descs[5][-1] == "tanh_output_grad"
+    # tanh recomputes f'(x) from its input (its kernels read dY and X): no gradient slot of its own.
+    assert descs[5] == ("tanh_output",)
     assert "relu_output_grad" not in descs[0]
     names = [t.name for t in program.plans()[0].tensors()]
     # one shared im2col workspace for both 3x3 convs (planned from the conv kernel's rule)
     assert names.count("ws_col") == 1
     assert "l0.conv_weight" in names and "l2.conv_weight" in names
+
+
+def test_a_descriptor_whose_backward_reads_its_output_gets_a_gradient_slot(monkeypatch):
+    tanh = DESCRIPTORS[arch.TanhOp]
+    monkeypatch.setitem(DESCRIPTORS, arch.TanhOp, dataclasses.replace(tanh, bwd_reads_output=True))
+    descs = {d.layer_index: d.tensor_names for d in _run(RESIDUAL).descs()}
+    assert descs[5] == ("tanh_output", "tanh_output_grad")
 
 
 def test_lowres_variant_keeps_parameter_shapes_or_says_why():
@@ -207,3 +216,60 @@ def test_module_without_model_fails():
     ctx = make_context()
     with pytest.raises(PassFailedException, match="expected an 'arch.model'"):
         MemplanMaxSlotsPass().apply(ctx, ModuleOp([]))
+
+
+@pytest.mark.parametrize("res", [dict(train_res_end=12, val_res=6), dict(train_res_end=4, val_res=12)])
+def test_every_phase_takes_all_six_variants(res):
+    """Issue 15, item 8: variants that differ in batch (last batches 2 and 1) and in resolution
+    both ways (lowres and val above and below train_res). Phase 2's slot of every DTensor is the
+    largest of its six shapes (the seed's max over variants), some of them set by a variant other
+    than train_base; phase 3's plans hold each variant's own shapes in those slots; the runtime
+    trains and evaluates at every resolution without a slot overflow."""
+    import numpy as np
+
+    from tr_mlir.dialects.memplan import slot_bytes
+    from tr_mlir.lowering.executable import Executable
+    from tr_mlir.lowering.runner import Runner
+
+    program = _run(RESIDUAL, **res, val_size=9)
+    variants = program.variants()
+    assert [v.batch_size for v in variants] == [4, 2, 4, 2, 4, 1]
+    assert {v.resolution for v in variants} == {8, res["train_res_end"], res["val_res"]}
+    set_by_other = 0
+    for descs in program.descs():
+        for t, name in enumerate(descs.tensor_names):
+            region = descs.tensor_regions[t]
+            per_variant = [slot_bytes(descs.shape(v, t), descs.tensor_dtypes[t], region, program.spec.target_kind)
+                           for v in range(len(VARIANTS))]
+            assert descs.slot_bytes[t] in (0, max(per_variant)), (descs.layer_index, name)
+            set_by_other += descs.slot_bytes[t] > per_variant[0]
+    assert set_by_other > 0
+    for v, plan in enumerate(program.plans()):
+        for tensor in plan.tensors():
+            if tensor.name.startswith("l1.conv_output"):
+                assert tensor.shape[1] == variants[v].resolution
+
+    # the whole pipeline and the runtime at these variants
+    from tr_mlir.passes.memplan_build_atlas import MemplanBuildAtlasPass
+    from tr_mlir.passes.memplan_build_graph import MemplanBuildGraphPass
+    from tr_mlir.passes.memplan_share_variants import MemplanShareVariantsPass
+    from tr_mlir.passes.memplan_assign_offsets import MemplanAssignOffsetsPass
+
+    module = program.parent_op()
+    for p in (MemplanBuildGraphPass(), MemplanShareVariantsPass(), MemplanBuildAtlasPass(), MemplanAssignOffsetsPass()):
+        p.apply(make_context(), module)
+    module.verify()
+    exe = Executable(module, seed=0)
+    runner = Runner(exe)
+    rng = np.random.default_rng(0)
+    for name, value in dict(lr=0.01, beta=0.9, wd=1e-4).items():
+        exe.set_scalar(name, value)
+    for lowres, r in ((False, 8), (True, res["train_res_end"])):
+        x = rng.standard_normal((10, r, r, 8)).astype(np.float32)
+        y = rng.integers(0, 4, 10)
+        batches = [(x[i:i + 4], y[i:i + 4]) for i in range(0, 10, 4)]
+        met = runner.train_epoch(iter(batches), 3, lambda b: 0.01, lowres=lowres)
+        assert met.samples == 10 and 0.3 < met.loss < 5.0
+    xv = rng.standard_normal((9, res["val_res"], res["val_res"], 8)).astype(np.float32)
+    ev = runner.evaluate(xv, rng.integers(0, 4, 9))
+    assert ev.samples == 9 and 0.3 < ev.loss < 5.0
