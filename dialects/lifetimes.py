@@ -224,17 +224,21 @@ def touches(node: Node, members: dict[int, list[int]]) -> tuple[list[int], list[
     return reads, writes
 
 
-def analyze(program: ProgramOp, plan: PlanOp | None = None) -> Lifetimes:
+def analyze(program: ProgramOp, plan: PlanOp | None = None, *, tensors: Sequence[DTensor] | None = None
+            ) -> Lifetimes:
     """The lifetimes of the transient DTensors of ``program`` (module doc), against ``plan`` (default
-    its first plan: ids, regions and slots are the same in all six).
+    its first plan: ids, regions and slots are the same in all six), or against the DTensor table
+    ``tensors`` (a plan being built).
 
     Raises ``ValueError`` when the program has no plans or no atlas."""
-    plans = program.plans()
-    if plan is None:
-        if not plans:
-            raise ValueError("the program has no 'memplan.plan'")
-        plan = plans[0]
-    tensors = sorted(plan.tensors(), key=lambda t: t.id)
+    if tensors is None:
+        if plan is None:
+            plans = program.plans()
+            if not plans:
+                raise ValueError("the program has no 'memplan.plan'")
+            plan = plans[0]
+        tensors = list(plan.tensors())
+    tensors = sorted(tensors, key=lambda t: t.id)
     transient = {t.id for t in tensors if t.slot and t.region in TRANSIENT_REGIONS}
     scratch = {t.id for t in tensors if t.name.startswith(WORKSPACE_PREFIX)}
     members = region_members(tensors)

@@ -26,6 +26,7 @@ identical ids/slots/offsets in the six plans.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -33,6 +34,7 @@ from enum import IntEnum
 from xdsl.dialects.builtin import (
     I64,
     ArrayAttr,
+    BytesAttr,
     DenseArrayBase,
     DictionaryAttr,
     IntegerAttr,
@@ -424,8 +426,15 @@ _F64_ARRAY = DenseArrayBase.constr(f64)
 
 
 def i64_array(values: Sequence[int]) -> DenseArrayBase:
-    """``array<i64: ...>`` from Python ints."""
-    return DenseArrayBase.from_list(i64, list(values))
+    """``array<i64: ...>`` from Python ints (packed directly: xDSL's ``from_list`` normalizes one
+    element at a time, which dominated building the plans of a large model). Raises
+    ``OverflowError`` for a value outside the signed 64-bit range, as ``from_list`` refuses it."""
+    values = list(values)
+    try:
+        data = struct.pack(f"<{len(values)}q", *values)
+    except struct.error as e:
+        raise OverflowError(f"a value of {values[:8]}... does not fit in i64: {e}") from None
+    return DenseArrayBase(i64, BytesAttr(data))
 
 
 def f64_array(values: Sequence[float]) -> DenseArrayBase:

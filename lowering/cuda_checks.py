@@ -4,7 +4,10 @@
 more :class:`Case` (random arrays of small shapes, static params, in fp32 and, where the kernel
 takes activations, AMP dtypes); :func:`run_case` runs a case through the NumPy kernel and through
 a :class:`~tr_mlir.lowering.cupy_backend.CudaBackend` (a GPU, or the CPU emulator) on identical
-inputs and returns the error of every array the kernel writes. Used by
+inputs and returns the error of every array the kernel writes. Workspaces follow each side's own
+rule (:meth:`~tr_mlir.lowering.kernels.KernelSpec.workspace_shapes` for the CPU and for the
+backend's target): a CUDA kernel touching a workspace its target's rule does not declare gets
+``None`` there and fails, as it would on a plan of that target. Used by
 ``tests/test_gpu_kernels.py`` (emulator, CI) and ``scripts/gpu_smoke.py`` (a real GPU).
 
 Errors: float arrays by ``max|got - want| / max(1, max|want|)`` (so fp16 rounding of values near
@@ -454,7 +457,11 @@ def run_case(case: Case, backend: Any, reference: Callable[..., None] | None = N
     gspec = backend.kernels[case.kernel]
     ref = {k: (tuple(a.copy() for a in v) if isinstance(v, tuple) else v.copy()) for k, v in case.arrays.items()}
     (reference or spec.fn)(**ref, **{k: v for k, v in case.params.items() if k in spec.params})
-    items = _flat_arrays(case.arrays)
+    # the device kernel gets only the workspaces its own (CUDA) rule asks for: an undeclared one is None
+    plain = {k: v for k, v in case.arrays.items() if not isinstance(v, tuple) and k not in gspec.workspaces}
+    device = {k: v for k, v in case.arrays.items() if k not in gspec.workspaces}
+    device.update(gspec.allocate_workspaces(plain, target=backend.target, **case.params))
+    items = _flat_arrays(device)
     dev_items = [(k, i, a) for k, i, a in items if k not in case.host]
     total = sum(-(-a.nbytes // 256) * 256 for _, _, a in dev_items) + 256
     arena = backend.allocate(total)

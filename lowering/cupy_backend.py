@@ -4,9 +4,13 @@
 :class:`CudaDevice`: :class:`CupyDevice` on a GPU, or
 :class:`~tr_mlir.lowering.cuda_emulator.EmulatedDevice`, which runs the same kernels on the CPU
 for the tests. Its kernel table has every name of :data:`tr_mlir.lowering.kernels.KERNELS` with
-the same :class:`~tr_mlir.lowering.kernels.KernelSpec` (arrays, roles, params, workspace rule:
-the compiler plans the workspaces from that rule), only the function differs: it launches the
-kernels of :mod:`tr_mlir.lowering.cuda_sources` on the bound views. Precision follows the views'
+the same :class:`~tr_mlir.lowering.kernels.KernelSpec` (arrays, roles, params, workspace rules),
+only the function differs: it launches the kernels of :mod:`tr_mlir.lowering.cuda_sources` on the
+bound views. Each kernel family declares the workspaces of these launchers as its ``cuda`` rule
+(``KernelSpec.target_workspace_fns``), which a ``target=cuda`` plan is planned from: only the
+fp32 accumulator of an fp16 conv weight gradient (``wbuf``) and a projection block's BN output
+(``t``); the CPU kernels' im2col columns, padded copies, fp32 casts and pooling scratch are not
+planned, and the launchers get ``None`` for them. Precision follows the views'
 dtypes as in the NumPy kernels: fp32, or AMP (fp16 storage, fp32 arithmetic and accumulation,
 one rounding per output). Scalars that change during training (learning rate, loss scale, NaN
 flag, Adam step, batch size, label smoothing, dropout state) are passed to the kernels as
@@ -904,11 +908,11 @@ def _impls(ops: GpuOps) -> dict[str, Impl]:
 
     # -- pooling ---------------------------------------------------------------------------
     @reg("maxpool_fwd", "maxpool_inf")
-    def maxpool_fwd(x, y, mask, eq, *, k, s, p=0):
+    def maxpool_fwd(x, y, mask, eq=None, *, k, s, p=0):
         ops.maxpool_fwd(x, y, mask, k, s, p)
 
     @reg("maxpool_bwd")
-    def maxpool_bwd(dy, mask, dx, eq, acc=None, *, k, s, p=0):
+    def maxpool_bwd(dy, mask, dx, eq=None, acc=None, *, k, s, p=0):
         ops.maxpool_bwd(dy, mask, dx, k, s, p)
 
     @reg("avgpool_fwd", "avgpool_inf")

@@ -23,9 +23,10 @@
 4. **Capture.** For every capture key of the atlas (facts section 11) the key's graph bucket is
    bound against the key's plan, node by node: the operand table
    (:data:`tr_mlir.lowering.operands.OPERANDS`) names each positional operand, workspaces are
-   the ``ws_<arg>`` DTensors the compiler planned (sized again here from the kernel's rule and
-   checked against their slots), static params come from the graph's params table, and
-   :meth:`KernelSpec.bind` makes the closure. The backend captures the closures of a key into one
+   the ``ws_<arg>`` DTensors the compiler planned (sized again here from the rule of the
+   backend's target, :meth:`KernelSpec.workspace_shapes`, and checked against their slots),
+   static params come from the graph's params table, and :meth:`KernelSpec.bind` makes the
+   closure. The backend captures the closures of a key into one
    graph. :meth:`Executable.launch` replays ``atlas[variant][gid]`` (nothing for -1).
    **Dead outputs** are not computed: an optional kernel output (``dx`` of a backward kernel) whose
    DTensor is a feature or gradient slot (``F_*``) that no node of any graph reads is bound as
@@ -296,7 +297,8 @@ class Executable:
                                 if t.region in _BATCH_REGIONS and shape[0] == base:
                                     shape = (batch, *shape[1:])
                                 infos[arg] = (shape, DTYPES[t.dtype])
-                        for arg, ((n,), dt) in spec.workspace_shapes(infos, **params).items():
+                        for arg, ((n,), dt) in spec.workspace_shapes(infos, target=self.backend.target,
+                                                                     **params).items():
                             need[arg] = max(need.get(arg, 0), n * np.dtype(dt).itemsize)
                     except (KeyError, ValueError):
                         continue
@@ -514,7 +516,7 @@ class Executable:
         out = {}
         infos = {k: v for k, v in arrays.items() if k in spec.arrays and k not in spec.workspaces
                  and hasattr(v, "shape")}
-        for arg, ((n,), dtype) in spec.workspace_shapes(infos, **params).items():
+        for arg, ((n,), dtype) in spec.workspace_shapes(infos, target=self.backend.target, **params).items():
             name = workspace_tensor_name(arg)
             if name not in given:
                 raise ExecutableError(f"the kernel needs workspace '{arg}' ({n} {np.dtype(dtype).name}), but "

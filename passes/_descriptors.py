@@ -27,7 +27,8 @@ shortcut gradient accumulated (``GRAD_ACCUM``); ``add`` has a real backward to b
 conv supports ``groups`` (depthwise included; weights KRSC ``{K, k, k, C/groups}``); the unused
 ``conv_grad_slot`` is not allocated; every kernel's scratch memory (conv im2col and fp32 casts,
 pooling masks and accumulators, AMP GEMM buffers) is planned from the kernel library's own
-workspace rule as shared ``ws_<arg>`` tensors (:func:`plan_workspaces`); the first-layer FC
+workspace rule for the plan's target as shared ``ws_<arg>`` tensors (:func:`plan_workspaces`: a
+CUDA plan holds none of the CPU kernels' scratch); the first-layer FC
 backward is ``FC_*_BWD_FIRST_LAYER`` (no dX, as the conv's); BN forward
 lists the running statistics it updates among its outputs; activations other than ReLU read their
 output (or input) in backward, so their output gets a gradient slot. Adding an op = adding one
@@ -44,7 +45,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tr_mlir.dialects import arch
-from tr_mlir.dialects.memplan import MemRegion
+from tr_mlir.dialects.memplan import MemRegion, Target
 
 Shape = tuple[int, int, int, int]
 """NHWC."""
@@ -67,7 +68,8 @@ class LayerCtx:
 
     ``inputs``: NHWC shapes of the input values (N = the variant's batch); ``output``: the output
     shape; ``params``: the op's properties as Python values; ``amp``: fp16 features and fp16 working
-    weights; ``first``: the layer reads the input buffers (A/B) and computes no input gradient.
+    weights; ``first``: the layer reads the input buffers (A/B) and computes no input gradient;
+    ``target``: the plan's target, whose kernels' workspaces are planned (:func:`plan_workspaces`).
     """
 
     op: Operation
@@ -76,6 +78,7 @@ class LayerCtx:
     output: Shape
     amp: bool
     first: bool
+    target: Target = Target.CPU
 
     @property
     def batch(self) -> int:
@@ -665,9 +668,11 @@ def _operand_info(lp: LayerPlan, ctx: LayerCtx, operand: str) -> tuple[Shape, np
 def plan_workspaces(lp: LayerPlan, ctx: LayerCtx) -> LayerPlan:
     """Plan the scratch memory of every node's kernel and append it to the node's outputs.
 
-    For each node the kernel (:data:`tr_mlir.lowering.kernels.KERNELS`) is asked for its
-    workspaces (:meth:`KernelSpec.workspace_shapes`) given the node's operand shapes and dtypes in
-    this variant, its operands named through :data:`tr_mlir.lowering.operands.OPERANDS`. Each
+    For each node the kernel (:data:`tr_mlir.lowering.kernels.KERNELS`) is asked for the
+    workspaces of its implementation on the plan's target (:meth:`KernelSpec.workspace_shapes`
+    with ``ctx.target``: a CUDA plan holds none of the CPU kernels' im2col columns, padded copies
+    or fp32 casts) given the node's operand shapes and dtypes in this variant, its operands named
+    through :data:`tr_mlir.lowering.operands.OPERANDS`. Each
     workspace ``<arg>`` becomes the shared DTensor ``ws_<arg>`` (one for the whole model, of the
     largest size any node needs, in ``T_TEMP_FP32`` / ``T_TEMP_FP16`` / ``T_TEMP_INT8`` by dtype), a
     flat ``{1, 1, 1, elements}`` tensor appended to the node's outputs; the backend binds it to the
@@ -678,12 +683,12 @@ def plan_workspaces(lp: LayerPlan, ctx: LayerCtx) -> LayerPlan:
 
     def with_ws(pattern: NodePattern) -> NodePattern:
         spec = lookup(pattern.op)
-        if spec.workspace_fn is None:
+        if spec.workspace_rule(ctx.target) is None:
             return pattern
         params = dict(ctx.params) if pattern.params is None else dict(pattern.params)
         named, _ = operands_for(pattern.op).named(pattern.inputs, pattern.outputs, params, pattern.op)
         infos = {arg: _operand_info(lp, ctx, o) for arg, o in named.items()}
-        needs = spec.workspace_shapes(infos, **params)
+        needs = spec.workspace_shapes(infos, target=ctx.target, **params)
         outs = list(pattern.outputs)
         for arg in spec.workspaces:
             if arg not in needs:
@@ -759,7 +764,8 @@ def descriptor_for(op: Operation) -> Descriptor:
     return d
 
 
-def layer_ctx(op: Operation, inputs: tuple[Shape, ...], output: Shape, *, amp: bool, first: bool) -> LayerCtx:
+def layer_ctx(op: Operation, inputs: tuple[Shape, ...], output: Shape, *, amp: bool, first: bool,
+              target: Target = Target.CPU) -> LayerCtx:
     """The :class:`LayerCtx` of an arch layer op (its properties read through ``params()``)."""
     params = op.params() if isinstance(op, arch.ArchOp) else {}
-    return LayerCtx(op, params, inputs, output, amp, first)
+    return LayerCtx(op, params, inputs, output, amp, first, target)

@@ -281,12 +281,7 @@ def assign_offsets(program: ProgramOp) -> None:
     persistent = [t.region not in TRANSIENT_REGIONS for t in base]
     offsets, bases, sizes = linear_layout([t.region for t in base], [t.slot if p else 0 for t, p in zip(base, persistent)])
     pool_base = bases[-1] + sizes[-1]
-    # lifetimes of the split program: a plan with the split ids, offsets not yet final
-    staged = [PlanOp(p.plan_name, p.target_kind, region_bases=bases, region_sizes=sizes, tensors=rows)
-              for p, rows in zip(plans, tables)]
-    for old, plan in zip(plans, staged):
-        Rewriter.replace_op(old, plan)
-    life = analyze(program, staged[0])
+    life = analyze(program, tensors=base)  # the split program's lifetimes (offsets not final yet)
     pool_offsets, pool_bytes = place(life, base)
     for t in base:  # never-touched transients (none in practice) sit at the pool's start
         if t.slot and not persistent[t.id] and t.id not in pool_offsets:
@@ -294,7 +289,7 @@ def assign_offsets(program: ProgramOp) -> None:
             pool_bytes = max(pool_bytes, t.slot)
     final_offsets = [pool_base + pool_offsets[t.id] if not persistent[t.id] and t.slot else
                      (offsets[t.id] if persistent[t.id] else pool_base) for t in base]
-    for old, rows in zip(staged, tables):
+    for old, rows in zip(plans, tables):
         placed = [replace(t, offset=final_offsets[t.id]) for t in rows]
         Rewriter.replace_op(old, PlanOp(old.plan_name, old.target_kind, region_bases=bases, region_sizes=sizes,
                                         tensors=placed, pool=(pool_base, pool_bytes)))

@@ -186,6 +186,7 @@ class _Builder:
         if program.spec is None or not program.variants():
             fail(program, "'memplan.program' op has no spec or variants; run memplan-derive-shapes first")
         self.optimizer = program.spec.optimizer_kind
+        self.target = program.spec.target_kind
         self.layers = self._layers()
         plans = program.plans()
         if not plans:
@@ -221,7 +222,7 @@ class _Builder:
             output = d.shape(0, names.index(desc.output))
             try:
                 plan = desc.build(layer_ctx(op, tuple(shapes[x] for x in layer_inputs(op)), output,
-                                            amp=self.amp, first=i == 0))
+                                            amp=self.amp, first=i == 0, target=self.target))
             except Exception as e:  # the descs were made from this model: only hand-edited IR gets here
                 fail(op, f"'{op.name}' op cannot be planned from its 'memplan.descs' ({e}); "
                          f"rerun memplan-derive-shapes")

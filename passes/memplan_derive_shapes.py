@@ -256,7 +256,7 @@ def _bn_sample_checks(ops: list[Operation], variants: list[VariantSpec], per_var
                              f"tr-train --drop-last)")
 
 
-def _plan_variant(model: ModelOp, ops: list[Operation], v: VariantSpec) -> list[LayerPlan]:
+def _plan_variant(model: ModelOp, ops: list[Operation], v: VariantSpec, target: Target) -> list[LayerPlan]:
     amp = bool(model.param("amp"))
     shapes: dict[SSAValue, Shape] = {model.input_value: _variant_input(model, v)}
     plans: list[LayerPlan] = []
@@ -271,7 +271,7 @@ def _plan_variant(model: ModelOp, ops: list[Operation], v: VariantSpec) -> list[
                     raise VerifyException(f"'{op.name}' op expected operands of one shape, got {list(ins)}")
                 hwc = ins[0][1:]
             out = (ins[0][0], *hwc)
-            plan = desc.build(layer_ctx(op, ins, out, amp=amp, first=index == 0))
+            plan = desc.build(layer_ctx(op, ins, out, amp=amp, first=index == 0, target=target))
         except (VerifyException, DescriptorError) as e:
             text = str(e)
             if not text.startswith("'"):
@@ -329,7 +329,7 @@ def derive(model: ModelOp, spec: SpecOp) -> ProgramOp:
     _bn_checks(ops)
     amp = bool(model.param("amp"))
     variants = variant_specs(spec, _input_channels(model))
-    per_variant = [_plan_variant(model, ops, v) for v in variants]
+    per_variant = [_plan_variant(model, ops, v, spec.target_kind) for v in variants]
     _consistency(ops, per_variant)
     _bn_sample_checks(ops, variants, per_variant)
     body: list[Operation] = [spec]

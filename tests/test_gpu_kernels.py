@@ -3,7 +3,8 @@
 * NVRTC (the ``nvidia-cuda-nvrtc`` wheel or CuPy) compiles the whole module for sm_90 (H100/H200)
   and sm_80, and rejects a broken kernel with its log; nvcc, where installed, compiles it too.
 * The GPU kernel table has every name of the NumPy registry with the identical spec (arrays,
-  roles, params, workspace rule) -- the compiler plans workspaces from that spec.
+  roles, params, workspace rules per target) -- the compiler plans a cuda plan's workspaces from
+  its ``cuda`` rules, and each case gives the launcher only what they declare.
 * Every registry kernel, in fp32 and AMP dtypes, run by the CUDA backend over the emulated device
   (the same kernel text compiled for the host, :mod:`tr_mlir.lowering.cuda_emulator`) agrees with
   the NumPy kernel (:mod:`tr_mlir.lowering.cuda_checks`); dropout's mask is bit-identical (the
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 
@@ -22,7 +24,7 @@ import pytest
 from tr_mlir.lowering import cuda_emulator as emu
 from tr_mlir.lowering import cuda_sources
 from tr_mlir.lowering.cuda_checks import cases, error, run_case
-from tr_mlir.lowering.kernels import KERNELS
+from tr_mlir.lowering.kernels import CUDA, KERNELS
 
 needs_cxx = pytest.mark.skipif(emu.host_compiler() is None, reason="no host C++ compiler for the kernel emulator")
 needs_nvrtc = pytest.mark.skipif(emu.nvrtc_library() is None,
@@ -89,9 +91,10 @@ def test_every_registry_kernel_has_a_cuda_kernel_with_the_same_spec(backend):
     assert set(backend.kernels) == set(KERNELS)
     for name, spec in KERNELS.items():
         g = backend.kernels[name]
-        assert (g.arrays, g.writes, g.workspaces, g.optional, g.params, dict(g.defaults), g.kind, g.workspace_fn) == \
+        assert (g.arrays, g.writes, g.workspaces, g.optional, g.params, dict(g.defaults), g.kind, g.workspace_fn,
+                dict(g.target_workspace_fns)) == \
             (spec.arrays, spec.writes, spec.workspaces, spec.optional, spec.params, dict(spec.defaults), spec.kind,
-             spec.workspace_fn), name
+             spec.workspace_fn, dict(spec.target_workspace_fns)), name
         assert g.fn is not spec.fn
 
 
@@ -120,6 +123,17 @@ def test_a_wrong_result_is_detected(backend):
         kw["y"].reshape(-1)[7] += 1e-2
 
     assert not run_case(case, backend, reference=off_by_a_bit).ok
+
+
+def test_a_launcher_needing_an_undeclared_workspace_fails(backend, monkeypatch):
+    # the fp16 weight gradient (6 x 3 x 3 x 5) accumulates in wbuf: with a cuda rule that declares nothing, the
+    # launcher gets None there (as on a plan of that rule) and refuses
+    case = next(c for c in _CASES if c.label == "conv_bwd im2col float16")
+    assert run_case(case, backend).ok
+    spec = backend.kernels["conv_bwd"]
+    monkeypatch.setitem(backend.kernels, "conv_bwd", dataclasses.replace(spec, target_workspace_fns={CUDA: None}))
+    with pytest.raises(ValueError, match="expected a workspace of 270 float32 elements, got None"):
+        run_case(case, backend)
 
 
 def test_error_measure():

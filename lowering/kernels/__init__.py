@@ -3,7 +3,8 @@
 :data:`KERNELS` maps every compute/range op name the compiler emits (snake_case, without
 precision: ``conv_fwd``, ``bn2d_bwd``, ``range_update_weight_momentum``, ...) to a
 :class:`KernelSpec`: the function, the roles of its array arguments (read, written, workspace,
-optional), its static params and a ``workspace_shapes`` rule for the planner. Precision follows
+optional), its static params and its workspace rule per target (:data:`TARGETS`: the CPU
+function's, and the CUDA launcher's) for the planner. Precision follows
 the dtypes of the bound arrays: fp32, or AMP (fp16 activations and AMP weight copies, fp32
 accumulation in planned fp32 workspaces). Layouts: activations NHWC; conv weights KRSC
 ``(K, k, k, C/groups)``; FC weights ``(out, H*W*C)`` over the NHWC-flattened input (any shape of
@@ -27,6 +28,18 @@ from tr_mlir.lowering.kernels import (  # noqa: F401  (each module registers its
     pool,
     ranges,
 )
-from tr_mlir.lowering.kernels.registry import KERNELS, ArrayInfo, KernelSpec, kernel, kernel_name, lookup, register
+from tr_mlir.lowering.kernels.registry import (
+    CPU,
+    CUDA,
+    KERNELS,
+    TARGETS,
+    ArrayInfo,
+    KernelSpec,
+    kernel,
+    kernel_name,
+    lookup,
+    register,
+)
 
-__all__ = ["KERNELS", "ArrayInfo", "KernelSpec", "kernel", "kernel_name", "lookup", "register"]
+__all__ = ["CPU", "CUDA", "KERNELS", "TARGETS", "ArrayInfo", "KernelSpec", "kernel", "kernel_name", "lookup",
+           "register"]

@@ -36,7 +36,8 @@ Precision: fp32 arrays compute directly. When any of x, w, y is fp16 (AMP), the 
 are cast into fp32 workspaces (``col`` for x, ``wbuf`` for w, ``ybuf`` for y or dy, ``xbuf`` for
 the dX accumulator), the GEMM and every accumulation run in fp32, and the result is rounded to
 fp16 once. The weight gradient may be formed transposed in ``wbuf`` (the fast GEMM
-orientation), then copied into dw. :func:`conv_workspace_sizes` gives the sizes.
+orientation), then copied into dw. :func:`conv_workspace_sizes` gives the sizes. (These are the
+CPU kernels' workspaces; the CUDA kernels need only ``wbuf``, for an fp16 dw: :func:`_ws_bwd_cuda`.)
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from ._util import F32, nhwc, take
 from ._util import as32 as _as32
 from ._util import finish as _finish
 from ._util import out32 as _out32
-from .registry import ArrayInfo, kernel
+from .registry import CUDA, ArrayInfo, kernel
 from .window import Window, window
 
 WORKSPACES = ("col", "wbuf", "ybuf", "xbuf", "tmp")
@@ -670,11 +671,20 @@ def _ws_bwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int, groups: int
     return {n: ((v,), F32) for n, v in sizes.items()}
 
 
+def _ws_bwd_cuda(arrays: dict[str, ArrayInfo], **_: Any) -> dict[str, ArrayInfo]:
+    """The CUDA backward's one workspace (``GpuOps.conv_wgrad`` of
+    :mod:`tr_mlir.lowering.cupy_backend`): ``wbuf``, the fp32 accumulator of an fp16 dw (the AMP
+    G16 copy). Its forward, input gradient and fp32 weight gradient are implicit GEMMs or direct
+    kernels reading the operands in place: no columns, padded copies or fp32 casts."""
+    return {"wbuf": (arrays["dw"][0], F32)} if _is16(arrays, "dw") else {}
+
+
 def _ws(**kw: Any) -> dict[str, np.ndarray]:
     return {k: v for k, v in kw.items() if v is not None}
 
 
-@kernel("conv_fwd", writes=("y",), workspaces=WORKSPACES, workspace_fn=_ws_fwd, also=("conv_inf",))
+@kernel("conv_fwd", writes=("y",), workspaces=WORKSPACES, workspace_fn=_ws_fwd,
+        target_workspace_fns={CUDA: None}, also=("conv_inf",))
 def conv_fwd(x, w, y, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1, p: int = 0,
              groups: int = 1) -> None:
     """Convolution forward (and inference): ``y = conv2d(x, w, stride s, padding p, groups)``.
@@ -688,7 +698,8 @@ def conv_fwd(x, w, y, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k:
     conv_forward(x, w, y, g, _ws(col=col, wbuf=wbuf, ybuf=ybuf, xbuf=xbuf, tmp=tmp))
 
 
-@kernel("conv_bwd", writes=("dx", "dw"), workspaces=WORKSPACES, workspace_fn=_ws_bwd, also=("conv_bwd_first_layer",))
+@kernel("conv_bwd", writes=("dx", "dw"), workspaces=WORKSPACES, workspace_fn=_ws_bwd,
+        target_workspace_fns={CUDA: _ws_bwd_cuda}, also=("conv_bwd_first_layer",))
 def conv_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1,
              p: int = 0, groups: int = 1) -> None:
     """Convolution backward: ``dw`` (overwritten) from dy and x, then ``dx`` from dy and w.

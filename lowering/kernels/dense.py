@@ -3,7 +3,7 @@
 FC: x (N, H, W, C) read as the (N, H*W*C) NHWC-flattened matrix, weight (out, H*W*C) (any
 shape of that size, e.g. the seed's (out, 1, 1, F)), optional bias (out), y (N, 1, 1, out):
 ``y = x @ w.T + b``. fp16 operands (AMP) are cast into fp32 workspaces (``xbuf``, ``wbuf``,
-``ybuf``) for the GEMM; results are rounded once.
+``ybuf``) for the GEMM; results are rounded once. (The CUDA GEMM reads fp16 in place: no workspace.)
 
 Threads (:mod:`._parallel`): the forward GEMM is split in two column blocks, each thread adding
 the bias to its block; the backward gives each thread a column block of dw and then the same
@@ -27,7 +27,7 @@ import numpy as np
 
 from . import _parallel
 from ._util import F32, as32, chunks, copy_into, finish, flat, out32, scalar
-from .registry import ArrayInfo, kernel
+from .registry import CUDA, ArrayInfo, kernel
 
 
 def _fc_dims(x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> tuple[int, int, int]:
@@ -226,14 +226,15 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> 
     return True
 
 
-@kernel("fc_fwd", writes=("y",), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=_ws_fc, also=("fc_inf",))
+@kernel("fc_fwd", writes=("y",), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=_ws_fc,
+        target_workspace_fns={CUDA: None}, also=("fc_inf",))
 def fc_fwd(x, w, y, b=None, xbuf=None, wbuf=None, ybuf=None) -> None:
     """Fully connected forward: ``y = x_flat @ w.T + b`` (b None: no bias)."""
     fc_forward(x, w, b, y, {k: v for k, v in (("xbuf", xbuf), ("wbuf", wbuf), ("ybuf", ybuf)) if v is not None})
 
 
 @kernel("fc_bwd", writes=("dx", "dw", "db"), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=_ws_fc,
-        also=("fc_bwd_first_layer",))
+        target_workspace_fns={CUDA: None}, also=("fc_bwd_first_layer",))
 def fc_bwd(dy, w, x, dw, db=None, dx=None, xbuf=None, wbuf=None, ybuf=None) -> None:
     """Fully connected backward: dw (out, F) and db (out) overwritten, then dx (may be x's
     buffer; None skips it, e.g. when x is the model input). dw, db fp32 even in AMP."""

@@ -25,7 +25,8 @@ giving ``w_sc``, ``c_sc``, ...):
 
 Workspaces (flat, sizes from :meth:`KernelSpec.workspace_shapes`): the conv workspaces of
 :mod:`.conv` (maximum over the stages), ``t`` (fp32, the projection BN output), ``eq`` / ``acc``
-(cbrp pooling). The backward **overwrites ``dy``** (the gradient after the post-add ReLU is formed
+(cbrp pooling); on CUDA only ``t`` and, for an fp16 weight gradient, ``wbuf`` (the CUDA conv's
+rule). The backward **overwrites ``dy``** (the gradient after the post-add ReLU is formed
 in place), as well as ``c{i}`` and ``a{i}``; ``dx`` may be x's buffer (every read of x comes
 first). ``dx`` None skips the input gradient (``*_bwd_first_layer``).
 """
@@ -40,11 +41,11 @@ import numpy as np
 
 from ._util import F32, take
 from .conv import WORKSPACES as CONV_WS
-from .conv import ConvGeom, conv_dgrad, conv_forward, conv_geom, conv_wgrad, conv_workspace_sizes
+from .conv import ConvGeom, _ws_bwd_cuda, conv_dgrad, conv_forward, conv_geom, conv_wgrad, conv_workspace_sizes
 from .dense import fc_backward, fc_forward
 from .norm import bn_affine, bn_backward, bn_forward_train
 from .pool import _ws_maxpool_fwd, gap_backward, gap_forward, maxpool_bwd, maxpool_fwd
-from .registry import ArrayInfo, KernelSpec, kernel, register
+from .registry import CUDA, ArrayInfo, KernelSpec, kernel, register
 from .window import window
 
 I8 = np.dtype(np.int8)
@@ -420,6 +421,26 @@ def _workspace_fn(kind: BlockKind, phase: str):
     return fn
 
 
+def _cuda_workspace_fn(kind: BlockKind, phase: str):
+    """The CUDA block routines' workspaces (``block_forward`` / ``block_backward`` of
+    :mod:`tr_mlir.lowering.cupy_backend`): the projection's fp32 BN output ``t`` (forward) and
+    the conv's own CUDA rule per stage (``wbuf`` for an fp16 weight gradient); pooling uses none."""
+    def fn(arrays: dict[str, ArrayInfo], **params: Any) -> dict[str, ArrayInfo]:
+        x_shape, x_dt = arrays["x"]
+        lay = kind.make(int(x_shape[-1]), **params)
+        sizes: dict[str, int] = {}
+        for st in lay.stages if phase == "bwd" else ():
+            stage = {"dw": arrays[f"dw{st.tag}"]} if f"dw{st.tag}" in arrays else {}
+            for n, (shape, _) in _ws_bwd_cuda(stage).items():
+                sizes[n] = max(sizes.get(n, 0), int(np.prod(shape)))
+        out: dict[str, ArrayInfo] = {n: ((v,), F32) for n, v in sizes.items()}
+        if lay.projection and phase == "fwd":
+            out["t"] = (kind.tensors(x_shape, x_dt, **params)["y"][0], F32)
+        return out
+
+    return fn
+
+
 def _register_block(kind: BlockKind) -> None:
     # The array names do not depend on channel counts: lay out a representative instance.
     probe = kind.make(8, **{p: kind.defaults.get(p, 1) for p in kind.params})
@@ -461,6 +482,7 @@ def _register_block(kind: BlockKind) -> None:
                 optional=frozenset(optional) | frozenset(ws), params=(*kind.params, *keys),
                 defaults={**kind.defaults, "eps": 1e-5, "momentum": 0.1}, kind="compute",
                 workspace_fn=_workspace_fn(kind, phase),
+                target_workspace_fns={CUDA: _cuda_workspace_fn(kind, phase)},
             ))
 
 
@@ -484,14 +506,15 @@ def _ws_gap_fc(arrays: dict[str, ArrayInfo], **_: Any) -> dict[str, ArrayInfo]:
 
 
 @kernel("gap_fc_fwd", writes=("g", "y"), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=_ws_gap_fc,
-        also=("gap_fc_inf",))
+        target_workspace_fns={CUDA: None}, also=("gap_fc_inf",))
 def gap_fc_fwd(x, w, g, y, b=None, xbuf=None, wbuf=None, ybuf=None) -> None:
     """Fused global average pool + FC: ``g`` (N, 1, 1, C) = GAP(x) (saved), ``y = g @ w.T + b``."""
     gap_forward(x, g)
     fc_forward(g, w, b, y, {k: v for k, v in (("xbuf", xbuf), ("wbuf", wbuf), ("ybuf", ybuf)) if v is not None})
 
 
-@kernel("gap_fc_bwd", writes=("g", "dw", "db", "dx"), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=_ws_gap_fc)
+@kernel("gap_fc_bwd", writes=("g", "dw", "db", "dx"), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=_ws_gap_fc,
+        target_workspace_fns={CUDA: None})
 def gap_fc_bwd(dy, w, g, dw, db=None, dx=None, xbuf=None, wbuf=None, ybuf=None) -> None:
     """Backward of gap_fc: dw, db from dy and the saved ``g``; then dg (over g) and dx (N, H, W, C)."""
     ws = {k: v for k, v in (("xbuf", xbuf), ("wbuf", wbuf), ("ybuf", ybuf)) if v is not None}

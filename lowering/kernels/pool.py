@@ -6,7 +6,8 @@ row-major order, as PyTorch), so k*k <= 127. Average pool counts padding
 (``count_include_pad=True``, PyTorch's default): every window divides by k*k.
 
 fp16 (AMP) arrays accumulate in fp32 workspaces (``acc``) wherever sums of several values are
-formed; :meth:`KernelSpec.workspace_shapes` gives their sizes.
+formed; :meth:`KernelSpec.workspace_shapes` gives their sizes. The CUDA pooling kernels (one
+thread per output or input element, :mod:`tr_mlir.lowering.cuda_sources`) use no workspace.
 
 Speed: masked NumPy calls (``where=``) run an order of magnitude slower than plain ones, so the
 mask is selected arithmetically (``mask += (t - mask) * eq`` in int8) and the backward of
@@ -27,7 +28,7 @@ import numpy as np
 
 from . import _cc, _cpool, _parallel
 from ._util import F32, nhwc, take
-from .registry import ArrayInfo, kernel
+from .registry import CUDA, ArrayInfo, kernel
 from .window import Window, window
 
 
@@ -84,7 +85,8 @@ def _ws_maxpool_bwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int = 0)
     return out
 
 
-@kernel("maxpool_fwd", writes=("y", "mask"), workspaces=("eq",), workspace_fn=_ws_maxpool_fwd, also=("maxpool_inf",))
+@kernel("maxpool_fwd", writes=("y", "mask"), workspaces=("eq",), workspace_fn=_ws_maxpool_fwd,
+        target_workspace_fns={CUDA: None}, also=("maxpool_inf",))
 def maxpool_fwd(x, y, mask, eq, *, k: int, s: int, p: int = 0) -> None:
     """Max pool: ``y`` (N, Ho, Wo, C) and ``mask`` (same shape, INT8 winning tap index).
 
@@ -124,7 +126,8 @@ def maxpool_fwd(x, y, mask, eq, *, k: int, s: int, p: int = 0) -> None:
     _by_images(x.shape[0], x.size, block)
 
 
-@kernel("maxpool_bwd", writes=("dx",), workspaces=("eq", "acc"), workspace_fn=_ws_maxpool_bwd)
+@kernel("maxpool_bwd", writes=("dx",), workspaces=("eq", "acc"), workspace_fn=_ws_maxpool_bwd,
+        target_workspace_fns={CUDA: None})
 def maxpool_bwd(dy, mask, dx, eq, acc=None, *, k: int, s: int, p: int = 0) -> None:
     """Max pool backward: each dy goes to its window's winning input (``mask``); dx is
     overwritten and may be x's buffer. ``acc``: fp32 accumulator, needed for fp16 dx when windows
@@ -172,7 +175,7 @@ def _ws_avg(arrays: dict[str, ArrayInfo], name: str) -> dict[str, ArrayInfo]:
 
 
 @kernel("avgpool_fwd", writes=("y",), workspaces=("acc",), also=("avgpool_inf",),
-        workspace_fn=lambda arrays, **_: _ws_avg(arrays, "y"))
+        workspace_fn=lambda arrays, **_: _ws_avg(arrays, "y"), target_workspace_fns={CUDA: None})
 def avgpool_fwd(x, y, acc=None, *, k: int, s: int, p: int = 0) -> None:
     """Average pool (padding counted: divide by k*k); ``acc`` fp32 for fp16 y."""
     win = _win(x.shape, k, s, p, "avgpool input")
@@ -192,7 +195,7 @@ def avgpool_fwd(x, y, acc=None, *, k: int, s: int, p: int = 0) -> None:
 
 
 @kernel("avgpool_bwd", writes=("dx",), workspaces=("acc",),
-        workspace_fn=lambda arrays, **_: _ws_avg(arrays, "dx"))
+        workspace_fn=lambda arrays, **_: _ws_avg(arrays, "dx"), target_workspace_fns={CUDA: None})
 def avgpool_bwd(dy, dx, acc=None, *, k: int, s: int, p: int = 0) -> None:
     """Average pool backward: ``dx`` (overwritten, may be x's buffer) gets dy / (k*k) from every
     window covering it; ``acc`` fp32 for fp16 dx."""

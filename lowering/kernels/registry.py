@@ -7,6 +7,13 @@ and allocates nothing whose size grows with an activation (at most fixed-size ch
 see :mod:`._util`). Scratch memory a kernel needs is passed in as **workspace** arrays whose sizes
 come from :meth:`KernelSpec.workspace_shapes`, so the compiler can plan them.
 
+A kernel has one implementation per target (:data:`TARGETS`): the function registered here runs
+on the CPU, the CUDA backend (:mod:`tr_mlir.lowering.cupy_backend`) binds the same spec to its own
+launcher. The implementations take the same arguments but need different scratch memory (the CUDA
+convolutions are implicit GEMMs: no im2col columns, no padded copies, no fp32 casts of fp16
+operands), so a kernel family declares its workspace rule per target (``target_workspace_fns``)
+and a plan holds only what its target's kernels use.
+
 The runtime binds a node once (:meth:`KernelSpec.bind`) and replays the returned zero-argument
 closure every step.
 """
@@ -27,6 +34,11 @@ ArrayInfo = tuple[tuple[int, ...], np.dtype]
 WorkspaceFn = Callable[..., dict[str, ArrayInfo]]
 """``fn(arrays: dict[str, ArrayInfo], **params) -> {workspace name: (shape, dtype)}``."""
 
+CPU, CUDA = "cpu", "cuda"
+TARGETS = (CPU, CUDA)
+"""The targets a kernel has implementations for: the values of
+:class:`tr_mlir.dialects.memplan.Target` (a plan's ``target``, a backend's ``target``)."""
+
 
 def _info(value: Any) -> ArrayInfo:
     """(shape, dtype) of an array, or of a ``(shape, dtype)`` pair."""
@@ -46,6 +58,11 @@ class KernelSpec:
     ``optional`` the arrays that may be passed as ``None``; ``params`` the static keyword
     parameters, with ``defaults`` for the optional ones. ``kind`` is ``"compute"`` or
     ``"range"`` (range kernels take flat 1-D views over contiguous region spans).
+
+    ``workspace_fn`` sizes the workspaces of the CPU implementation (``fn``);
+    ``target_workspace_fns`` those of the implementations on other targets (target name -> rule,
+    ``None``: that implementation uses none of them). A target it does not name uses
+    ``workspace_fn`` (see :meth:`workspace_rule`).
     """
 
     name: str
@@ -58,6 +75,7 @@ class KernelSpec:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     kind: str = "compute"
     workspace_fn: WorkspaceFn | None = None
+    target_workspace_fns: Mapping[str, WorkspaceFn | None] = field(default_factory=dict)
 
     @property
     def reads(self) -> tuple[str, ...]:
@@ -73,35 +91,45 @@ class KernelSpec:
     def doc(self) -> str:
         return inspect.getdoc(self.fn) or ""
 
-    def workspace_shapes(self, arrays: Mapping[str, Any], **params: Any) -> dict[str, ArrayInfo]:
-        """Shapes and dtypes of the workspaces for one call.
+    def workspace_rule(self, target: str = CPU) -> WorkspaceFn | None:
+        """The workspace rule of the implementation on ``target`` (one of :data:`TARGETS`):
+        its entry in ``target_workspace_fns``, else ``workspace_fn``; ``None``: no workspaces."""
+        if target not in TARGETS:
+            raise ValueError(f"kernel '{self.name}': unknown target '{target}', expected one of {list(TARGETS)}")
+        return self.target_workspace_fns.get(target, self.workspace_fn)
+
+    def workspace_shapes(self, arrays: Mapping[str, Any], *, target: str = CPU, **params: Any) -> dict[str, ArrayInfo]:
+        """Shapes and dtypes of the workspaces for one call of the implementation on ``target``.
 
         ``arrays`` maps the kernel's non-workspace array names to arrays or ``(shape, dtype)``
         pairs (optional ones may be left out or ``None``); ``params`` are the static params.
         Workspaces are flat: a kernel accepts any contiguous array of the returned dtype with
         at least that many elements, so a planner may share one temporary among kernels.
-        Returns ``{}`` for a kernel without workspaces.
+        Returns ``{}`` for a kernel without workspaces (on that target).
         """
-        if self.workspace_fn is None:
+        rule = self.workspace_rule(target)
+        if rule is None:
             return {}
         infos = {k: _info(v) for k, v in arrays.items() if v is not None and k not in self.workspaces}
         full = {**self.defaults, **{k: v for k, v in params.items() if k in self.params}}
-        out = self.workspace_fn(infos, **full)
+        out = rule(infos, **full)
         return {k: ((int(np.prod(s, dtype=np.int64)),), np.dtype(d)) for k, (s, d) in out.items()}
 
-    def allocate_workspaces(self, arrays: Mapping[str, Any], **params: Any) -> dict[str, np.ndarray]:
+    def allocate_workspaces(self, arrays: Mapping[str, Any], *, target: str = CPU,
+                            **params: Any) -> dict[str, np.ndarray]:
         """Fresh zeroed workspaces (for tests and eager use; the runtime plans them instead)."""
-        return {k: np.zeros(s, d) for k, (s, d) in self.workspace_shapes(arrays, **params).items()}
+        return {k: np.zeros(s, d) for k, (s, d) in self.workspace_shapes(arrays, target=target, **params).items()}
 
     def bind(self, arrays: Mapping[str, Any], params: Mapping[str, Any] | None = None) -> Callable[[], None]:
         """A zero-argument closure running the kernel on fixed arrays.
 
-        ``arrays`` must name every non-optional array (workspaces included); ``params`` may hold
-        more keys than the kernel takes (a layer op's whole param dict): only :attr:`params`
-        are passed on. Raises ``KeyError`` naming a missing array or param and the kernel.
+        ``arrays`` must name every non-optional array except workspaces (a workspace left out is
+        passed as ``None``: the target's rule asked for none); ``params`` may hold more keys than
+        the kernel takes (a layer op's whole param dict): only :attr:`params` are passed on.
+        Raises ``KeyError`` naming a missing array or param and the kernel.
         """
         params = dict(params or {})
-        missing = [a for a in self.arrays if a not in arrays and a not in self.optional]
+        missing = [a for a in self.arrays if a not in arrays and a not in self.optional and a not in self.workspaces]
         if missing:
             raise KeyError(f"kernel '{self.name}' expected arrays {missing}, got {sorted(arrays)}")
         unknown = sorted(set(arrays) - set(self.arrays))
@@ -125,9 +153,13 @@ bound arrays decide between fp32 and AMP)."""
 
 
 def register(spec: KernelSpec) -> KernelSpec:
-    """Add ``spec`` to :data:`KERNELS`; a second kernel of one name is an error."""
+    """Add ``spec`` to :data:`KERNELS`; a second kernel of one name, or a workspace rule for a
+    target not in :data:`TARGETS`, is an error."""
     if spec.name in KERNELS:
         raise ValueError(f"kernel '{spec.name}' registered twice")
+    bad = sorted(set(spec.target_workspace_fns) - set(TARGETS))
+    if bad:
+        raise ValueError(f"kernel '{spec.name}': workspace rules for unknown targets {bad}, expected {list(TARGETS)}")
     KERNELS[spec.name] = spec
     return spec
 
@@ -138,13 +170,16 @@ def kernel(
     writes: Sequence[str],
     workspaces: Sequence[str] = (),
     workspace_fn: WorkspaceFn | None = None,
+    target_workspace_fns: Mapping[str, WorkspaceFn | None] | None = None,
     kind: str = "compute",
     also: Sequence[str] = (),
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Decorator registering a kernel function under ``name`` (and the names in ``also``).
 
     Array arguments are the function's positional-or-keyword parameters (a default of ``None``
-    makes one optional); static params are its keyword-only parameters.
+    makes one optional); static params are its keyword-only parameters. ``workspace_fn``: the
+    CPU function's workspace rule; ``target_workspace_fns``: the other targets' (see
+    :class:`KernelSpec`).
     """
 
     def deco(fn: Callable[..., None]) -> Callable[..., None]:
@@ -167,6 +202,7 @@ def kernel(
                 name=n, fn=fn, arrays=tuple(arrays), writes=frozenset(writes),
                 workspaces=tuple(workspaces), optional=frozenset(optional), params=tuple(params),
                 defaults=defaults, kind=kind, workspace_fn=workspace_fn,
+                target_workspace_fns=dict(target_workspace_fns or {}),
             ))
         return fn
 
