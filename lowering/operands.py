@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tr_mlir.dialects.memplan import WORKSPACE_PREFIX  # noqa: F401 - re-exported (the DTensor naming rule)
+from tr_mlir.lowering.kernels.activation import ACTIVATIONS
 from tr_mlir.lowering.kernels.registry import kernel_name
 
 
@@ -115,7 +116,7 @@ def _same_for(*names: str, entry: Operands) -> dict[str, Operands]:
     return {n: entry for n in names}
 
 
-_ACTS = ("tanh", "sigmoid", "silu", "relu6", "leaky_relu", "hardswish", "elu")
+_ACTS = tuple(ACTIVATIONS)  # the element-wise activations of the kernel library (ReLU has its mask)
 _XY = Operands(("x",), ("y",))
 _DYDX = Operands(("dy",), ("dx",))
 _NONE = Operands()
@@ -142,8 +143,8 @@ OPERANDS: dict[str, Operands] = {
     **_same_for("relu_fwd", "relu_inf", entry=Operands(("x",), ("y", "mask"))),
     "relu_bwd": Operands(("dy", "mask"), ("dx",)),
     **{f"{a}_{p}": _XY for a in _ACTS for p in ("fwd", "inf")},
-    # the descriptors list (dy, y, x); the kernels recompute f'(x) from the input
-    **{f"{a}_bwd": Operands(("dy", None, "x"), ("dx",)) for a in _ACTS},
+    # the kernels recompute f'(x) from the input: the output is not read
+    **{f"{a}_bwd": Operands(("dy", "x"), ("dx",)) for a in _ACTS},
     **_same_for("maxpool_fwd", "maxpool_inf", entry=Operands(("x",), ("y", "mask"))),
     "maxpool_bwd": Operands(("dy", "mask"), ("dx",)),
     **_same_for("avgpool_fwd", "avgpool_inf", "gap_fwd", "gap_inf", entry=_XY),

@@ -30,9 +30,10 @@ pooling masks and accumulators, AMP GEMM buffers) is planned from the kernel lib
 workspace rule for the plan's target as shared ``ws_<arg>`` tensors (:func:`plan_workspaces`: a
 CUDA plan holds none of the CPU kernels' scratch); the first-layer FC
 backward is ``FC_*_BWD_FIRST_LAYER`` (no dX, as the conv's); BN forward
-lists the running statistics it updates among its outputs; activations other than ReLU read their
-output (or input) in backward, so their output gets a gradient slot. Adding an op = adding one
-entry to :data:`DESCRIPTORS`.
+lists the running statistics it updates among its outputs; the activations other than ReLU
+recompute ``f'(x)`` from their input in backward (``(dy, x) -> dx``, the seed's in-place rule: dY
+over Y, dX over X), so, as in the seed, their output needs no gradient slot. Adding an op =
+adding one entry to :data:`DESCRIPTORS`.
 """
 
 from __future__ import annotations
@@ -361,7 +362,7 @@ def _build_activation(kind: str, tensor: str) -> Callable[[LayerCtx], LayerPlan]
         y = lp.add(f"{tensor}_output", ctx.feat, ctx.featdt, ctx.inputs[0])
         f = NodePattern(f"{kind}_{ctx.prec}_FWD", ("$x",), (y,))
         lp.forward = [f]
-        lp.backward = [NodePattern(f"{kind}_{ctx.prec}_BWD", ("$dy", y, "$x"), ("$dx",))]
+        lp.backward = [NodePattern(f"{kind}_{ctx.prec}_BWD", ("$dy", "$x"), ("$dx",))]
         lp.inference = [f]
         return lp
     return build
@@ -727,8 +728,7 @@ DESCRIPTORS: Mapping[type[Operation], Descriptor] = {
     arch.Bn2dOp: Descriptor(_build_bn("BN2D"), "bn_output"),
     arch.FcOp: Descriptor(_build_fc, "fc_output"),
     arch.ReluOp: Descriptor(_build_relu, "relu_output"),
-    **{cls: Descriptor(_build_activation(kind, t), f"{t}_output", bwd_reads_output=True)
-       for cls, (kind, t) in _ACTIVATIONS.items()},
+    **{cls: Descriptor(_build_activation(kind, t), f"{t}_output") for cls, (kind, t) in _ACTIVATIONS.items()},
     arch.MaxPoolOp: Descriptor(_build_maxpool, "pool_output"),
     arch.AvgPoolOp: Descriptor(_build_avgpool, "avgpool_output"),
     arch.GapOp: Descriptor(_build_gap, "gap_output", dx_tensor="gap_grad_slot"),

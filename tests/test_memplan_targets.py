@@ -1,4 +1,4 @@
-"""A plan holds what its target's kernels use (per-target workspaces).
+"""A plan holds what its target's kernels use (per-target workspaces; no unread gradient slots).
 
 * Kernel families declare their workspaces per target (``KernelSpec.target_workspace_fns``); a
   ``target=cuda`` plan holds only what the CUDA kernels declare (the fp32 accumulator of an fp16
@@ -7,6 +7,8 @@
   plan are exactly those its target's rules ask for, node by node.
 * A cuda plan with convolutions, pooling and fused AMP trains on the CUDA emulator as on the CPU
   (the launchers get ``None`` for the CPU-only workspaces).
+* The element-wise activations (tanh, silu, ...) recompute f'(x) from their input: their backward
+  node reads (dY, X), so their output needs no gradient slot of its own.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 import pytest
 
 import tr_mlir
-from tr_mlir.blueprint import bn, conv, dropout, fc, flatten, maxpool, relu, seq
+from tr_mlir.blueprint import bn, conv, dropout, elu, fc, flatten, maxpool, relu, seq, silu, tanh_act
 from tr_mlir.compile import compile as compile_model
 from tr_mlir.dialects.memplan import WORKSPACE_PREFIX, GraphId
 from tr_mlir.lowering.executable import DTYPES, find_program, graph_params
@@ -136,3 +138,29 @@ def test_a_cuda_plan_with_pooling_and_fused_amp_trains_on_the_emulator_as_on_the
     assert out["gpu"][0] == pytest.approx(out["cpu"][0], rel=3e-3, abs=3e-3)
     for name, p in out["cpu"][1].items():
         np.testing.assert_allclose(out["gpu"][1][name], p, rtol=3e-3, atol=3e-3, err_msg=name)
+
+
+ACTIVATION_NETS = [
+    ("lenet5", MODELS["lenet5"].blueprint(10), (32, 32, 1)),
+    ("silu elu", seq(conv(8, 3, 1, 1), silu(), conv(8, 3, 1, 1), elu(), flatten(), fc(16, True), tanh_act(),
+                     fc(10, True)), (8, 8, 1)),
+]
+
+
+@pytest.mark.parametrize("label,model,shape", ACTIVATION_NETS, ids=[m[0] for m in ACTIVATION_NETS])
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_activations_read_their_input_not_their_output_and_keep_no_gradient_slot(label, model, shape, target):
+    tensors = find_program(_compile(model, shape, target))[1].plans()[0].tensors()
+    assert not [t.name for t in tensors if t.name.endswith("_output_grad")], label
+    _, program = find_program(_compile(model, shape, target, reuse=False))  # ids without live-range splits
+    names = {t.id: t.name for t in program.plans()[0].tensors()}
+    assert not [n for n in names.values() if n.endswith("_output_grad")], label
+    deep = next(g for g in program.graphs() if g.graph_name == "train").nodes(GraphId.DEEP_FWD_BWD)
+    for kind in ("TANH", "SILU", "ELU"):
+        fwd = [n for n in deep if n.op.startswith(f"{kind}_") and n.op.endswith("_FWD")]
+        bwd = [n for n in deep if n.op.startswith(f"{kind}_") and n.op.endswith("_BWD")][::-1]
+        assert len(fwd) == len(bwd)
+        for f, b in zip(fwd, bwd):
+            (x,), (y,) = f.inputs, f.outputs
+            # dY is written over Y by the consumer (no slot of its own); dX over X, read before
+            assert (b.inputs, b.outputs) == ((y, x), (x,)), (names[y], names[x])

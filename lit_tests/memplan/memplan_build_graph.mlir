@@ -50,13 +50,14 @@ arch.model @mlp input(2, 2, 2) num_classes = 3 first_layer = 0 {
 // contributions run in backward order, layers from last to first, so the identity (layer 3)
 // writes the gradient slot l1.relu_output_grad (36), the conv (layer 2) writes the partial slot
 // (37) and GRAD_ACCUM adds it to the slot, which the relu then reads. The relu output itself (34)
-// is never overwritten, so the conv's backward still reads its input. tanh reads its output in
-// backward, so GAP writes tanh's gradient slot (49), not the tanh output (48); the add's backward
+// is never overwritten, so the conv's backward still reads its input. GAP writes tanh's output
+// gradient into its own grad slot (50); tanh's backward reads it and its input (47), not its output
+// (48: the derivative is recomputed), and writes dX over its input; the add's backward
 // writes both operands' gradients in place (46 identity output, 39 conv output). The convs' kernel
 // workspaces are the shared ws_col (30), ws_tmp (31, the compiled small-channel conv kernels'
 // scratch) and ws_wbuf (32).
 // CHECK-LABEL: memplan.graph @train
-// CHECK:         memplan.nodes deep_fwd_bwd ops = ["RELU_FP32_FWD", "CONV_FP32_FWD", "IDENTITY_FP32_FWD", "ADD_FP32_FWD", "TANH_FP32_FWD", "GAP_FP32_FWD", "SOFTMAX_CE_FP32_FWD", "SOFTMAX_CE_FP32_BWD", "GAP_FP32_BWD", "TANH_FP32_BWD", "ADD_FP32_BWD", "IDENTITY_FP32_BWD", "CONV_FP32_BWD", "GRAD_ACCUM_FP32", "RELU_FP32_BWD"] ins = [24, 34, 38, 34, 46, 39, 47, 48, 50, 7, 12, 4, 8, 53, 55, 7, 4, 8, 52, 49, 48, 47, 47, 46, 39, 38, 34, 37, 36, 36, 35] in_counts = [1, 2, 1, 2, 1, 1, 5, 5, 1, 3, 1, 1, 3, 2, 2] outs = [34, 35, 39, 43, 44, 46, 47, 48, 50, 9, 55, 54, 53, 10, 11, 56, 57, 58, 52, 49, 47, 46, 39, 36, 37, 40, 32, 36, 24] out_counts = [2, 3, 1, 1, 1, 1, 9, 1, 1, 1, 2, 1, 3, 1, 1]
+// CHECK:         memplan.nodes deep_fwd_bwd ops = ["RELU_FP32_FWD", "CONV_FP32_FWD", "IDENTITY_FP32_FWD", "ADD_FP32_FWD", "TANH_FP32_FWD", "GAP_FP32_FWD", "SOFTMAX_CE_FP32_FWD", "SOFTMAX_CE_FP32_BWD", "GAP_FP32_BWD", "TANH_FP32_BWD", "ADD_FP32_BWD", "IDENTITY_FP32_BWD", "CONV_FP32_BWD", "GRAD_ACCUM_FP32", "RELU_FP32_BWD"] ins = [24, 34, 38, 34, 46, 39, 47, 48, 49, 7, 12, 4, 8, 52, 54, 7, 4, 8, 51, 50, 47, 47, 46, 39, 38, 34, 37, 36, 36, 35] in_counts = [1, 2, 1, 2, 1, 1, 5, 5, 1, 2, 1, 1, 3, 2, 2] outs = [34, 35, 39, 43, 44, 46, 47, 48, 49, 9, 54, 53, 52, 10, 11, 55, 56, 57, 51, 50, 47, 46, 39, 36, 37, 40, 32, 36, 24] out_counts = [2, 3, 1, 1, 1, 1, 9, 1, 1, 1, 2, 1, 3, 1, 1]
 // CHECK:         memplan.nodes first_layer_bwd_a ops = ["CONV_FP32_BWD_FIRST_LAYER"] ins = [24, 23, 1] in_counts = [3] outs = [25, 30, 32, 31] out_counts = [4]
 // CHECK-NEXT:    memplan.nodes first_layer_bwd_b ops = ["CONV_FP32_BWD_FIRST_LAYER"] ins = [24, 23, 3] in_counts = [3] outs = [25, 30, 32, 31] out_counts = [4]
 arch.model @two_uses input(4, 4, 8) num_classes = 8 first_layer = 0 {
