@@ -545,27 +545,86 @@ def test_deeply_nested_attribute(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize(
-    ("attr", "message"),
+    ("attr", "col", "message"),
     [
-        ("1.0e39 : f32", "numeric literal out of range for its type: '1.0e39 : f32'"),
-        ("-7.0e4 : f16", "numeric literal out of range for its type: '-7.0e4 : f16'"),
-        ("0x1FFFFFFFF : f32", "numeric literal out of range for its type: '0x1FFFFFFFF : f32'"),
-        ("array<f32: 1.0, 1.0e39>", "value out of range for its element type in this attribute"),
-        ("dense<[1.0, 1.0e39]> : tensor<2xf32>", "value out of range for its element type in this attribute"),
+        ("1.0e39 : f32", 18, "numeric literal out of range for its type: '1.0e39 : f32' "
+                             "(it is above the largest finite f32)"),
+        ("-7.0e4 : f16", 18, "numeric literal out of range for its type: '-7.0e4 : f16'"),
+        ("0x1FFFFFFFF : f32", 18, "numeric literal out of range for its type: '0x1FFFFFFFF : f32' "
+                                  "(a hexadecimal f32 is a pattern of 32 bits)"),
+        ("1.0e39 : bf16", 18, "numeric literal out of range for its type: '1.0e39 : bf16'"),
+        # xDSL read these as infinity (exit 0)
+        ("1.0e400 : f64", 18, "float literal 1.0e400 is out of range"),
+        ("-1.0e400", 19, "float literal 1.0e400 is out of range"),
+        ("array<f32: 1.0, 1.0e39>", 23, "value out of range for the element type of this dense array "
+                                        "(a value is above the largest finite f32)"),
+        ("dense<[1.0, 1.0e39]> : tensor<2xf32>", 30,
+         "value 1.0e39 is out of range for the element type f32 of the dense literal"),
     ],
 )
-def test_float_overflow(tmp_path: Path, capsys, attr: str, message: str) -> None:
-    path = write(tmp_path, f'"test.op"() {{a = {attr}}} : () -> ()\n')
+def test_float_overflow(tmp_path: Path, capsys, attr: str, col: int, message: str) -> None:
+    check_literal_error(tmp_path, capsys, attr, col, message)
+
+
+def check_literal_error(tmp_path: Path, capsys, attr: str, col: int, message: str) -> None:
+    """``attr`` in an op is a parse error at ``1:col`` with ``message``, the source line under it."""
+    line = f'"test.op"() {{a = {attr}}} : () -> ()'
+    path = write(tmp_path, line + "\n")
     code, _, err = run_main([path], capsys)
     assert code == 1
-    first = err.splitlines()[0]
-    assert first.startswith(f"tr-opt: error: {path}:1:18: {message}")
-    assert "Traceback" not in err
+    first, source = err.splitlines()[:2]
+    assert first.startswith(f"tr-opt: error: {path}:1:{col}: {message}")
+    assert source == line
+    assert "Traceback" not in err and "internal error" not in err
 
 
-def test_float_in_range(tmp_path: Path, capsys) -> None:
-    code, out, _ = run_main([write(tmp_path, '"test.op"() {a = 3.0e38 : f32, b = 1.0e400 : f64} : () -> ()\n')], capsys)
-    assert code == 0 and "3.000000e+38" in out
+@pytest.mark.parametrize(
+    ("attr", "col", "message"),
+    [
+        # xDSL kept 10^23 (MLIR's index is a signed 64-bit integer)
+        ("100000000000000000000000 : index", 18,
+         "numeric literal out of range for its type: '100000000000000000000000 : index' "
+         "(index holds -9223372036854775808 to 9223372036854775807)"),
+        ("9223372036854775808 : index", 18, "numeric literal out of range for its type"),
+        # xDSL: a VerifyException located after the type, without the source line
+        ("300 : i8", 18, "numeric literal out of range for its type: '300 : i8' (i8 holds -128 to 255)"),
+        # xDSL: "internal error: ValueError" / "struct.error", no location
+        ("dense<[300]> : tensor<1xi8>", 25,
+         "value 300 is out of range for the element type i8 of the dense literal (i8 holds -128 to 255)"),
+        ("dense<[100000000000000000000000]> : tensor<1xindex>", 25,
+         "value 100000000000000000000000 is out of range for the element type index"),
+        ("dense<(1, 300)> : tensor<complex<i8>>", 24, "value (1, 300) is out of range"),
+    ],
+)
+def test_integer_overflow(tmp_path: Path, capsys, attr: str, col: int, message: str) -> None:
+    check_literal_error(tmp_path, capsys, attr, col, message)
+
+
+def test_numbers_in_range(tmp_path: Path, capsys) -> None:
+    text = ('"test.op"() {a = 3.0e38 : f32, b = 1.0e308 : f64, c = 1.0e-400 : f64, '
+            'd = 0x7ff0000000000000 : f64, e = 9223372036854775807 : index, '
+            'f = -9223372036854775808 : index, g = dense<[-128, 255]> : tensor<2xi8>} : () -> ()\n')
+    code, out, _ = run_main([write(tmp_path, text)], capsys)
+    assert code == 0
+    for printed in ("3.000000e+38", "1.000000e+308", "0.000000e+00 : f64", "0x7ff0000000000000",
+                    "9223372036854775807 : index", "-9223372036854775808 : index", "dense<[-128, -1]>"):
+        assert printed in out
+
+
+def test_literal_problem() -> None:
+    from xdsl.dialects.builtin import ComplexType, IndexType, bf16, f32, f64, i8, i64
+
+    assert tr_opt.literal_problem(127, i8) is None and tr_opt.literal_problem(255, i8) is None
+    assert tr_opt.literal_problem(256, i8) == "i8 holds -128 to 255"
+    assert tr_opt.literal_problem(-(1 << 63), IndexType()) is None
+    assert tr_opt.literal_problem(1 << 63, IndexType()) is not None
+    assert tr_opt.literal_problem((1 << 64) - 1, i64) is None  # signless: the unsigned values too
+    assert tr_opt.literal_problem(3.4028234663852886e38, f32) is None
+    assert tr_opt.literal_problem(3.5e38, f32) == "it is above the largest finite f32"
+    assert tr_opt.literal_problem(3.5e38, bf16) == "it is above the largest finite bf16"
+    assert tr_opt.literal_problem(10 ** 400, f64) is not None  # no float holds it
+    assert tr_opt.literal_problem((1.0, 1e39), ComplexType(f32)) is not None
+    assert tr_opt.literal_problem(1.0, i8) is None  # not an integer literal: xDSL's own error
 
 
 # --------------------------------------------------------------------------------------

@@ -38,6 +38,17 @@
 // SYNTAX-NEXT: ^
 // SYNTAX-NOT:  Traceback
 
+// A trailing comma is an empty pass element, in -p as in --pass-pipeline (xDSL ignored it).
+// RUN: not tr-opt %s -p 'arch-plan,' 2>&1 | filecheck %s --check-prefix=TRAILING
+// TRAILING:      tr-opt: error: invalid pass pipeline: Expected pass name here (in 'arch-plan,')
+// TRAILING-NEXT: arch-plan,
+// TRAILING-NEXT: {{^          \^$}}
+// TRAILING-NOT:  Traceback
+// RUN: not tr-opt %s -p 'cse,arch-expand{fuse=true},' 2>&1 | filecheck %s --check-prefix=TRAILING-OPT
+// TRAILING-OPT: tr-opt: error: invalid pass pipeline: Expected pass name here (in 'cse,arch-expand{fuse=true},')
+// RUN: not tr-opt %s --pass-pipeline='builtin.module(arch-plan,)' 2>&1 | filecheck %s --check-prefix=TRAILING-PP
+// TRAILING-PP: tr-opt: error: invalid pass pipeline: empty pass name in pipeline 'builtin.module(arch-plan,)'
+
 // RUN: not tr-opt %s --pass-pipeline='builtin.module(cse' 2>&1 | filecheck %s --check-prefix=UNCLOSED
 // UNCLOSED:     tr-opt: error: invalid pass pipeline: missing ')' closing 'builtin.module(' in 'builtin.module(cse'
 // UNCLOSED-NOT: Traceback

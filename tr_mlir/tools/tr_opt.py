@@ -19,9 +19,12 @@
 * guards for holes of the xDSL 0.74 parser and verifier (:class:`TrParser`,
   :func:`check_dominance`): integer types wider than MLIR's limit (their value range is computed
   as ``1 << width``, which for ``i99999999999`` allocates gigabytes and seems to hang), regions
-  nested too deeply for the recursive-descent parser (``RecursionError``), float literals out of
-  their type's range (``OverflowError``), parser recursion errors in general, an empty input (MLIR
-  reads it as an empty module) and the missing dominance check (a use before its definition).
+  nested too deeply for the recursive-descent parser (``RecursionError``), numeric literals their
+  type cannot hold (xDSL raised ``OverflowError`` for ``1.0e39 : f32``, read ``1.0e400`` as
+  infinity, kept ``10^23 : index`` and failed inside ``dense<[300]> : tensor<1xi8>``: each is a
+  parse error at the literal, :func:`literal_problem`), parser recursion errors in general, an
+  empty input (MLIR reads it as an empty module) and the missing dominance check (a use before its
+  definition).
 
 With ``--verify-diagnostics`` / ``--parsing-diagnostics`` the behaviour is xDSL's: diagnostics of
 each ``--split-input-file`` chunk are printed to stdout and the exit code is 0.
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import re
 import sys
@@ -44,14 +48,29 @@ from typing import IO, Any, NoReturn, Union, get_args, get_origin, get_type_hint
 
 from xdsl.context import Context
 from xdsl.dialects import get_all_dialects as get_xdsl_dialects
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import (
+    AnyFloat,
+    ComplexType,
+    DenseArrayBase,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    ModuleOp,
+)
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, Region, SSAValue
 from xdsl.irdl.dominance import DominanceInfo
 from xdsl.parser import Parser, ParserState
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.printer import Printer
 from xdsl.transforms import get_all_passes as get_xdsl_passes
-from xdsl.utils.arg_spec import ArgSpec, _convert_arg_to_type, parse_pipeline
+from xdsl.utils.arg_spec import (
+    ArgSpec,
+    PipelineLexer,
+    SpecTokenKind,
+    _convert_arg_to_type,
+    parse_pipeline,
+)
 from xdsl.utils.exceptions import (
     ArgSpecParseError,
     DiagnosticException,
@@ -59,8 +78,8 @@ from xdsl.utils.exceptions import (
     ParseError,
     VerifyException,
 )
-from xdsl.utils.lexer import Input, Span
-from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind
+from xdsl.utils.lexer import Input, Position, Span
+from xdsl.utils.mlir_lexer import MLIRLexer, MLIRToken, MLIRTokenKind
 from xdsl.utils.target import Target
 from xdsl.xdsl_opt_main import xDSLOptMain
 
@@ -211,6 +230,22 @@ def _option_types(hint: Any) -> tuple[Any, ...]:
     return tuple(a for a in args if a is not NoneType)
 
 
+def parse_pass_specs(spec: str) -> tuple[ArgSpec, ...]:
+    """The pass specs of an xDSL pipeline (``p1,p2{k=v}``): xDSL's ``parse_pipeline``, which also
+    accepts a trailing comma (``arch-plan,``: it stops at the end of the input where a pass name
+    must follow). That is a syntax error here, as in ``--pass-pipeline`` and as a leading or a
+    doubled comma already is in xDSL: ``ArgSpecParseError`` "Expected pass name here" at the end.
+    """
+    specs = tuple(parse_pipeline(spec))
+    lexer = PipelineLexer(spec)
+    last = None
+    while (token := lexer.lex()).kind is not SpecTokenKind.EOF:
+        last = token
+    if last is not None and last.kind is SpecTokenKind.COMMA:
+        raise ArgSpecParseError(token, "Expected pass name here")
+    return specs
+
+
 def build_passes(available: dict[str, Callable[[], type[ModulePass]]], spec: str) -> tuple[ModulePass, ...]:
     """The passes of an xDSL pipeline spec (``p1,p2{k=v}``), like ``PassPipeline.parse_spec``,
     with MLIR's rules and messages for options:
@@ -222,9 +257,9 @@ def build_passes(available: dict[str, Callable[[], type[ModulePass]]], spec: str
       the value: ``pass 'arch-plan': option 'fuse' expects true or false, got 'maybe'``.
 
     Raises ``ValueError`` for unknown passes (xDSL's message), :class:`TrOptError` for bad
-    options and ``ArgSpecParseError`` for syntax errors.
+    options and ``ArgSpecParseError`` for syntax errors (:func:`parse_pass_specs`).
     """
-    specs = tuple(parse_pipeline(spec))
+    specs = parse_pass_specs(spec)
     unknown = [p.name for p in specs if p.name not in available]
     if unknown:
         raise ValueError(f"Unrecognized passes: {unknown}")
@@ -266,8 +301,54 @@ def build_passes(available: dict[str, Callable[[], type[ModulePass]]], spec: str
 # --------------------------------------------------------------------------------------
 
 
+INDEX_RANGE = (-(1 << 63), 1 << 63)
+"""Values an ``index`` literal may take, ``[min, max + 1)``: MLIR's index is a signed 64-bit
+integer (``IndexType::kInternalStorageBitWidth``); xDSL 0.74 checks nothing (10^23 is kept)."""
+
+
+def _float_problem(value: float, type: Any) -> str | None:
+    """Why the finite ``value`` has no finite value in the float ``type`` (it rounds to infinity,
+    or to NaN in a format without infinities; it is negative for an unsigned format), else
+    ``None``. f80 and f128 hold any Python float (xDSL keeps it as is)."""
+    try:
+        stored = type.unpack(type.pack((value,)), 1)[0]
+    except NotImplementedError:
+        return None
+    except OverflowError:
+        stored = math.inf
+    except ValueError as e:  # a negative value of an unsigned format
+        return str(e)
+    return None if math.isfinite(stored) else f"it is above the largest finite {type}"
+
+
+def literal_problem(value: Any, type: Any) -> str | None:
+    """Why the parsed literal ``value`` has no value of type ``type`` (the element type of an
+    attribute), as a note for the diagnostic; ``None`` when it has one. Integer types keep xDSL's
+    ranges (a signless integer holds its signed and unsigned values), ``index`` is a signed
+    64-bit integer (:data:`INDEX_RANGE`), a float type must hold the value as a finite number."""
+    if isinstance(type, ComplexType):
+        parts = value if isinstance(value, tuple) else (value,)
+        return next((why for part in parts if (why := literal_problem(part, type.element_type))), None)
+    if isinstance(type, IntegerType | IndexType):
+        if not isinstance(value, int):
+            return None
+        low, high = type.value_range() if isinstance(type, IntegerType) else INDEX_RANGE
+        if low <= value < high:
+            return None
+        return f"{type} holds {low} to {high - 1}"
+    if isinstance(type, AnyFloat) and isinstance(value, int | float):
+        try:
+            as_float = float(value)
+        except OverflowError:
+            return "it is above the largest finite f64, the widest float tr-opt can hold"
+        if math.isfinite(as_float):
+            return _float_problem(as_float, type)
+    return None
+
+
 class TrLexer(MLIRLexer):
-    """xDSL's MLIR lexer without its exponential string-literal regex.
+    """xDSL's MLIR lexer without its exponential string-literal regex, and with decimal float
+    literals beyond f64 (``1.0e400``, read as infinity by xDSL) a parse error at the literal.
 
     xDSL 0.74 matches string literals with ``"(?:[^"...]+|\\...)*"``: a repeated group of
     repeated characters, so an unterminated literal (``"abc`` up to the end of the line)
@@ -280,6 +361,18 @@ class TrLexer(MLIRLexer):
         r'"(?:[^"\\\n\v\f]|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*"'
     )
 
+    def _lex_number(self, start_pos: Position) -> MLIRToken:
+        """xDSL's number lexer; a decimal float literal too large for a Python float (``1.0e400``,
+        which xDSL reads as infinity) is a parse error at the literal."""
+        token = super()._lex_number(start_pos)
+        if token.kind is MLIRTokenKind.FLOAT_LIT and math.isinf(float(token.text)):
+            raise ParseError(
+                token.span,
+                f"float literal {token.text} is out of range: its magnitude is above the largest "
+                f"finite f64 ({sys.float_info.max:.17g}), the widest float tr-opt can hold",
+            )
+        return token
+
 
 class TrParser(Parser):
     """xDSL's MLIR parser with the guards tr-opt needs (DESIGN section 6).
@@ -289,8 +382,10 @@ class TrParser(Parser):
     * regions nested deeper than :data:`MAX_REGION_DEPTH` are a parse error at the ``{``, and any
       other ``RecursionError`` while parsing (deeply nested attributes or types) a parse error at
       the token where it happened;
-    * a numeric literal that overflows its type (``1.0e39 : f32``) is a parse error at the literal
-      instead of an ``OverflowError``;
+    * a numeric literal its type cannot hold is a parse error at the literal (the element of a
+      dense literal, the whole dense array): a decimal float beyond f64 (:class:`TrLexer`), a float
+      beyond its type's largest finite value, an integer outside its type's range (``index`` is
+      signed 64-bit, as in MLIR); see :func:`literal_problem`;
     * an input without operations (empty or only comments) is an empty module, as in MLIR;
     * the position of every parsed op's name is kept in :attr:`op_spans`, so diagnostics raised
       later (verifier, passes) can point at ``file:line:col``.
@@ -419,15 +514,85 @@ class TrParser(Parser):
     # -- numeric literals ---------------------------------------------------------------
 
     def parse_optional_builtin_int_or_float_attr(self):  # type: ignore[override]
+        """xDSL's ``<number> : <type>``; a value its type cannot hold is a parse error at the
+        literal. xDSL raises ``OverflowError`` for ``1.0e39 : f32`` and a location-less
+        ``VerifyException`` for ``300 : i8``, makes ``1.0e39 : bf16`` infinite and keeps
+        ``10^23 : index`` (MLIR's index is 64 bits). A hexadecimal float is a bit pattern and may
+        be infinite."""
+        start = self.pos
+        hexadecimal = self._current_token.text[:2] in ("0x", "0X")
+        try:
+            attr = super().parse_optional_builtin_int_or_float_attr()
+        except (OverflowError, ValueError, VerifyException):
+            if (problem := self._typed_literal_problem(start, hexadecimal)) is None:
+                raise
+        else:
+            if isinstance(attr, FloatAttr) and not hexadecimal and math.isinf(attr.value.data):
+                problem = f"it is above the largest finite {attr.type}"
+            elif isinstance(attr, IntegerAttr) and isinstance(attr.type, IndexType):
+                problem = literal_problem(attr.value.data, attr.type)
+            else:
+                problem = None
+            if problem is None:
+                return attr
+        end = self._current_token.span.start
+        text = self.lexer.input.content[start:end].strip()
+        self.raise_error(
+            f"numeric literal out of range for its type: '{text}' ({problem})", start, start + len(text)
+        )
+
+    def _typed_literal_problem(self, start: Position, hexadecimal: bool) -> str | None:
+        """Read ``<number> : <type>`` at ``start`` again (after xDSL failed to build it) and say
+        why the number has no value of the type (:func:`literal_problem`), else ``None``."""
+        self._resume_from(start)
+        value = self.parse_optional_number()
+        if value is None or self._current_token.kind != MLIRTokenKind.COLON:
+            return None
+        type = self._parse_attribute_type()
+        if hexadecimal and isinstance(type, AnyFloat) and isinstance(value, int):
+            bits = type.bitwidth
+            return None if value < 1 << bits else f"a hexadecimal {type} is a pattern of {bits} bits"
+        return literal_problem(value, type)
+
+    @dataclass
+    class _TensorLiteralElement(Parser._TensorLiteralElement):
+        """An element of a ``dense<...>`` literal whose conversion to the element type checks
+        the range (xDSL raises a ``ValueError`` without location for ``dense<300> :
+        tensor<1xi8>``, a ``struct.error`` for an index or complex part, infinity for bf16)."""
+
+        def to_type(self, parser: Any, type: Any) -> Any:
+            try:
+                value = super().to_type(parser, type)
+            except OverflowError:  # an integer too large for a float
+                value = self.value
+            if (problem := literal_problem(value, type)) is not None:
+                parser.raise_error(
+                    f"value {self.span.text} is out of range for the element type {type} of the "
+                    f"dense literal ({problem})",
+                    at_position=self.span,
+                )
+            return value
+
+    def _parse_builtin_densearray_attr(self) -> DenseArrayBase | None:
+        """xDSL's ``array<type: values>``, with a float value out of range for the element type
+        a parse error at the attribute (xDSL raises ``OverflowError`` for f32 and makes bf16
+        infinite; integers are already checked, each at its literal)."""
         start = self.pos
         try:
-            return super().parse_optional_builtin_int_or_float_attr()
+            attr = super()._parse_builtin_densearray_attr()
         except OverflowError:
-            end = self._current_token.span.start
-            text = self.lexer.input.content[start:end].strip()
-            self.raise_error(
-                f"numeric literal out of range for its type: '{text}'", start, max(end, start + 1)
-            )
+            end = self._current_token.span.end
+            self._resume_from(start)  # read the element type again, for the message
+            self.parse_characters("<")
+            elt = self.parse_attribute()
+            self.raise_error(f"value out of range for the element type of this dense array (a "
+                             f"value is above the largest finite {elt})", start, end)
+        if attr is not None and isinstance(elt := attr.elt_type, AnyFloat):
+            for value in attr.get_values():
+                if not math.isfinite(value):
+                    self.raise_error(f"value out of range for the element type of this dense "
+                                     f"array (a value is above the largest finite {elt})", start, self.pos)
+        return attr
 
     def parse_optional_attribute(self):  # type: ignore[override]
         start = self.pos
