@@ -10,6 +10,13 @@ the target's operand is rewired through the new flatten (another reader of the s
 keeps the map). Shapes are deduced up to the target, the rule is read, and shapes are deduced
 from the target (or the new flatten) on; so the pass also runs on a graph without shapes.
 Idempotent.
+
+A flatten that is the model's first layer (its first op, reading the model input) is kept: the
+first layer reads the input buffers A/B and must be a flatten, conv, channel_padding or cbr
+(the seed's ``validate_first_layer``, checked by ``memplan-derive-shapes``). Deleting it left
+``seq(flatten(), fc(...))`` on a 1x1xC (or HxWx8k) input with the fc first, which the seed's rule
+never flattens again, so the model could not be compiled although its author wrote the flatten
+the compiler asks for; at HxWxC with C % 8 != 0 the rule put the same flatten back anyway.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
@@ -50,13 +58,19 @@ def needs_flatten(target: LayerOp) -> bool:
     return spatial
 
 
+def is_first_layer_flatten(model: ModelOp, op: Operation) -> bool:
+    """Whether ``op`` is a flatten that is ``model``'s first layer: its first op, reading the input."""
+    first = model.body.block.first_op
+    return op is first and isinstance(op, FlattenOp) and op.input is model.input_value
+
+
 def normalize_flatten(model: ModelOp) -> FlattenOp | None:
     """Apply the rule of the module doc to ``model``; returns the inserted flatten, if any.
 
     Raises ``PassFailedException`` when shape deduction fails (e.g. a softmax_ce whose input
     does not have num_classes channels once flattened)."""
     for op in body_ops(model):
-        if isinstance(op, FlattenOp):
+        if isinstance(op, FlattenOp) and not is_first_layer_flatten(model, op):
             forward_and_erase(op)
     target = flatten_target(model)
     if target is None:
@@ -75,8 +89,9 @@ def normalize_flatten(model: ModelOp) -> FlattenOp | None:
 
 @dataclass(frozen=True)
 class ArchNormalizeFlattenPass(ModulePass):
-    """Remove every ``arch.flatten`` of every ``arch.model`` and insert one before the first
-    fc (or the softmax_ce) when its input needs it (step 5, after step 6).
+    """Remove every ``arch.flatten`` of every ``arch.model`` but one that is the first layer and
+    insert one before the first fc (or the softmax_ce) when its input needs it (step 5, after
+    step 6).
 
     Fails at a tree-form op (run arch-expand first) and where shape deduction fails.
     """

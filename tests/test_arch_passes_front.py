@@ -260,8 +260,8 @@ def test_mlp_flatten_rule_7b(c: int, flattened: int | None) -> None:
 
 
 def test_user_flatten_is_replaced_on_true_shapes() -> None:
-    """`seq(flatten(), fc(10))` at 28x28x1: removed and put back (the seed's stale shapes
-    would drop it, facts 3.7)."""
+    """`seq(flatten(), fc(10))` at 28x28x1: the flatten is the first layer and stays, where the
+    seed deletes it and, reading stale shapes, puts none back (facts 3.7)."""
     module = front(model(seq(_layer(FlattenOp), fc(10)), (28, 28, 1), 10))
     assert kinds(module) == ["Flatten", "FC", "SoftmaxCE"]
     assert shapes(layers_of(module, FcOp)[0])[0] == (1, 1, 784)

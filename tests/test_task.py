@@ -491,3 +491,53 @@ def test_batch_norm_over_one_sample_is_refused_at_compile_time_and_drop_last_fix
     assert task.epoch_samples(17, drop_last=True) == 16 and task.epoch_samples(17) == 17
     with pytest.raises(tr_mlir.TaskError, match="leaves no batch"):
         task.epoch_samples(7, drop_last=True)
+
+
+@pytest.mark.parametrize("shape,net", [
+    ((4, 8, 1), lambda: bp.seq(bp.cbr(8, 3, 1, 1), bp.gap_fc(10, True))),
+    ((8, 4, 1), lambda: bp.seq(bp.conv(8, 3, 1, 1), bp.relu(), bp.flatten(), bp.fc(10, True))),
+    ((6, 10, 3), lambda: bp.seq(bp.cbr(8, 3, 1, 1), bp.maxpool(2, 2, 0), bp.gap_fc(10, True))),
+])
+def test_non_square_inputs_train_and_predict(shape, net):
+    """Issue 15, item 1: (4, 8, 1) planned its input buffer as 4x4 (a raw NumPy broadcast error at
+    the first step), (8, 4, 1) with a 3x3 conv failed to compile (an im2col workspace sized for
+    8x8). Both train, evaluate and predict, at the model's (H, W)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6, *shape)).astype(np.float32)
+    y = rng.integers(0, 10, 6)
+    task = Task(net(), shape, 10, 2)
+    task.compile(6, 6)
+    data = task.exe.tensors[task.exe.ids["data_a"]]
+    assert tuple(data.shape[1:3]) == shape[:2]
+    losses = [task.train_step(x[i:i + 2], y[i:i + 2]) for i in (0, 2, 4)]
+    assert all(0.5 < loss < 10 for loss in losses)
+    assert task.predict(x).shape == (6, 10)
+    assert 0 <= task.evaluate(x, y)["top1"] <= 1
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+@pytest.mark.parametrize("net", [
+    lambda: bp.seq(bp.flatten(), bp.fc(10, True)),
+    lambda: bp.seq(bp.flatten(), bp.relu(), bp.fc(10, True)),
+], ids=["flatten-fc", "flatten-relu-fc"])
+def test_leading_flatten_trains_on_a_1x1_input_like_on_2x2(net, fuse):
+    """Issue 15, item 6: `seq(flatten(), fc(...))` on 1x1xC was refused ("'arch.fc' op cannot be
+    the first layer"): arch-normalize-flatten deleted the user's flatten and, the input not being
+    spatial, put none back. On 1x1x4 it trains exactly as on 2x2x1 (the same four features)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 2, 2, 1)).astype(np.float32)
+    y = rng.integers(0, 10, 8)
+    runs = []
+    for shape in ((2, 2, 1), (1, 1, 4)):
+        task = Task(net(), shape, 10, 4, fuse=fuse, seed=0)
+        task.compile(8, 8)
+        xs = x.reshape(8, *shape)
+        losses = [task.train_step(xs[i:i + 4], y[i:i + 4]) for i in (0, 4, 0)]
+        runs.append((losses, task.parameters(), task.predict(xs)))
+    (losses_2x2, params_2x2, probs_2x2), (losses_1x1, params_1x1, probs_1x1) = runs
+    assert all(math.isfinite(loss) for loss in losses_1x1)
+    assert losses_1x1 == losses_2x2
+    assert [n for n, _ in params_1x1] == ["fc0.weight", "fc0.bias"]
+    for (_, a), (_, b) in zip(params_1x1, params_2x2):
+        assert np.array_equal(a, b)
+    assert np.array_equal(probs_1x1, probs_2x2)

@@ -22,7 +22,7 @@ arch.model @mlp input(28, 28, 1) num_classes = 10 {
 
 // -----
 
-// C a multiple of 8: the fc reads the map directly, and a user's flatten is removed.
+// C a multiple of 8: the fc reads the map directly (facts 7(b)); no flatten is inserted.
 
 // CHECK-LABEL: arch.model @fc_reads_map
 // CHECK-NEXT:  ^{{.*}}(%[[X:.*]]: tensor<?x28x28x8xf32>):
@@ -30,10 +30,46 @@ arch.model @mlp input(28, 28, 1) num_classes = 10 {
 // CHECK-NEXT:    arch.softmax_ce
 arch.model @fc_reads_map input(28, 28, 8) num_classes = 10 {
 ^bb0(%x: tensor<?x28x28x8xf32>):
-  %0 = arch.flatten %x : tensor<?x28x28x8xf32> -> tensor<?x1x1x6272xf32>
-  %1 = arch.fc %0 out_features = 10 : tensor<?x1x1x6272xf32> -> tensor<?x1x1x10xf32>
-  %2 = arch.softmax_ce %1 num_classes = 10 : tensor<?x1x1x10xf32> -> tensor<?x1x1x10xf32>
-  arch.output %2 : tensor<?x1x1x10xf32>
+  %0 = arch.fc %x out_features = 10 : tensor<?x28x28x8xf32> -> tensor<?x?x?x?xf32>
+  %1 = arch.softmax_ce %0 num_classes = 10 : tensor<?x?x?x?xf32> -> tensor<?x?x?x?xf32>
+  arch.output %1 : tensor<?x?x?x?xf32>
+}
+
+// -----
+
+// A user's flatten that is the first layer is kept: the first layer must be a flatten, conv,
+// channel_padding or cbr, and without it the fc would be first. At 1x1x5 (not spatial) and at
+// 28x28x8 (C % 8 == 0) the rule would not put it back; a second flatten is removed.
+
+// CHECK-LABEL: arch.model @first_layer_flatten_1x1
+// CHECK-NEXT:  ^{{.*}}(%[[X:.*]]: tensor<?x1x1x5xf32>):
+// CHECK-NEXT:    %[[F:.*]] = arch.flatten %[[X]] : tensor<?x1x1x5xf32> -> tensor<?x1x1x5xf32>
+// CHECK-NEXT:    arch.fc %[[F]] out_features = 10 : tensor<?x1x1x5xf32> -> tensor<?x1x1x10xf32>
+// CHECK-NEXT:    arch.softmax_ce
+// CHECK-LABEL: arch.model @first_layer_flatten_c8
+// CHECK-NEXT:  ^{{.*}}(%[[X:.*]]: tensor<?x28x28x8xf32>):
+// CHECK-NEXT:    %[[F:.*]] = arch.flatten %[[X]] : tensor<?x28x28x8xf32> -> tensor<?x1x1x6272xf32>
+// CHECK-NEXT:    %[[R:.*]] = arch.relu %[[F]] : tensor<?x1x1x6272xf32> -> tensor<?x1x1x6272xf32>
+// CHECK-NEXT:    arch.fc %[[R]] out_features = 10 : tensor<?x1x1x6272xf32> -> tensor<?x1x1x10xf32>
+// CHECK-NEXT:    arch.softmax_ce
+// CHECK-NOT:     arch.flatten
+builtin.module {
+  arch.model @first_layer_flatten_1x1 input(1, 1, 5) num_classes = 10 {
+  ^bb0(%x: tensor<?x1x1x5xf32>):
+    %0 = arch.flatten %x : tensor<?x1x1x5xf32> -> tensor<?x?x?x?xf32>
+    %1 = arch.fc %0 out_features = 10 : tensor<?x?x?x?xf32> -> tensor<?x?x?x?xf32>
+    %2 = arch.softmax_ce %1 num_classes = 10 : tensor<?x?x?x?xf32> -> tensor<?x?x?x?xf32>
+    arch.output %2 : tensor<?x?x?x?xf32>
+  }
+  arch.model @first_layer_flatten_c8 input(28, 28, 8) num_classes = 10 {
+  ^bb0(%x: tensor<?x28x28x8xf32>):
+    %0 = arch.flatten %x : tensor<?x28x28x8xf32> -> tensor<?x1x1x6272xf32>
+    %1 = arch.relu %0 : tensor<?x1x1x6272xf32> -> tensor<?x1x1x6272xf32>
+    %2 = arch.flatten %1 : tensor<?x1x1x6272xf32> -> tensor<?x1x1x6272xf32>
+    %3 = arch.fc %2 out_features = 10 : tensor<?x1x1x6272xf32> -> tensor<?x1x1x10xf32>
+    %4 = arch.softmax_ce %3 num_classes = 10 : tensor<?x1x1x10xf32> -> tensor<?x1x1x10xf32>
+    arch.output %4 : tensor<?x1x1x10xf32>
+  }
 }
 
 // -----
