@@ -543,7 +543,9 @@ class VariantOp(_ProgramChild):
     """One of the six variants: its batch, resolution, max resolution (sizes the input buffers),
     input channels, amp; after phase 5 the links to its plan and graphs.
 
-    Val variants have no train graph.
+    ``res`` / ``max_res`` are heights; a model with a non-square input (H != W) also records the
+    widths ``width`` / ``max_width`` (absent: the width equals the height). Val variants have no
+    train graph.
     """
 
     name = "memplan.variant"
@@ -551,6 +553,8 @@ class VariantOp(_ProgramChild):
     batch = prop_def(IntegerAttr[I64])
     res = prop_def(IntegerAttr[I64])
     max_res = prop_def(IntegerAttr[I64])
+    width = opt_prop_def(IntegerAttr[I64])
+    max_width = opt_prop_def(IntegerAttr[I64])
     channels = prop_def(IntegerAttr[I64])
     amp = opt_prop_def(UnitAttr)
     plan = opt_prop_def(SymbolRefAttr)
@@ -558,12 +562,13 @@ class VariantOp(_ProgramChild):
     infer = opt_prop_def(SymbolRefAttr)
     traits = lazy_traits_def(lambda: (HasParent(ProgramOp), SymbolOpInterface()))
     assembly_format = (
-        "$sym_name `batch` `=` $batch `res` `=` $res `max_res` `=` $max_res `channels` `=` $channels "
+        "$sym_name `batch` `=` $batch `res` `=` $res (`width` `=` $width^)? `max_res` `=` $max_res "
+        "(`max_width` `=` $max_width^)? `channels` `=` $channels "
         "(`amp` $amp^)? (`plan` $plan^)? (`train` $train^)? (`infer` $infer^)? attr-dict"
     )
 
     def __init__(self, name: str, *, batch: int, res: int, max_res: int, channels: int,
-                 amp: bool = False):
+                 amp: bool = False, width: int | None = None, max_width: int | None = None):
         props: dict[str, Attribute] = {
             "sym_name": StringAttr(name),
             "batch": IntegerAttr(batch, i64),
@@ -571,6 +576,9 @@ class VariantOp(_ProgramChild):
             "max_res": IntegerAttr(max_res, i64),
             "channels": IntegerAttr(channels, i64),
         }
+        if (width is not None and width != res) or (max_width is not None and max_width != max_res):
+            props["width"] = IntegerAttr(res if width is None else width, i64)
+            props["max_width"] = IntegerAttr(max_res if max_width is None else max_width, i64)
         if amp:
             props["amp"] = UnitAttr()
         super().__init__(properties=props)
@@ -592,6 +600,18 @@ class VariantOp(_ProgramChild):
         return self.max_res.value.data
 
     @property
+    def hw(self) -> tuple[int, int]:
+        """``(H, W)`` of the variant's input (its resolution; W = H for a square input)."""
+        h = self.resolution
+        return h, (self.width.value.data if self.width is not None else h)
+
+    @property
+    def max_hw(self) -> tuple[int, int]:
+        """``(H, W)`` of the input buffers (the largest resolution of the six variants)."""
+        h = self.max_resolution
+        return h, (self.max_width.value.data if self.max_width is not None else h)
+
+    @property
     def num_channels(self) -> int:
         return self.channels.value.data
 
@@ -609,6 +629,11 @@ class VariantOp(_ProgramChild):
         if self.max_resolution < self.resolution:
             raise _fail(self, f"expected max_res >= res, got max_res = {self.max_resolution} < "
                               f"res = {self.resolution}")
+        if (self.width is None) != (self.max_width is None):
+            raise _fail(self, "expected width and max_width together (a non-square input) or neither")
+        (_, w), (_, mw) = self.hw, self.max_hw
+        if w <= 0 or mw < w:
+            raise _fail(self, f"expected 0 < width <= max_width, got width = {w}, max_width = {mw}")
         if not is_train_variant(self.variant_name) and self.train is not None:
             raise _fail(self, f"expected no train graph on validation variant '{self.variant_name}' "
                               f"(val variants only run inference), got {self.train}")

@@ -331,9 +331,9 @@ class Executable:
         """Shape of DTensor ``t``'s view in ``variant``: its plan shape, except that input data
         buffers (sized for the largest resolution) are viewed at the variant's resolution."""
         v = self.variants[variant]
-        if t.region in _DATA_REGIONS and v.resolution < v.max_resolution:
+        if t.region in _DATA_REGIONS and v.hw != v.max_hw:
             n, _, _, c = t.shape
-            return (n, v.resolution, v.resolution, c)
+            return (n, *v.hw, c)
         return tuple(t.shape)
 
     def view(self, tid: int | str, variant: int = 0) -> Any:

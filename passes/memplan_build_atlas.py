@@ -35,7 +35,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from tr_mlir.dialects.arch import ModelOp
-from tr_mlir.dialects.memplan import VARIANTS, AtlasOp, GraphId, GraphOp, ProgramOp, is_train_variant
+from tr_mlir.dialects.memplan import VARIANTS, AtlasOp, GraphId, GraphOp, ProgramOp, VariantOp, is_train_variant
 from tr_mlir.passes._descriptors_program import fail, model_programs
 from tr_mlir.passes.memplan_build_graph import INFER_GRAPH, TRAIN_GRAPH
 
@@ -51,10 +51,11 @@ TRAIN_STEP_GRAPHS: frozenset[GraphId] = frozenset({
 Key = tuple[str, GraphId, tuple[int, int, int, int], str]
 
 
-def shape_id(model: ModelOp, batch: int, res: int, channels: int) -> tuple[int, int, int, int]:
-    """A variant's ShapeId ``(N, H, W, C)`` (the seed's ``get_shape_id``)."""
-    h, w, _ = model.input_hwc
-    return (batch, res, res, channels) if h == w else (batch, h, w, channels)
+def shape_id(variant: VariantOp) -> tuple[int, int, int, int]:
+    """A variant's ShapeId ``(N, H, W, C)`` (the seed's ``get_shape_id``; W is the variant's
+    width, which a non-square input keeps in its aspect ratio)."""
+    h, w = variant.hw
+    return (variant.batch_size, h, w, variant.num_channels)
 
 
 def build_atlas(model: ModelOp, program: ProgramOp) -> AtlasOp:
@@ -84,7 +85,7 @@ def build_atlas(model: ModelOp, program: ProgramOp) -> AtlasOp:
             if gid.shape_invariant:
                 shape, plan = SHAPE_INVARIANT_ID, base_plan
             else:
-                shape = shape_id(model, v.batch_size, v.resolution, v.num_channels)
+                shape = shape_id(v)
                 plan = v.plan.root_reference.data  # type: ignore[union-attr]
             key = (graph.graph_name, gid, shape)
             if key not in keys:

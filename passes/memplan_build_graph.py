@@ -208,8 +208,7 @@ class _Builder:
             fail(self.program, f"'memplan.program' op has {len(descs)} 'memplan.descs' for {len(ops)} layers of "
                                f"@{self.model.sym_name.data}; rerun memplan-derive-shapes")
         variant: VariantOp = self.program.variants()[0]
-        h, w, _ = self.model.input_hwc
-        res = (variant.resolution, variant.resolution) if h == w else (h, w)
+        res = variant.hw
         shapes: dict[SSAValue, Shape] = {
             self.model.input_value: (variant.batch_size, *res, variant.num_channels)}
         out: list[_Layer] = []

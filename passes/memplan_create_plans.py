@@ -9,7 +9,7 @@ shapes differ):
    last_train_batch_size, last_val_batch_size, accum_loss, accum_top1, accum_top5``, then the
    optimizer scalars (``beta`` unless plain SGD; ``wd`` always: the seed drops it for plain SGD,
    DESIGN section 7; Adam: ``beta2, eps, step, bias_corr1, bias_corr2``; LARS: ``tc, eps``), then
-   ``dropout_seed``, ``bn_epsilon``, ``bn_momentum``. Input data is ``{B, max_res, max_res, C}``,
+   ``dropout_seed``, ``bn_epsilon``, ``bn_momentum``. Input data is ``{B, max_res, max_width, C}``,
    fp16 in AMP;
 2. per layer (``memplan.descs`` order), its tensors named ``l<layer>.<name>`` with the phase-2
    slots, then the optimizer buffers of its parameters (W_BN_BIAS .. W_DEEP_CONV): one ``.m``
@@ -126,7 +126,7 @@ def baseline(table: _Table, spec: SpecOp, variants: list[VariantOp], amp: bool, 
         table.add(_Row(name, region, dtype, shapes, slot, init, value))
 
     labels = [(b, 1, 1, 1) for b in batches]
-    data = [(v.batch_size, v.max_resolution, v.max_resolution, v.num_channels) for v in variants]
+    data = [(v.batch_size, *v.max_hw, v.num_channels) for v in variants]
     scalar = [SCALAR] * len(variants)
     add("label_a", MemRegion.I_A_LABEL, "i32", labels)
     add("data_a", MemRegion.I_A_DATA, data_dt, data)

@@ -10,7 +10,9 @@ batch_size`` (or ``batch_size`` when that is 0), for the train and the val set; 
 ``train_last`` run at ``train_res``, the lowres pair at ``train_res_end`` (for real: the seed ignores
 it, DESIGN section 7), the val pair at ``val_res``; ``max_res`` is the largest of the three (it sizes
 the input buffers); ``channels`` is the model's input C (already rounded up to 4 in AMP by
-``arch-align-amp-input``).
+``arch-align-amp-input``). Resolutions are heights: a non-square input (H != W) keeps its aspect
+ratio in every variant (width ``res * W / H``, which must be whole), recorded as the variants'
+``width`` / ``max_width``.
 
 Options (each, when given, first rewrites the spec field it names; without an existing
 ``memplan.spec`` the three sizes are required): ``batch_size`` (per process), ``train_size``,
@@ -21,8 +23,8 @@ adam, adamw, lars, lars-nesterov; default momentum), ``target`` (cpu or cuda; de
 Diagnostics: bad spec values; a first layer other than flatten, conv, channel_padding or cbr (the
 seed's ``validate_first_layer``) or another layer reading the model input; batch norms with
 different eps/momentum (they share the BN range-op scalars); a batch norm of a training variant
-over one value per channel (batch 1 on a 1x1 map: zero variance, refused as PyTorch does); shape errors of a variant's
-resolution; the seed's three cross-variant consistency checks (tensor count, region, name) and a
+over one value per channel (batch 1 on a 1x1 map: zero variance, refused as PyTorch does); a
+resolution that gives a non-square input no whole width; shape errors of a variant's resolution; the seed's three cross-variant consistency checks (tensor count, region, name) and a
 fourth: every parameter-like tensor (W, G, M, V, A, N, E, B regions) has one shape in all six
 variants (DESIGN section 4).
 
@@ -34,6 +36,7 @@ computed before being added), in the gradient-slot region.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -71,13 +74,22 @@ PARAMETER_PREFIXES = ("W_", "G_", "M_", "V_", "A_", "N_", "E_", "B_")
 
 @dataclass(frozen=True)
 class VariantSpec:
-    """One variant: name, batch, resolution, max resolution, input channels."""
+    """One variant: name, batch, resolution (height), max resolution, input channels, and the
+    widths that go with the two heights (equal to them for a square input)."""
 
     name: str
     batch: int
     res: int
     max_res: int
     channels: int
+    width: int = 0
+    max_width: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.width:
+            object.__setattr__(self, "width", self.res)
+        if not self.max_width:
+            object.__setattr__(self, "max_width", self.max_res)
 
 
 def last_batch(size: int, world_size: int, batch_size: int) -> int:
@@ -86,15 +98,34 @@ def last_batch(size: int, world_size: int, batch_size: int) -> int:
     return per_rank % batch_size or batch_size
 
 
-def variant_specs(spec: SpecOp, channels: int) -> list[VariantSpec]:
-    """The six variants of a spec, in the seed's order (facts sheet section 1)."""
+def variant_width(res: int, input_hw: tuple[int, int]) -> int | None:
+    """The width of a variant at resolution (height) ``res`` for a model input ``(H, W)``: the
+    input's aspect ratio kept, ``res * W / H``; ``None`` when that is not a whole number."""
+    h, w = input_hw
+    return res * w // h if (res * w) % h == 0 else None
+
+
+def variant_specs(spec: SpecOp, channels: int, input_hw: tuple[int, int] | None = None) -> list[VariantSpec]:
+    """The six variants of a spec, in the seed's order (facts sheet section 1). The spec's
+    resolutions are heights; with ``input_hw`` (the model's input ``(H, W)``) each variant's width
+    keeps the input's aspect ratio (:func:`variant_width`; a square input: width = height).
+    Raises ``ValueError`` when a resolution gives no whole width."""
     bs, world = spec.value("batch_size"), spec.value("world_size")
     lt = last_batch(spec.value("train_size"), world, bs)
     lv = last_batch(spec.value("val_size"), world, bs)
     r0, r1, rv = spec.value("train_res"), spec.value("train_res_end"), spec.value("val_res")
     mx = max(r0, r1, rv)
+    hw = input_hw or (1, 1)
+    widths = {}
+    for key, r in (("train_res", r0), ("train_res_end", r1), ("val_res", rv)):
+        w = variant_width(r, hw)
+        if w is None or w < 1:
+            raise ValueError(f"{key} = {r} gives no whole width for the {hw[0]}x{hw[1]} input (the width "
+                             f"keeps the aspect ratio: {r} * {hw[1]} / {hw[0]}); use a multiple of "
+                             f"{hw[0] // math.gcd(*hw)}")
+        widths[r] = w
     table = ((bs, r0), (lt, r0), (bs, r1), (lt, r1), (bs, rv), (lv, rv))
-    return [VariantSpec(name, b, r, mx, channels) for name, (b, r) in zip(VARIANTS, table)]
+    return [VariantSpec(name, b, r, mx, channels, widths[r], widths[mx]) for name, (b, r) in zip(VARIANTS, table)]
 
 
 @dataclass(frozen=True)
@@ -179,13 +210,7 @@ def _input_channels(model: ModelOp) -> int:
 
 
 def _variant_input(model: ModelOp, v: VariantSpec) -> Shape:
-    h, w, c = model.input_hwc
-    if h == w:
-        return (v.batch, v.res, v.res, _input_channels(model))
-    if v.res != h:
-        fail(model, f"'{model.name}' op has a non-square input ({h} x {w}); variant {v.name} needs "
-                    f"resolution {h}, got {v.res}")
-    return (v.batch, h, w, _input_channels(model))
+    return (v.batch, v.res, v.width, _input_channels(model))
 
 
 def _first_layer_checks(model: ModelOp, ops: list[Operation]) -> None:
@@ -328,12 +353,17 @@ def derive(model: ModelOp, spec: SpecOp) -> ProgramOp:
     _first_layer_checks(model, ops)
     _bn_checks(ops)
     amp = bool(model.param("amp"))
-    variants = variant_specs(spec, _input_channels(model))
+    h, w, _ = model.input_hwc
+    try:
+        variants = variant_specs(spec, _input_channels(model), (h, w))
+    except ValueError as e:
+        fail(model, f"'{model.name}' op @{model.sym_name.data}: {e}")
     per_variant = [_plan_variant(model, ops, v, spec.target_kind) for v in variants]
     _consistency(ops, per_variant)
     _bn_sample_checks(ops, variants, per_variant)
     body: list[Operation] = [spec]
-    body += [VariantOp(v.name, batch=v.batch, res=v.res, max_res=v.max_res, channels=v.channels, amp=amp)
+    body += [VariantOp(v.name, batch=v.batch, res=v.res, max_res=v.max_res, channels=v.channels, amp=amp,
+                       width=v.width, max_width=v.max_width)
              for v in variants]
     for l, op in enumerate(ops):
         tensors: list[TensorDesc] = per_variant[0][l].tensors

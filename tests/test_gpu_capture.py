@@ -58,6 +58,7 @@ def _run(model, shape, device, *, amp=False, fuse=False, optimizer=None, schedul
 CONFIGS = [
     ("resnet_tiny sgd", "resnet_tiny", (8, 8, 1), {}),
     ("resnet_tiny fused amp", "resnet_tiny", (8, 8, 1), {"amp": True, "fuse": True}),
+    ("resnet_tiny 6x10 non-square", "resnet_tiny", (6, 10, 1), {}),
     ("depthwise_tiny adam", "depthwise_tiny", (8, 8, 1), {"optimizer": tr_mlir.optim.Adam(lr=1e-3, eps=1e-3, weight_decay=1e-4)}),
     ("depthwise_tiny amp", "depthwise_tiny", (8, 8, 1), {"amp": True}),
     ("lenet5 lars", "lenet5", (32, 32, 1), {"optimizer": tr_mlir.optim.LARS(lr=0.1, momentum=0.9, weight_decay=1e-4)}),

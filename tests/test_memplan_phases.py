@@ -273,3 +273,34 @@ def test_every_phase_takes_all_six_variants(res):
     xv = rng.standard_normal((9, res["val_res"], res["val_res"], 8)).astype(np.float32)
     ev = runner.evaluate(xv, rng.integers(0, 4, 9))
     assert ev.samples == 9 and 0.3 < ev.loss < 5.0
+
+
+NONSQUARE = """
+arch.model @wide input(4, 8, 2) num_classes = 4 {
+^bb0(%x: tensor<?x4x8x2xf32>):
+  %0 = arch.conv %x out_ch = 4 k = 3 p = 1 : tensor<?x4x8x2xf32> -> tensor<?x4x8x4xf32>
+  %1 = arch.relu %0 : tensor<?x4x8x4xf32> -> tensor<?x4x8x4xf32>
+  %2 = arch.gap %1 : tensor<?x4x8x4xf32> -> tensor<?x1x1x4xf32>
+  %3 = arch.softmax_ce %2 num_classes = 4 : tensor<?x1x1x4xf32> -> tensor<?x1x1x4xf32>
+  arch.output %3 : tensor<?x1x1x4xf32>
+}
+"""
+
+
+def test_non_square_variants_keep_the_aspect_ratio():
+    """Issue 15, item 1: a 4x8 input at train_res 4 (4x8), train_res_end 2 (2x4) and val_res 6
+    (6x12): the input buffers are planned at the largest (6x12), each variant's features at its
+    own (H, W); a resolution without a whole width is a diagnostic naming the fix."""
+    program = _run(NONSQUARE, train_res_end=2, val_res=6)
+    assert [v.hw for v in program.variants()] == [(4, 8), (4, 8), (2, 4), (2, 4), (6, 12), (6, 12)]
+    assert all(v.max_hw == (6, 12) for v in program.variants())
+    plan = program.plans()[0]
+    data = next(t for t in plan.tensors() if t.name == "data_a")
+    assert data.shape == (4, 6, 12, 2)
+    descs = program.descs()[0]
+    out = descs.tensor_names.index("conv_output")
+    assert [descs.shape(v, out)[1:3] for v in range(6)] == [(4, 8), (4, 8), (2, 4), (2, 4), (6, 12), (6, 12)]
+    assert "width = 8 max_res = 6 max_width = 12" in str(program)
+    with pytest.raises(PassFailedException, match=r"train_res_end = 3 gives no whole width for the 4x6 input "
+                                                  r"\(the width keeps the aspect ratio: 3 \* 6 / 4\); use a multiple of 2"):
+        _run(NONSQUARE.replace("input(4, 8, 2)", "input(4, 6, 2)").replace("4x8x", "4x6x"), train_res_end=3)

@@ -239,6 +239,19 @@ NETS = [
         lambda: nn.Sequential(*cbr_t(3, 8, 3, 1, 1), Inverted(8, 1, 8, 1), Inverted(8, 6, 16, 2),
                               Inverted(16, 6, 16, 1), *cbr_t(16, 32, 1, 1, 0), GAP(), Linear(32, 10)),
         (8, 8, 3), lambda lr: _sgd(lr, wd=1e-4), lr=0.1),
+    # non-square inputs (issue 15, item 1): H != W through convs, pools, strided blocks and flatten
+    Net("vgg_bn_8x12", lambda: bp.seq(bp.conv(8, 3, 1, 1), bp.bn(), bp.relu(), bp.maxpool(2, 2, 0),
+                                      bp.conv(16, 3, 1, 1), bp.bn(), bp.relu(), bp.maxpool(2, 2, 0),
+                                      bp.flatten(), bp.fc(32, True), bp.relu(), bp.fc(10, True)),
+        lambda: nn.Sequential(*cbr_t(3, 8, 3, 1, 1), Act(lambda x: F.max_pool2d(x, 2, 2)), *cbr_t(8, 16, 3, 1, 1),
+                              Act(lambda x: F.max_pool2d(x, 2, 2)), FlattenNHWC(), Linear(16 * 2 * 3, 32),
+                              Act(F.relu), Linear(32, 10)),
+        (8, 12, 3), lambda lr: _sgd(lr, decay_all=True)),
+    Net("resnet_6x10", lambda: bp.seq(bp.cbr(8, 3, 1, 1), bp.block(8, S.RESNET_3_3), bp.block(16, S.RESNET_3_3_DS),
+                                      bp.block(8, 32, S.RESNET_1_3_1_DS), bp.gap_fc(10, True)),
+        lambda: nn.Sequential(*cbr_t(3, 8, 3, 1, 1), Basic(8, 8, 1), Basic(8, 16, 2), Bottleneck(16, 8, 32, 2),
+                              GAP(), Linear(32, 10)),
+        (6, 10, 3), _sgd),
 ]
 
 

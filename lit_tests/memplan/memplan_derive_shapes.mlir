@@ -114,3 +114,21 @@ arch.model @bn_one input(2, 2, 1) num_classes = 8 first_layer = 0 {
   %3 = arch.softmax_ce %2 num_classes = 8 : tensor<?x1x1x8xf32> -> tensor<?x1x1x8xf32>
   arch.output %3 : tensor<?x1x1x8xf32>
 }
+
+// -----
+
+// A non-square input (4x8): every variant keeps the aspect ratio and records its width; on the
+// LOWRES line (train_res_end = 14) the lowres variants run at 14x28 (14 * 8 / 4), which also sizes
+// the input buffers (max_res, max_width).
+// CHECK-LABEL: memplan.program for @wide
+// CHECK:         memplan.variant @train_base batch = 4 res = 4 width = 8 max_res = 4 max_width = 8 channels = 2
+// LOWRES-LABEL: memplan.program for @wide
+// LOWRES:         memplan.variant @train_base batch = 4 res = 4 width = 8 max_res = 14 max_width = 28 channels = 2
+// LOWRES:         memplan.variant @train_lowres batch = 4 res = 14 width = 28 max_res = 14 max_width = 28 channels = 2
+arch.model @wide input(4, 8, 2) num_classes = 4 first_layer = 0 {
+^bb0(%x: tensor<?x4x8x2xf32>):
+  %0 = arch.conv %x out_ch = 4 k = 3 p = 1 : tensor<?x4x8x2xf32> -> tensor<?x4x8x4xf32>
+  %1 = arch.gap %0 : tensor<?x4x8x4xf32> -> tensor<?x1x1x4xf32>
+  %2 = arch.softmax_ce %1 num_classes = 4 : tensor<?x1x1x4xf32> -> tensor<?x1x1x4xf32>
+  arch.output %2 : tensor<?x1x1x4xf32>
+}

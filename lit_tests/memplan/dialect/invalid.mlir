@@ -46,6 +46,25 @@ builtin.module {
 
 // -----
 
+// A non-square variant records its width and the input buffers' width together.
+builtin.module {
+  memplan.program for @m {
+    memplan.variant @train_base batch = 2 res = 4 width = 8 max_res = 4 channels = 1
+  }
+}
+// CHECK: 'memplan.variant' op expected width and max_width together (a non-square input) or neither
+
+// -----
+
+builtin.module {
+  memplan.program for @m {
+    memplan.variant @train_base batch = 2 res = 4 width = 8 max_res = 4 max_width = 6 channels = 1
+  }
+}
+// CHECK: 'memplan.variant' op expected 0 < width <= max_width, got width = 8, max_width = 6
+
+// -----
+
 builtin.module {
   memplan.program for @m {
     memplan.variant @val_base batch = 2 res = 28 max_res = 28 channels = 1 train @train
