@@ -355,10 +355,16 @@ def test_print_archplan_yaml_writes_to_the_stream():
 
 def test_from_yaml_options():
     text = reference("mlp.fused.yaml")
-    model = model_of(from_yaml(text, sym_name="mlp", num_classes=7, amp=True, fuse=False))
+    model = model_of(from_yaml(text, sym_name="mlp", num_classes=10, amp=True, fuse=False))
     assert model.sym_name.data == "mlp"
-    assert model.params()["num_classes"] == 7
+    assert model.params()["num_classes"] == 10
     assert model.params()["amp"] is True and model.params()["fuse"] is False
+    # a head of another width: building the plan for 7 classes fails the same way
+    with pytest.raises(ArchPlanYamlError) as info:
+        from_yaml(text, num_classes=7)
+    assert info.value.field == "layers[8].params.num_classes"
+    assert ("expected num_classes = 7 (the num_classes given to from_yaml) for the SoftmaxCE head, "
+            "got 10") in str(info.value)
 
 
 def test_flow_style_and_nulls_are_accepted():
@@ -562,6 +568,106 @@ def test_constant_params_are_checked(key, value, message):
         from_yaml(bad)
     assert message in str(info.value)
     assert info.value.line == 8 and info.value.field == f"layers[0].params.{key}"
+
+
+# --------------------------------------------------------------------------------------
+# The ArchPlan's structural rules, as building the plan from a BluePrint applies them
+# --------------------------------------------------------------------------------------
+
+
+def plan_text(*layers: tuple[str, tuple[int, int, int], tuple[int, int, int], str], c: int = 3) -> str:
+    """A plan on a 4x4xc input, one flow-style line per layer (kind, in HWC, out HWC, params)."""
+    lines = ["version: ArchPlan-1.0", "first_layer_index: 0", f"input_spec: {{c: {c}, h: 4, w: 4}}",
+             "layers:"]
+    for kind, i, o, params in layers:
+        extra = f", params: {{{params}}}" if params else ""
+        lines.append(f"  - {{kind: {kind}, in_shape: [1, {i[0]}, {i[1]}, {i[2]}], "
+                     f"out_shape: [1, {o[0]}, {o[1]}, {o[2]}]{extra}}}")
+    return "\n".join(lines) + "\n"
+
+
+HW3 = (4, 4, 3)
+START, SC_END, END = ("Add2Start", HW3, HW3, ""), ("Add2ShortcutEnd", HW3, HW3, ""), ("Add2End", HW3, HW3, "")
+CONV3 = ("Conv", HW3, HW3, "k: 3, out_ch: 3, p: 1, s: 1")
+IDENTITY, RELU = ("Identity", HW3, HW3, ""), ("ReLU", HW3, HW3, "")
+
+EMPTY_STEMS = [
+    # (id, layers, line of the Add2End, its index, the Add2Start's line, only identities)
+    ("projection shortcut, no main", (START, CONV3, SC_END, END), 8, 3, 5, False),
+    ("no shortcut, no main", (START, SC_END, END), 7, 2, 5, False),
+    ("main of Identity layers only", (START, SC_END, IDENTITY, IDENTITY, END), 9, 4, 5, True),
+    ("nested region with an empty main", (START, SC_END, RELU, START, IDENTITY, SC_END, END, END), 11, 6, 8,
+     False),
+]
+
+
+@pytest.mark.parametrize("case", EMPTY_STEMS, ids=[c[0] for c in EMPTY_STEMS])
+def test_an_add2_with_an_empty_main_branch_is_the_seeds_empty_stem(case):
+    """Issue 15, item 5: the reader accepted these; building the plan (arch-normalize-identity,
+    the seed's step 4) rejects an Add2 whose main branch has no layer once Identity layers are
+    removed, at any depth."""
+    _, layers, line, index, start_line, identities = case
+    with pytest.raises(ArchPlanYamlError) as info:
+        from_yaml(plan_text(*layers))
+    err = info.value
+    assert err.line == line and err.field == f"layers[{index}].kind", str(err)
+    message = f"Empty stem in add2: the main branch of the Add2Start at line {start_line} has no layer"
+    assert message in str(err)
+    assert ("but Identity layers (building the plan removes them)" in str(err)) == identities
+
+
+def test_empty_stems_fail_to_build_from_a_blueprint_too():
+    """The same regions written as BluePrints: arch-plan rejects each (the reader's rule is that one)."""
+    from xdsl.utils.exceptions import PassFailedException
+
+    from tr_mlir import blueprint as bp
+
+    for net in (bp.add2(bp.conv(3, 3, 1, 1), None), bp.add2(None, None), bp.add2(None, bp.identity()),
+                bp.add2(None, bp.seq(bp.relu(), bp.add2(bp.identity(), None)))):
+        with pytest.raises(PassFailedException, match="Empty stem in add2"):
+            arch_plan(bp.seq(net, bp.gap_fc(3, True)), HW3, amp=False, fuse=False, num_classes=3)
+
+
+def test_non_empty_main_branches_still_read():
+    for layers in ((START, SC_END, RELU, END), (START, IDENTITY, SC_END, IDENTITY, RELU, IDENTITY, END),
+                   (START, CONV3, SC_END, START, SC_END, RELU, END, END)):
+        assert from_yaml(plan_text(*layers))
+
+
+def nested_plan(depth: int) -> str:
+    return plan_text(*[START, SC_END] * depth, RELU, *[END] * depth)
+
+
+def test_add2_nesting_is_limited_like_a_blueprints():
+    """A BluePrint nests seq/add2/repeat at most MAX_NESTING levels; the reader took any depth, and
+    writing a plan nested 1000 deep back raised RecursionError."""
+    from tr_mlir.blueprint import MAX_NESTING
+
+    module = from_yaml(nested_plan(MAX_NESTING))
+    assert to_yaml(module) == to_yaml(from_yaml(to_yaml(module)))
+    for depth in (MAX_NESTING + 1, 1000):
+        with pytest.raises(ArchPlanYamlError) as info:
+            from_yaml(nested_plan(depth))
+        err = info.value
+        index = 2 * MAX_NESTING  # the Add2Start opening level MAX_NESTING + 1
+        assert err.line == 5 + index and err.field == f"layers[{index}].kind"
+        assert (f"Add2 regions nested more than {MAX_NESTING} deep (this Add2Start opens level "
+                f"{MAX_NESTING + 1})") in str(err)
+
+
+def test_layer_count_is_limited_like_arch_expands(monkeypatch):
+    """A model has at most MAX_LAYERS ops (arch-expand's cap on what a BluePrint builds); an
+    Add2End counts (its arch.add), the other markers do not."""
+    import tr_mlir.archplan_yaml as archplan_yaml
+
+    assert archplan_yaml.MAX_LAYERS == 100_000
+    monkeypatch.setattr(archplan_yaml, "MAX_LAYERS", 4)
+    assert from_yaml(SMALL)  # Conv, Add, GAP, SoftmaxCE
+    monkeypatch.setattr(archplan_yaml, "MAX_LAYERS", 3)
+    with pytest.raises(ArchPlanYamlError) as info:
+        from_yaml(SMALL)
+    assert info.value.line == 29 and info.value.field == "layers[5]"
+    assert "the plan has more than 3 layers" in str(info.value)
 
 
 def test_the_error_is_a_value_error_and_an_xdsl_diagnostic():

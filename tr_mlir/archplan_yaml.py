@@ -52,6 +52,11 @@ plans: the seed names the CBR of a ``cbr()`` macro ``cbr`` (ResNet-18) and the m
 ``fuse`` are arguments of :func:`from_yaml` (``num_classes`` defaults to the SoftmaxCE's, and
 ``fuse`` to true, as a plan loaded by the seed).
 
+**Reading checks** what building the plan checks (:func:`from_yaml`): each layer against its
+op's rules and shape rule, and the plan's structure (balanced markers, no Add2 with an empty main
+branch, the nesting and size limits of a BluePrint, the head's ``num_classes``). A plan without a
+SoftmaxCE head (or without layers) still reads: building it appends the head.
+
 Errors are :class:`ArchPlanYamlError` naming the line and the field.
 """
 
@@ -69,7 +74,9 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
+from tr_mlir.blueprint import MAX_NESTING
 from tr_mlir.dialects import arch
+from tr_mlir.passes.arch_expand import MAX_LAYERS
 
 VERSION = "ArchPlan-1.0"
 """The only version the seed writes and reads."""
@@ -570,9 +577,14 @@ def from_yaml(text: str, *, sym_name: str = "model", num_classes: int | None = N
 
     ``num_classes`` defaults to the last SoftmaxCE's (else the last layer's output C);
     ``fuse`` defaults to true like a plan the seed loads (facts sheet 5.4). Layers are checked as
-    they are read: known kind, params present and well typed, ``in_shape`` equal to the shape
-    the layer reads, ``out_shape`` equal to its shape rule, balanced Add2 markers. Raises
-    :class:`ArchPlanYamlError` naming the line and the field.
+    they are read: known kind, params present and well typed and within the op's rules,
+    ``in_shape`` equal to the shape the layer reads, ``out_shape`` equal to its shape rule,
+    balanced Add2 markers. So are the structural rules that building a plan from a BluePrint
+    applies: every Add2 has a main branch with a layer that is not an Identity (the seed's
+    "Empty stem in add2", checked at every depth as ``arch-normalize-identity`` does), Add2
+    regions nest at most :data:`~tr_mlir.blueprint.MAX_NESTING` deep, the plan has at most
+    :data:`~tr_mlir.passes.arch_expand.MAX_LAYERS` ops, and a plan ending in a SoftmaxCE has the
+    model's ``num_classes`` there. Raises :class:`ArchPlanYamlError` naming the line and the field.
     """
     reader = _Reader()
     try:
@@ -620,6 +632,7 @@ def from_yaml(text: str, *, sym_name: str = "model", num_classes: int | None = N
     regions: list[_Region] = []
     ops_before: list[int] = []
     softmax_classes: int | None = None
+    head: tuple[arch.SoftmaxCeOp, yaml.Node, str] | None = None  # the last SoftmaxCE read
     for i, node in enumerate(layers_node.value):
         path = f"layers[{i}]"
         ops_before.append(len(block.ops))
@@ -642,6 +655,9 @@ def from_yaml(text: str, *, sym_name: str = "model", num_classes: int | None = N
             raise reader.fail(fields["in_shape"], f"{path}.in_shape",
                               f"expected {_fmt_shape(reads)} ({what}), got {_fmt_shape(in_hwc)}")
 
+        if len(block.ops) >= MAX_LAYERS and kind not in (ADD2_START, ADD2_SHORTCUT_END):
+            raise reader.fail(node, path, f"the plan has more than {MAX_LAYERS} layers (ops, one per "
+                                          f"Add2End), the most a model may have")
         if kind in MARKER_NAMES:
             _params(reader, fields, path, ())  # markers take no params
             if kind != ADD2_END and out_hwc != in_hwc:
@@ -649,6 +665,11 @@ def from_yaml(text: str, *, sym_name: str = "model", num_classes: int | None = N
                                   f"expected {_fmt_shape(in_hwc)} ({kind} keeps the shape), "
                                   f"got {_fmt_shape(out_hwc)}")
             if kind == ADD2_START:
+                if len(regions) >= MAX_NESTING:
+                    raise reader.fail(fields["kind"], f"{path}.kind",
+                                      f"Add2 regions nested more than {MAX_NESTING} deep (this Add2Start "
+                                      f"opens level {len(regions) + 1}); a BluePrint nests seq/add2/repeat "
+                                      f"at most {MAX_NESTING} levels")
                 regions.append(_Region(current, reader.line(node)))
             elif kind == ADD2_SHORTCUT_END:
                 if not regions or regions[-1].shortcut is not None:
@@ -665,6 +686,13 @@ def from_yaml(text: str, *, sym_name: str = "model", num_classes: int | None = N
                     raise reader.fail(fields["kind"], f"{path}.kind",
                                       f"Add2End without an Add2ShortcutEnd for the Add2Start at "
                                       f"line {region.line}")
+                if _skip_identities(current) is region.fork:
+                    only = ("" if current is region.fork
+                            else " but Identity layers (building the plan removes them)")
+                    raise reader.fail(fields["kind"], f"{path}.kind",
+                                      f"Empty stem in add2: the main branch of the Add2Start at line "
+                                      f"{region.line} has no layer{only}; give the main branch (between "
+                                      f"Add2ShortcutEnd and Add2End) at least one layer")
                 shortcut_hwc = arch.static_hwc(region.shortcut.type)
                 if shortcut_hwc != in_hwc:
                     raise reader.fail(fields["kind"], f"{path}.kind",
@@ -729,6 +757,7 @@ def from_yaml(text: str, *, sym_name: str = "model", num_classes: int | None = N
         current = op.output
         if isinstance(op, arch.SoftmaxCeOp):
             softmax_classes = op.param("num_classes")
+            head = (op, params_fields.get("num_classes", where), f"{path}.params.num_classes")
 
     if regions:
         raise ArchPlanYamlError("Add2Start has no matching Add2End", line=regions[-1].line,
@@ -748,6 +777,12 @@ def from_yaml(text: str, *, sym_name: str = "model", num_classes: int | None = N
     if num_classes is None:
         last = arch.static_hwc(current.type)
         num_classes = softmax_classes if softmax_classes is not None else (last or input_hwc)[2]
+    elif head is not None and head[0].output is current and head[0].param("num_classes") != num_classes:
+        op, where, path = head
+        raise reader.fail(where, path,
+                          f"expected num_classes = {num_classes} (the num_classes given to from_yaml) "
+                          f"for the SoftmaxCE head, got {op.param('num_classes')}; a built plan ends "
+                          f"in one SoftmaxCE over the model's num_classes logits")
     model.properties["num_classes"] = IntegerAttr(num_classes, i64)
     module = ModuleOp([model])
     try:
@@ -755,6 +790,13 @@ def from_yaml(text: str, *, sym_name: str = "model", num_classes: int | None = N
     except VerifyException as e:
         raise ArchPlanYamlError(f"the plan does not verify: {e}") from e
     return module
+
+
+def _skip_identities(value: SSAValue) -> SSAValue:
+    """The value an ``arch.identity`` chain ending in ``value`` starts from (``value`` if none)."""
+    while isinstance(value.owner, arch.IdentityOp):
+        value = value.owner.input
+    return value
 
 
 def _params(reader: _Reader, fields: Mapping[str, yaml.Node], path: str,
