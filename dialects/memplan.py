@@ -899,6 +899,8 @@ class PlanOp(_ProgramChild):
                                 ("offsets", self.offsets, 1), ("init_values", self.init_values, 1)):
             _check_len(self, what, len(attr.get_values()), per * n,
                        " (4 per id)" if per == 4 else " (one per id)")
+        if self.pool is not None:
+            _check_len(self, "pool", len(self.pool.get_values()), 2, " (offset and bytes)")
         self._verify_regions()
         ids = _ints(self.ids)
         if sorted(ids) != list(range(n)):

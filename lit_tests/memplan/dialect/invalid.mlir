@@ -222,6 +222,26 @@ builtin.module {
 
 // -----
 
+// A transient pool is [offset, bytes]: 1 entry is a diagnostic, not an internal error.
+builtin.module {
+  memplan.program for @m {
+    memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] pool = [1536] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
+  }
+}
+// CHECK: 'memplan.plan' op expected 2 entries in 'pool' (offset and bytes), got 1
+
+// -----
+
+// A transient pool is [offset, bytes]: 3 entries is a diagnostic, not an internal error.
+builtin.module {
+  memplan.program for @m {
+    memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] pool = [1536, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
+  }
+}
+// CHECK: 'memplan.plan' op expected 2 entries in 'pool' (offset and bytes), got 3
+
+// -----
+
 builtin.module {
   memplan.program for @m {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 1] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
