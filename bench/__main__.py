@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python -m bench --quick        # under 5 minutes on 2 cores (make bench)
+    python -m bench --quick        # about 6 minutes on 2 cores (make bench)
     python -m bench                # the full run
     python -m bench --smoke        # seconds: every section on the smallest model (tests)
 

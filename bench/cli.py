@@ -1,10 +1,12 @@
 """The benchmark driver behind ``python -m bench`` (module doc of :mod:`bench.__main__`).
 
 The results JSON (``schema_version`` 1) has the top-level keys :data:`RESULT_KEYS`: ``mode``,
-``date``, ``machine`` (CPU, cores, memory, versions, load averages before and after),
+``date``, ``machine`` (the git commit and modified files, CPU, cores, memory, versions, load
+averages before and after),
 ``openblas_env_unset``, ``duration_s``, and one key per section run: ``compile`` (section 1,
 :mod:`bench.compile_time`), ``throughput`` (2, :mod:`bench.throughput`), ``memory`` (3,
 :mod:`bench.memory`), ``gpu`` (4, :mod:`bench.gpu`). bench/README.md documents every field.
+Section 3 also writes one plot per model next to the JSON (``<stem>-memory-<model>.png``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -36,26 +39,49 @@ class Mode:
     warmup: int
     rounds: int
     steps: dict[str, int] = field(default_factory=dict)
-    torch_peak_models: tuple[str, ...] = ()
-    memory_extra: tuple[str, ...] = ()  # throughput models also planned for section 3
+    memory_models: tuple[str, ...] = ()  # section 3's plan side (bench.memory.MODELS)
+    torch_peak_models: tuple[str, ...] = ()  # section 3: PyTorch's peak in a fresh process
+    tr_peak_models: tuple[str, ...] = ()  # section 3: tr-mlir's own peak RSS in a fresh process
+    memory_runs: dict[str, int] = field(default_factory=dict)  # section 3: processes per measurement
     peak_n: int = 2048
     also_threads: tuple[int, ...] = ()  # section 2 repeated on these thread counts
 
 
 def _modes() -> dict[str, Mode]:
+    from bench.memory import MODELS as MEMORY_MODELS
     from bench.models import THROUGHPUT_MODELS, ZOO_MODELS
 
     tp = tuple(THROUGHPUT_MODELS)
+    mem = tuple(MEMORY_MODELS)
     return {
-        "smoke": Mode(("mlp",), ("mlp",), ("mlp",), warmup=1, rounds=1, steps={"mlp": 2}, peak_n=256),
+        "smoke": Mode(("mlp",), ("mlp",), ("mlp",), warmup=1, rounds=1, steps={"mlp": 2}, peak_n=256,
+                      memory_models=("mlp",), torch_peak_models=("mlp",), tr_peak_models=("mlp",)),
         "quick": Mode(ZOO_MODELS, ("mlp", "lenet5", "resnet18", "resnet50"), tp, warmup=2, rounds=3,
-                      steps={"mlp": 6, "lenet5": 6, "resnet18_cifar": 2},
-                      torch_peak_models=("mlp", "lenet5", "resnet18_cifar", "resnet18"), memory_extra=tp,
-                      also_threads=(1,)),
+                      steps={"mlp": 6, "lenet5": 6, "resnet18_cifar": 2}, memory_models=mem,
+                      torch_peak_models=("mlp", "lenet5", "resnet18_cifar", "resnet18", "resnet50"),
+                      tr_peak_models=tp, memory_runs={"resnet18_cifar": 3}, also_threads=(1,)),
         "full": Mode(ZOO_MODELS, ZOO_MODELS, tp, warmup=3, rounds=5,
-                     steps={"mlp": 10, "lenet5": 10, "resnet18_cifar": 4},
-                     torch_peak_models=(*tp, *ZOO_MODELS), memory_extra=tp, also_threads=(1,)),
+                     steps={"mlp": 10, "lenet5": 10, "resnet18_cifar": 4}, memory_models=mem,
+                     torch_peak_models=mem, tr_peak_models=mem, memory_runs={m: 3 for m in tp},
+                     also_threads=(1,)),
     }
+
+
+def git_state() -> dict[str, Any]:
+    """The checkout measured: ``commit`` (HEAD) and ``modified`` (tracked files changed in the working
+    tree, which others may be editing); ``None`` values outside a git checkout."""
+    import subprocess
+
+    def git(*args: str) -> str | None:
+        try:
+            p = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return p.stdout if p.returncode == 0 else None
+
+    head, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": head.strip() if head else None,
+            "modified": sorted(line[3:] for line in status.splitlines()) if status is not None else None}
 
 
 def machine_info() -> dict[str, Any]:
@@ -71,7 +97,8 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": mem, "python": platform.python_version(),
+    return {"git": git_state(), "cpu": cpu, "cores": os.cpu_count(), "memory_gib": mem,
+            "python": platform.python_version(),
             "numpy": np.__version__, "torch": torch.__version__, "xdsl": str(getattr(xdsl, "__version__", "?")),
             "load_before": list(os.getloadavg())}
 
@@ -85,40 +112,19 @@ def run(mode_name: str, sections: tuple[str, ...], *, log=print) -> dict[str, An
     res: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "mode": mode_name,
                            "date": datetime.date.today().isoformat(), "machine": machine_info(),
                            "openblas_env_unset": [v for v in os.environ.get("TR_MLIR_BENCH_UNSET", "").split(",") if v]}
-    mem_rows: list[dict[str, Any]] = []
-
-    def visit(name: str, variant: str, module) -> None:
-        if "memory" in sections:
-            mem_rows.append({"model": name, "variant": variant, "batch": compile_time.SPEC["batch_size"],
-                             **memory.analyze(module)})
-
-    if "compile" in sections or "memory" in sections:
+    if "compile" in sections:
         log(f"[bench] section 1: compile time ({len(mode.compile_models)} models x 2 variants)")
-        c = compile_time.run(list(mode.compile_models), list(mode.round_trip_models), visit=visit)
-        if "compile" in sections:
-            res["compile"] = c
+        res["compile"] = compile_time.run(list(mode.compile_models), list(mode.round_trip_models))
     if "throughput" in sections:
         log(f"[bench] section 2: CPU throughput ({', '.join(mode.throughput_models)})")
         res["throughput"] = throughput.run(list(mode.throughput_models), warmup=mode.warmup, rounds=mode.rounds,
                                            steps=mode.steps, peak_n=mode.peak_n, also_threads=mode.also_threads)
     if "memory" in sections:
-        log("[bench] section 3: memory")
-        from bench.models import THROUGHPUT_MODELS
-
-        for name in mode.memory_extra:
-            m = THROUGHPUT_MODELS[name]
-            spec = {**compile_time.SPEC, "batch_size": m.batch, "train_size": m.batch * 100, "val_size": m.batch}
-            for variant, flags in compile_time.VARIANTS.items():
-                module, _ = compile_time.compile_timed(name, spec=spec, **flags)
-                mem_rows.append({"model": name, "variant": variant, "batch": m.batch, **memory.analyze(module)})
-        for name in mode.torch_peak_models:
-            row = next((r for r in mem_rows if r["model"] == name and r["variant"] == "unfused_fp32"), None)
-            if row is None:
-                continue
-            _, shape, classes = compile_time.model_spec(name)
-            log(f"[bench]   torch peak: {name} (batch {row['batch']})")
-            row["torch"] = memory.torch_peak(name, shape, classes, row["batch"])
-        res["memory"] = {"rows": mem_rows, "spec": compile_time.SPEC}
+        log(f"[bench] section 3: memory ({len(mode.memory_models)} models x {len(memory.VARIANTS)} variants)")
+        m0 = time.perf_counter()
+        res["memory"] = memory.run(mode.memory_models, mode.torch_peak_models, mode.tr_peak_models,
+                                   runs=mode.memory_runs, log=log)
+        res["memory"]["duration_s"] = time.perf_counter() - m0
     if "gpu" in sections:
         res["gpu"] = gpu.run(str(REPO))
     res["machine"]["load_after"] = list(os.getloadavg())
@@ -126,12 +132,21 @@ def run(mode_name: str, sections: tuple[str, ...], *, log=print) -> dict[str, An
     return res
 
 
+_NUMBERS = re.compile(r"\[(?:\s*-?[0-9][0-9.eE+-]*\s*,)*\s*-?[0-9][0-9.eE+-]*\s*\]")
+
+
+def dumps(res: dict[str, Any]) -> str:
+    """The results as JSON, indented, with every list of plain numbers on one line (the curves)."""
+    return _NUMBERS.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(0)[1:-1].split(",")) + "]",
+                        json.dumps(res, indent=1))
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line (module doc of :mod:`bench.__main__`). Returns the exit status."""
     ap = argparse.ArgumentParser(prog="python -m bench", description="tr-mlir benchmarks: compile time, CPU "
                                  "training throughput vs PyTorch, memory (see bench/README.md).")
     g = ap.add_mutually_exclusive_group()
-    g.add_argument("--quick", action="store_true", help="the quick mode: under 5 minutes on 2 cores")
+    g.add_argument("--quick", action="store_true", help="the quick mode: about 6 minutes on 2 cores")
     g.add_argument("--smoke", action="store_true", help="seconds: every section on the MLP only (tests)")
     ap.add_argument("--sections", default=",".join(SECTIONS),
                     help=f"comma-separated sections to run (default: all of {','.join(SECTIONS)})")
@@ -149,11 +164,15 @@ def main(argv: list[str] | None = None) -> int:
     res = run(mode, sections, log=lambda m: print(m, file=sys.stderr, flush=True))
     from bench.report import render
 
-    md = render(res)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stem = args.name or res["date"]
-    (out / f"{stem}.json").write_text(json.dumps(res, indent=1) + "\n")
+    if "memory" in res:
+        from bench.memory import write_plots
+
+        write_plots(res["memory"], out, stem)
+    md = render(res)
+    (out / f"{stem}.json").write_text(dumps(res) + "\n")
     (out / f"{stem}.md").write_text(md)
     print(md)
     print(f"[bench] wrote {out / (stem + '.json')} and {out / (stem + '.md')}", file=sys.stderr)

@@ -31,7 +31,7 @@ SPEC = {"batch_size": 32, "train_size": 50_000, "val_size": 10_000, "optimizer":
 
 VARIANTS: dict[str, dict[str, bool]] = {"fused_amp": {"fuse": True, "amp": True},
                                         "unfused_fp32": {"fuse": False, "amp": False}}
-"""The two compile variants of sections 1 and 3."""
+"""The two compile variants of section 1 (section 3 has its own, :data:`bench.memory.VARIANTS`)."""
 
 
 def model_spec(name: str):
@@ -46,10 +46,11 @@ def model_spec(name: str):
     return t.builder, t.input_shape, t.num_classes
 
 
-def compile_timed(name: str, *, fuse: bool, amp: bool, spec: dict[str, Any] | None = None
+def compile_timed(name: str, *, fuse: bool, amp: bool, spec: dict[str, Any] | None = None, reuse: bool = True
                   ) -> tuple[Any, dict[str, Any]]:
     """Compile model ``name`` (:func:`model_spec`) pass by pass with the compile ``spec``
-    (default :data:`SPEC`); returns ``(module, timings)`` (module doc)."""
+    (default :data:`SPEC`) and ``memplan-assign-offsets``'s ``reuse`` (``False``: the seed's
+    one-slot-per-tensor layout); returns ``(module, timings)`` (module doc)."""
     from tr_mlir.blueprint import emit
     from tr_mlir.compile import make_context
     from tr_mlir.passes import get_all_passes
@@ -67,7 +68,7 @@ def compile_timed(name: str, *, fuse: bool, amp: bool, spec: dict[str, Any] | No
     emit_s = time.perf_counter() - t0
     set_model_options(module, fuse=fuse, amp=amp)
     steps = [(n, registry[n]()()) for n in plan_steps(fuse, cbrp=False)]
-    steps += [(p.name, p) for p in MemplanCompilePass(**spec).phases()]
+    steps += [(p.name, p) for p in MemplanCompilePass(**spec, reuse=reuse).phases()]
     for pass_name, p in steps:
         t0 = time.perf_counter()
         p.apply(ctx, module)
@@ -104,7 +105,7 @@ def round_trip(module) -> dict[str, Any]:
 
 def run(models: list[str], round_trip_models: list[str], visit=None) -> dict[str, Any]:
     """Section 1 for ``models`` (both variants), with the round trip for ``round_trip_models``;
-    ``visit(name, variant, module)``, when given, sees every compiled module (section 3 uses it).
+    ``visit(name, variant, module)``, when given, sees every compiled module.
 
     Returns ``{"spec", "rows": [{model, variant, emit_s, passes, verify_s, total_s, round_trip?}],
     "depth_growth": [...]}``; ``depth_growth`` gives ResNet-50/101/152 (when measured) with their

@@ -75,17 +75,68 @@ def _throughput_one(t: dict[str, Any]) -> str:
               f"Thread pools: {blas}.")
 
 
+def _x(r: Any) -> str:
+    return "-" if r is None else f"{r:.2f}"
+
+
+def _runs(d: dict[str, Any]) -> str:
+    """The RSS delta in MiB, with every run's where there were several (the median first)."""
+    cell = _mib(d.get("rss_peak_delta_bytes"))
+    runs = d.get("rss_peak_delta_runs") or []
+    return cell + (f" ({', '.join(_mib(b) for b in runs)})" if len(runs) > 1 else "")
+
+
+def _peak_cell(p: dict[str, Any]) -> str:
+    where = p["where"] + ("" if p["in_train_base_step"] else " (not in the train_base step)")
+    return where + ": " + ", ".join(f"{t['name']} {t['bytes'] / MIB:,.1f}" for t in p["largest"])
+
+
 def memory_table(m: dict[str, Any]) -> str:
-    rows = []
+    """Section 3 (bench/README.md): the plan side of every row, the fresh-process measurements of the
+    fp32 rows against PyTorch, the issue's targets and the plots."""
+    rows = [[r["model"], r["variant"], str(r["batch"]), _mib(r["seed_arena_bytes"]), _mib(r["arena_bytes"]),
+             _mib(r["persistent_bytes"]), _mib(r["lower_bound_bytes"]), _mib(r["seed_lower_bound_bytes"]),
+             f"{r['seed_arena_over_bound']:.2f}", f"**{r['arena_over_bound']:.2f}**", _peak_cell(r["peak"])]
+            for r in m["rows"]]
+    parts = [_t(rows, ["model", "variant", "batch", "seed arena MiB", "reuse arena MiB", "persistent MiB",
+                       "liveness bound MiB", "bound without splitting MiB", "seed arena / bound",
+                       "reuse arena / bound", "peak node: largest live DTensors (MiB)"])]
+    mrows = []
     for r in m["rows"]:
-        tp = r.get("torch") or {}
-        rows.append([r["model"], r["variant"], str(r["batch"]), _mib(r["arena_bytes"]), _mib(r["state_bytes"]),
-                     _mib(r["activation_bytes"]), _mib(r["workspace_bytes"]), _mib(r["lower_bound_bytes"]),
-                     f"{r['arena_over_bound']:.2f}", _mib(tp.get("profiler_peak_bytes")),
-                     _mib(tp.get("rss_peak_delta_bytes"))])
-    return _t(rows, ["model", "variant", "batch", "arena MiB", "params+grads+opt MiB", "activations MiB",
-                     "workspaces MiB", "liveness bound MiB", "arena / bound", "torch profiler peak MiB",
-                     "torch RSS delta MiB"])
+        if "vs_torch" not in r:
+            continue
+        tp = (m.get("torch") or {}).get(r["model"]) or {}
+        ours = r.get("tr_mlir_rss") or {}
+        v = r["vs_torch"]
+        steps = (f"{_mib(ours.get('steps_peak_delta_bytes'))} / {_mib(tp.get('steps_peak_delta_bytes'))} = "
+                 f"{_x(v.get('steps_rss_delta'))}")
+        mrows.append([r["model"], r["variant"], str(r["batch"]), _runs(ours), _runs(tp), f"**{_x(v['rss_delta'])}**",
+                      steps, _mib(r["arena_bytes"]), _mib(tp.get("profiler_peak_bytes")),
+                      f"**{_x(v['arena_vs_profiler'])}**",
+                      _x(v["seed_arena_vs_profiler"])])
+    if mrows:
+        parts.append("Measured in fresh processes (fp32, 2 threads; tr-mlir: the reuse layout; RSS: the median "
+                     "run, every run in parentheses where there were several):\n\n" + _t(
+            mrows, ["model", "variant", "batch", "tr-mlir RSS delta MiB", "torch RSS delta MiB",
+                    "RSS tr-mlir / torch", "steps alone: tr-mlir / torch MiB = ratio", "reuse arena MiB",
+                    "torch profiler peak MiB", "reuse arena / profiler", "seed arena / profiler"]))
+    notes = []
+    for name, tp in (m.get("torch") or {}).items():
+        if "error" in tp or "profiler_error" in tp:
+            notes.append(f"- {name}, PyTorch: {tp.get('error') or tp.get('profiler_error')}")
+    for r in m["rows"]:
+        if "error" in (r.get("tr_mlir_rss") or {}):
+            notes.append(f"- {r['model']} {r['variant']}, tr-mlir: {r['tr_mlir_rss']['error']}")
+    if notes:
+        parts.append("\n".join(notes))
+    if m.get("targets"):
+        parts.append("The issue's targets:\n\n" + "\n".join(
+            f"- {t['model']} batch {t['batch']} {t['variant']}: {t['ratio']} {_x(t['value'])} <= {t['limit']}: "
+            + ("not measured" if t["met"] is None else "**met**" if t["met"] else "**not met**")
+            for t in m["targets"]))
+    for model, name in (m.get("plots") or {}).items():
+        parts.append(f"![{model}: memory over one training step]({name})")
+    return "\n\n".join(parts)
 
 
 def _gpu_ms(side: dict[str, Any], key: str = "step_ms") -> str:
@@ -176,6 +227,14 @@ def gpu_table(g: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def _git(g: dict[str, Any] | None) -> str:
+    if not g or not g.get("commit"):
+        return ""
+    mod = g.get("modified") or []
+    return f" Commit {g['commit'][:7]}" + (f" with {len(mod)} modified tracked files ({', '.join(mod)})."
+                                          if mod else ", clean.")
+
+
 def render(res: dict[str, Any]) -> str:
     """The whole markdown report of one run."""
     mach = res["machine"]
@@ -184,7 +243,8 @@ def render(res: dict[str, Any]) -> str:
              f"NumPy {mach['numpy']}, torch {mach['torch']}, xDSL {mach['xdsl']}. Load average (1 min) "
              f"before / after: {mach['load_before'][0]:.2f} / {mach['load_after'][0]:.2f}. "
              f"OpenBLAS env unset for this run: {', '.join(res['openblas_env_unset']) or 'none was set'}. "
-             f"Wall time {res['duration_s']:.0f} s."]
+             f"Wall time {res['duration_s']:.0f} s."
+             + _git(mach.get("git"))]
     if "compile" in res:
         parts.append("## 1. Compile time (in process)\n\n" + compile_tables(res["compile"]))
     if "throughput" in res:

@@ -2,7 +2,9 @@
 
 No timing is asserted: only that every section runs, the JSON has the documented keys and
 sane values (positive times, ratios, byte counts that add up), and the markdown has its tables.
-The memory analysis is also checked on a known plan: the liveness bound never exceeds the arena.
+The memory analysis is also checked on known plans: the liveness bound never exceeds the reuse
+arena, which never exceeds the seed layout's; the bound is the brute-force largest live sum; the
+plot is a PNG.
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ def test_smoke_writes_json_with_documented_keys(smoke):
     assert set(RESULT_KEYS) <= set(res) and res["schema_version"] == SCHEMA_VERSION and res["mode"] == "smoke"
     for key in ("cpu", "cores", "load_before", "load_after", "numpy", "torch"):
         assert key in res["machine"]
+    git = res["machine"]["git"]
+    assert len(git["commit"]) == 40 and isinstance(git["modified"], list)
 
     c = res["compile"]
     assert {r["variant"] for r in c["rows"]} == {"fused_amp", "unfused_fp32"}
     for r in c["rows"]:
         names = [p["pass"] for p in r["passes"]]
-        assert names[0] == "arch-expand" and names[-1] == "memplan-build-atlas"
+        assert names[0] == "arch-expand" and names[-2:] == ["memplan-build-atlas", "memplan-assign-offsets"]
         assert r["total_s"] > 0 and all(p["s"] >= 0 for p in r["passes"])
         assert r["round_trip"]["round_trip_ok"] and r["round_trip"]["chars"] > 1000
 
@@ -60,16 +64,68 @@ def test_smoke_writes_json_with_documented_keys(smoke):
     for side in ("tr_mlir", "torch"):  # both start from a fresh 10-class model
         assert 1.5 < m["first_loss"][side] < 3.5
 
-    rows = res["memory"]["rows"]
-    assert {r["variant"] for r in rows} == {"fused_amp", "unfused_fp32"}
+    mem = res["memory"]
+    rows = mem["rows"]
+    assert [r["variant"] for r in rows] == ["unfused_fp32", "fused_fp32", "fused_amp"]
     for r in rows:
-        assert 0 < r["lower_bound_bytes"] <= r["arena_bytes"]
+        assert r["model"] == "mlp" and r["batch"] == 200
+        # the bound never exceeds the reuse arena, and packing never grows the seed's arena
+        assert 0 < r["lower_bound_bytes"] <= r["arena_bytes"] <= r["seed_arena_bytes"]
+        assert r["seed_lower_bound_bytes"] <= r["seed_arena_bytes"]
+        assert r["arena_over_bound"] == pytest.approx(r["arena_bytes"] / r["lower_bound_bytes"])
         assert r["arena_over_bound"] >= 1.0
+        assert r["seed_arena_over_bound"] >= r["arena_over_bound"]
+        assert r["persistent_bytes"] + r["transient_pool_bytes"] <= r["arena_bytes"]
+        assert r["lower_bound_bytes"] == r["persistent_bytes"] + r["transient_peak_bytes"]
         assert r["state_bytes"] == sum(r["state_parts"].values())
-        assert r["state_bytes"] + r["activation_bytes"] + r["workspace_bytes"] + r["input_bytes"] <= r["arena_bytes"]
-    fp32 = next(r for r in rows if r["variant"] == "unfused_fp32")
+        assert r["state_bytes"] + r["input_bytes"] <= r["persistent_bytes"]
+        assert r["persistent_bytes"] + r["activation_bytes"] + r["workspace_bytes"] <= r["seed_arena_bytes"]
+        # the peak: a node of the train graph, the largest live DTensors first
+        p = r["peak"]
+        assert p["where"].startswith("@train ") and 0 < len(p["largest"]) <= 5 <= p["live_count"]
+        sizes = [t["bytes"] for t in p["largest"]]
+        assert sizes == sorted(sizes, reverse=True) and sum(sizes) <= r["transient_peak_bytes"]
+        # the step curve lies between the persistent bytes and the bound (its peak over all sequences)
+        curve = r["step_curve_mib"]
+        assert len(curve) == r["step_nodes"] > 10
+        assert r["persistent_bytes"] / 2**20 - 0.01 <= min(curve) <= max(curve) <= r["lower_bound_bytes"] / 2**20 + 0.01
+        if p["in_train_base_step"]:
+            assert max(curve) == pytest.approx(r["lower_bound_bytes"] / 2**20, abs=0.01)
+    fp32 = rows[0]
     params = 784 * 1024 + 1024 + 1024 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10
     assert fp32["state_parts"]["params"] >= 4 * params  # slots are padded, never smaller
+    assert fp32["state_parts"]["grads"] == fp32["state_parts"]["optimizer"] == fp32["state_parts"]["params"]
+
+    t = mem["torch"]["mlp"]
+    assert "error" not in t and "profiler_error" not in t, t
+    assert t["param_bytes"] == 4 * params and t["profiler_held_bytes"] >= 2 * 4 * params  # weights + momentum
+    assert t["profiler_peak_bytes"] >= t["profiler_held_bytes"] and t["timeline_window"] == "marker"
+    assert len(t["timeline_mib"]) == 200 and max(t["timeline_mib"]) == pytest.approx(t["profiler_peak_bytes"] / 2**20,
+                                                                                   abs=0.01)
+    for r in rows[:2]:
+        ours = r["tr_mlir_rss"]
+        assert "error" not in ours, ours
+        assert ours["arena_bytes"] == r["arena_bytes"] and ours["bytes_needed"] > r["arena_bytes"]
+        assert ours["fuse"] is (r["variant"] == "fused_fp32") and ours["reuse"] is True
+        assert all(1.5 < loss < 3.5 for loss in ours["losses"])
+        v = r["vs_torch"]
+        assert v["arena_vs_profiler"] == pytest.approx(r["arena_bytes"] / t["profiler_peak_bytes"])
+        assert v["seed_arena_vs_profiler"] == pytest.approx(r["seed_arena_bytes"] / t["profiler_peak_bytes"])
+        if ours["rss_peak_delta_bytes"] is not None and t["rss_peak_delta_bytes"] is not None:
+            assert ours["rss_peak_delta_bytes"] >= r["arena_bytes"]  # the arena is zeroed: every page touched
+            assert v["rss_delta"] == pytest.approx(ours["rss_peak_delta_bytes"] / t["rss_peak_delta_bytes"])
+            assert v["steps_rss_delta"] == pytest.approx(ours["steps_peak_delta_bytes"] / t["steps_peak_delta_bytes"])
+            for side in (ours, t):  # the whole peak is the larger of the build's and the steps'
+                assert side["rss_peak_delta_bytes"] == max(side["build_peak_delta_bytes"],
+                                                           side["steps_peak_delta_bytes"])
+                assert side["rss_end_delta_bytes"] <= side["steps_peak_delta_bytes"]
+    assert "vs_torch" not in rows[2] and "tr_mlir_rss" not in rows[2]  # AMP: plan side only
+    assert mem["targets"] == []  # no target model in the smoke mode
+
+    png = out / mem["plots"]["mlp"]
+    assert mem["plots"] == {"mlp": "smoke-memory-mlp.png"}
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and 5_000 < len(data) < 150_000
 
     assert res["gpu"]["skipped"] in (True, False)
     if res["gpu"]["skipped"]:
@@ -82,7 +138,68 @@ def test_smoke_writes_and_prints_markdown(smoke):
     for heading in ("## 1. Compile time", "## 2. CPU training throughput", "## 3. Memory", "## 4. GPU"):
         assert heading in md
     assert "| mlp | 200 |" in md
+    res = json.loads((out / "smoke.json").read_text())
+    for r in res["memory"]["rows"]:  # a plan-side row per variant, with the arenas of the JSON
+        mib = [f"{r[k] / 2**20:,.1f}" for k in ("seed_arena_bytes", "arena_bytes")]
+        assert f"| mlp | {r['variant']} | 200 | {mib[0]} | {mib[1]} |" in md
+    assert "![mlp: memory over one training step](smoke-memory-mlp.png)" in md
     assert md.strip() in proc.stdout
+
+
+def test_memory_plan_row_bound_is_the_largest_live_sum():
+    """On a small ResNet: the bound is the largest sum of live slots found by brute force over the
+    timeline, the peak's DTensors are live there, and the reuse layout holds the bound."""
+    from bench.memory import _layout, compile_pair, train_base_step
+
+    row, secs = compile_pair("resnet_tiny", 8, fuse=False, amp=False)
+    assert secs["seed"] > 0 and secs["reuse"] > 0
+    assert row["lower_bound_bytes"] <= row["arena_bytes"] < row["seed_arena_bytes"]
+    assert row["transient_peak_bytes"] <= row["transient_pool_bytes"]
+
+    from bench.compile_time import SPEC, compile_timed
+
+    module, _ = compile_timed("resnet_tiny", fuse=False, amp=False, spec={**SPEC, "batch_size": 8, "train_size": 800,
+                                                                        "val_size": 8})
+    _, base, life, slots = _layout(module)
+    sums = [sum(slots[i] for i in life.live_at(t)) for t in range(life.length)]
+    assert max(sums) == row["transient_peak_bytes"] and sums.index(max(sums)) == row["peak"]["time"]
+    start, nodes = train_base_step(life)
+    assert start == 0 and nodes == row["step_nodes"]
+    curve = [row["persistent_bytes"] + s for s in sums[start:start + nodes]]
+    assert row["step_curve_mib"] == [round(v / 2**20, 2) for v in curve]  # fewer nodes than bins: one per node
+
+
+def test_memory_runs_keep_the_median(monkeypatch):
+    import bench.memory as M
+
+    deltas = iter([300, 100, 200, None])
+    monkeypatch.setattr(M, "measure", lambda side, name, batch, **kw: {"rss_peak_delta_bytes": next(deltas),
+                                                                      "side": side})
+    got = M.measure_runs("torch", "mlp", 200, 3)
+    assert got == {"rss_peak_delta_bytes": 200, "side": "torch", "runs": 3, "rss_peak_delta_runs": [300, 100, 200]}
+    assert M.measure_runs("torch", "mlp", 200, 1) == {"rss_peak_delta_bytes": None, "side": "torch", "runs": 1}
+
+
+def test_memory_helpers():
+    from bench.cli import dumps
+    from bench.memory import bin_max, targets
+    from bench.peak import binned
+
+    assert bin_max([1, 5, 2, 3], 2) == [5, 3] and bin_max([1, 2], 5) == [1, 2]
+    assert bin_max(list(range(1000)), 200)[-1] == 999 and len(bin_max(list(range(1001)), 200)) == 200
+    # a step function over [0, 1]: the largest value in force in each bin, carried across bins
+    assert binned([0.0, 0.1, 0.15, 0.9], [1.0, 4.0, 2.0, 3.0], 4) == [4.0, 2.0, 2.0, 3.0]
+    assert binned([0.0, 0.6], [10.0, 5.0], 2) == [10.0, 10.0] and binned([0.0, 0.3], [10.0, 5.0], 2) == [10.0, 5.0]
+    assert binned([0.0, 1.0], [1.0, 7.0], 3) == [1.0, 1.0, 7.0]  # the last event lands in the last bin
+    res = {"a": [1, 2.5, -3e-05], "b": [[1, 2], {"c": "x, y"}], "d": ["1", "2"]}
+    text = dumps(res)
+    assert json.loads(text) == res and "[1, 2.5, -3e-05]" in text and "[1, 2]" in text
+    rows = [{"model": "resnet18_cifar", "batch": 64, "variant": v, "vs_torch": {"rss_delta": x}}
+            for v, x in (("unfused_fp32", 0.7), ("fused_fp32", 0.9), ("fused_amp", 0.1))]
+    rows.append({"model": "resnet50", "batch": 32, "variant": "fused_fp32"})
+    got = {(t["model"], t["variant"]): (t["value"], t["met"]) for t in targets(rows)}
+    assert got == {("resnet18_cifar", "unfused_fp32"): (0.7, True), ("resnet18_cifar", "fused_fp32"): (0.9, False),
+                   ("resnet50", "fused_fp32"): (None, None)}
 
 
 def test_bad_section_is_a_usage_error():
