@@ -224,6 +224,24 @@ def touches(node: Node, members: dict[int, list[int]]) -> tuple[list[int], list[
     return reads, writes
 
 
+def transient_span(program: ProgramOp, tensors: Iterable[DTensor]) -> tuple[Step, MemRegion, list[int]] | None:
+    """The first RANGE node of ``program``'s graphs whose span covers a transient region holding
+    DTensors with bytes: ``(node, region, ids of those DTensors)``, or ``None``.
+
+    A RANGE kernel works on the region's byte span, so its DTensors must stay contiguous in their
+    region: a plan with a transient pool (the region empty, its DTensors placed by lifetime) cannot
+    serve such a node (``memplan-assign-offsets`` refuses it, the program verifier rejects it)."""
+    members = region_members(tensors)
+    for graph in program.graphs():
+        for gid, nodes in graph.buckets().items():
+            for i, node in enumerate(nodes.nodes()):
+                for a, b in (*node.in_ranges, *node.out_ranges):
+                    for r in range(int(a), int(b) + 1):
+                        if MemRegion(r) in TRANSIENT_REGIONS and members.get(r):
+                            return Step(graph.graph_name, gid, i, node), MemRegion(r), members[r]
+    return None
+
+
 def analyze(program: ProgramOp, plan: PlanOp | None = None, *, tensors: Sequence[DTensor] | None = None
             ) -> Lifetimes:
     """The lifetimes of the transient DTensors of ``program`` (module doc), against ``plan`` (default

@@ -1337,7 +1337,15 @@ class ProgramOp(IRDLOperation):
                 raise _fail(self, "expected graphs and an atlas in a program whose plans have a transient pool "
                                   "(the placement follows the lifetimes of the atlas's graphs)")
             return
-        from tr_mlir.dialects.lifetimes import analyze, check_placement
+        from tr_mlir.dialects.lifetimes import analyze, check_placement, transient_span
+
+        if plans[0].transient_pool is not None:
+            spanned = transient_span(self, plans[0].tensors())
+            if spanned is not None:
+                step, region, ids = spanned
+                raise _fail(self, f"expected no RANGE node over a transient region in a program whose plans have a "
+                                  f"transient pool (the region has no bytes: its {len(ids)} DTensors are placed by "
+                                  f"lifetime), got {step.where} over {region.name}; plan it with reuse=false")
 
         try:
             life = analyze(self, plans[0])

@@ -27,7 +27,9 @@ contiguous region layout, since RANGE nodes work on region spans. With ``reuse=t
 (for comparison and debugging). Either way the program verifier checks the placement against the
 lifetimes on every verification (:func:`tr_mlir.dialects.lifetimes.check_placement`).
 
-Diagnostics: no plans, graphs or atlas (run ``memplan-compile`` first).
+Diagnostics: no plans, graphs or atlas (run ``memplan-compile`` first); a RANGE node whose span
+covers a transient region holding DTensors (a range kernel works on the region's bytes, which
+the pool leaves empty: use ``reuse=false``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from tr_mlir.dialects.lifetimes import (
     Lifetimes,
     analyze,
     sequences,
+    transient_span,
 )
 from tr_mlir.dialects.memplan import AtlasOp, DTensor, GraphOp, Node, PlanOp, ProgramOp, linear_layout
 from tr_mlir.passes._descriptors_program import fail, model_programs
@@ -315,4 +318,10 @@ class MemplanAssignOffsetsPass(ModulePass):
                 sequences(program)
             except ValueError as e:
                 fail(program, f"'memplan.program' op: {e}")
+            spanned = transient_span(program, program.plans()[0].tensors())
+            if spanned is not None:
+                step, region, ids = spanned
+                fail(program, f"'memplan.program' op: {self.name} cannot place the {len(ids)} DTensors of "
+                              f"{region.name} by lifetime: {step.where} works on the region's span, which "
+                              f"must stay contiguous; run it with reuse=false (the seed's layout)")
             assign_offsets(program)

@@ -227,3 +227,52 @@ def test_pass_alone_is_idempotent_and_reuse_false_keeps_the_seed_layout():
     assert placed != before and "pool = " in placed
     MemplanAssignOffsetsPass().apply(make_context(), module)
     assert str(module) == placed
+
+
+# -- RANGE nodes over transient regions ------------------------------------------------------
+
+
+def _with_range_over_features(module):
+    """Add a RANGE_CLEAR of the feature region after the first layer's forward (a node that works on
+    the region's byte span: with the seed's layout it zeroes the features the deep graph reads)."""
+    from xdsl.rewriter import Rewriter
+
+    from tr_mlir.dialects.memplan import GraphId, GraphOp, MemRegion, Node
+
+    _, program = find_program(module)
+    graph = next(g for g in program.graphs() if g.graph_name == "train")
+    buckets = {gid: list(nodes.nodes()) for gid, nodes in graph.buckets().items()}
+    f = MemRegion.F_FEATURE_FP32
+    for gid in (GraphId.FIRST_LAYER_FWD_A, GraphId.FIRST_LAYER_FWD_B):
+        buckets[gid].append(Node("RANGE_CLEAR", out_ranges=((f, f),)))
+    Rewriter.replace_op(graph, GraphOp(graph.graph_name, buckets, graph.params.data))
+    return module
+
+
+def test_a_range_node_over_a_transient_region_is_refused_not_silently_emptied():
+    """A pooled plan gives the transient regions no bytes, so a RANGE node over one would work on an
+    empty span (the clear above did nothing with reuse: other losses than the seed's layout)."""
+    from xdsl.utils.exceptions import PassFailedException
+
+    seed = _with_range_over_features(_compiled("mlp_digits", reuse=False))
+    seed.verify()  # the seed's layout keeps the region contiguous: the node is fine there
+    with pytest.raises(PassFailedException, match=r"memplan-assign-offsets cannot place the \d+ DTensors of "
+                                                  r"F_FEATURE_FP32 by lifetime: @train first_layer_fwd_a node 2 "
+                                                  r"\(RANGE_CLEAR\) works on the region's span.*reuse=false"):
+        MemplanAssignOffsetsPass().apply(make_context(), seed)
+    pooled = _with_range_over_features(_compiled("mlp_digits"))
+    with pytest.raises(VerifyException, match=r"expected no RANGE node over a transient region in a program whose "
+                                              r"plans have a transient pool .* got @train first_layer_fwd_a node 2 "
+                                              r"\(RANGE_CLEAR\) over F_FEATURE_FP32; plan it with reuse=false"):
+        pooled.verify()
+
+
+def test_reuse_is_an_option_of_compile_not_of_arch_plan():
+    from tr_mlir.blueprint import BluePrintTypeError
+    from tr_mlir.compile import arch_plan
+
+    spec = MODELS["mlp_digits"]
+    with pytest.raises(BluePrintTypeError, match="compile: reuse must be True or False"):
+        _compiled("mlp_digits", reuse="no")
+    with pytest.raises(TypeError, match="reuse"):  # the ArchPlan plans no memory: it took reuse and ignored it
+        arch_plan(spec.blueprint(10), (8, 8, 1), amp=False, fuse=False, num_classes=10, reuse=False)

@@ -32,7 +32,6 @@ def arch_plan(
     num_classes: int,
     cbrp: bool = False,
     name: str = "model",
-    reuse: bool = True,
 ) -> ModuleOp:
     """Compile a BluePrint to the flat, shape-deduced, verified ArchPlan module.
 
