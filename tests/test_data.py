@@ -380,9 +380,33 @@ def test_bad_split_and_options():
 
 def test_digits_needs_sklearn(monkeypatch):
     import sys
+    monkeypatch.setitem(sys.modules, "sklearn", None)
     monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
     with pytest.raises(DatasetError, match="pip install scikit-learn"):
         load_dataset("digits")
+
+
+def test_digits_are_read_without_importing_sklearn(monkeypatch):
+    """Importing scikit-learn took 1.4 s of every tr-train start on digits (most of a short run);
+    its bundled file is now read directly, giving load_digits()'s arrays, and load_digits() is
+    the fallback when the file is not where it used to be."""
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images, target = data._bundled_digits()
+    assert images.dtype == bunch.images.dtype and np.array_equal(images, bunch.images)
+    assert target.dtype == bunch.target.dtype and np.array_equal(target, bunch.target)
+    code = "import sys; from tr_mlir.data import load_dataset; load_dataset('digits'); print('sklearn' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stdout + r.stderr
+    ds = load_dataset("digits")
+    monkeypatch.setattr(data, "DIGITS_FILE", Path("moved") / "digits.csv.gz")
+    assert data._bundled_digits() is None
+    fallback = load_dataset("digits")
+    assert np.array_equal(fallback.train_x, ds.train_x) and np.array_equal(fallback.val_y, ds.val_y)
 
 
 # ----------------------------------------------------------------------------- geometry
