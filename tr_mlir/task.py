@@ -35,8 +35,11 @@ momentum weighs the new batch, unbiased running variance).
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -170,6 +173,110 @@ def _check_finite(x: np.ndarray, where: str) -> None:
     bad = np.flatnonzero(~np.isfinite(x.reshape(x.shape[0], -1)).all(axis=1))
     more = f" and {bad.size - 1} more" if bad.size > 1 else ""
     raise TaskError(f"{where}: x holds NaN or Inf (sample {int(bad[0])}{more}); expected finite inputs")
+
+
+SAVE_PAUSE_ENV = "TR_MLIR_SAVE_PAUSE"
+"""Test hook of the fault tests (``tests/test_faults.py``): ``TR_MLIR_SAVE_PAUSE=POINT:SECONDS``
+makes saves stop ``SECONDS`` at the step ``POINT`` (:func:`save_pause`), so that a test can signal
+the process exactly there. Unset (everywhere else) it costs one environment lookup per step."""
+
+
+def save_pause(point: str, where: Path) -> None:
+    """The test hook :data:`SAVE_PAUSE_ENV`: when it is ``POINT:SECONDS`` or ``POINT@NAME:SECONDS``
+    and ``point`` is ``POINT`` (``*``: every point) of a save into a folder named ``NAME`` (its name
+    up to the first dot: ``last`` for ``last.tmp``), print ``tr-mlir: save pause <point> <where>``
+    on stderr and sleep ``SECONDS``. The points, in order: :meth:`Task.save`'s
+    ``task-state-written``, ``task-config-written``, ``task-state-renamed``; tr-train's checkpoint
+    save (:func:`tr_mlir.tools.tr_train.save_checkpoint`) adds ``run-task-saved``,
+    ``run-state-written``, ``run-old-moved`` and ``run-swapped``. A malformed value does nothing."""
+    spec = os.environ.get(SAVE_PAUSE_ENV)
+    if not spec:
+        return
+    target, _, seconds = spec.rpartition(":")
+    name, _, folder = target.partition("@")
+    try:
+        delay = float(seconds)
+    except ValueError:
+        return
+    if name in (point, "*") and folder in ("", where.name.split(".")[0]):
+        print(f"tr-mlir: save pause {point} {where}", file=sys.stderr, flush=True)
+        time.sleep(delay)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read_config(path: Path, folder: Path) -> dict[str, Any]:
+    """``config.json`` read back: a JSON object of format :data:`FORMAT`, else :class:`TaskError`."""
+    try:
+        cfg = json.loads(path.read_text())
+    except OSError as e:
+        raise TaskError(f"Task.load: cannot read a saved task from {folder}: {path}: {e.strerror or e}") from e
+    except ValueError as e:  # JSON, UTF-8 or an int of more digits than Python converts
+        raise TaskError(f"Task.load: cannot read a saved task from {folder}: {path} is not JSON (truncated or "
+                        f"damaged?): {e}") from e
+    if not isinstance(cfg, dict) or cfg.get("format") != FORMAT:
+        raise TaskError(f"Task.load: {path} is not a {FORMAT} file")
+    return cfg
+
+
+def _read_state(data: bytes, path: Path) -> dict[str, np.ndarray]:
+    """The arrays of a ``state.npz`` archive's bytes, else :class:`TaskError` naming ``path``."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            state = {name: archive[name] for name in archive.files}
+    except Exception as e:  # a damaged archive fails in zipfile, zlib, the npy header parser, ...
+        raise TaskError(f"Task.load: {path} is not a readable NumPy .npz archive (truncated or damaged?): "
+                        f"{type(e).__name__}: {e}") from e
+    odd = [k for k, v in state.items() if not isinstance(v, np.ndarray)]
+    if odd:
+        raise TaskError(f"Task.load: {path} is not a readable NumPy .npz archive: '{odd[0]}' is no array")
+    return state
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_CONFIG_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "model": (lambda v: isinstance(v, str), "a string (tree-form MLIR)"),
+    "input_shape": (lambda v: isinstance(v, list) and len(v) == 3 and all(map(_is_int, v)), "[H, W, C]"),
+    "num_classes": (_is_int, "an int"),
+    "batch_size": (_is_int, "an int"),
+    "optimizer": (lambda v: isinstance(v, dict), "an object (an optimizer's config())"),
+    "scheduler": (lambda v: v is None or isinstance(v, dict), "null or an object (a scheduler's config())"),
+    "label_smoothing": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+    "amp": (lambda v: isinstance(v, bool), "a bool"),
+    "fuse": (lambda v: isinstance(v, bool), "a bool"),
+    "device": (lambda v: isinstance(v, str), "a string"),
+    "seed": (_is_int, "an int"),
+    "train_size": (lambda v: v is None or _is_int(v), "null or an int"),
+    "val_size": (lambda v: v is None or _is_int(v), "null or an int"),
+    "steps": (lambda v: _is_int(v) and v >= 0, "an int >= 0"),
+    "epochs": (lambda v: _is_int(v) and v >= 0, "an int >= 0"),
+}
+"""The keys of ``config.json`` (:meth:`Task.config`) and what each must hold; value ranges are the
+Task's own checks."""
+
+_OPTIONAL_CONFIG_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "reuse": (lambda v: isinstance(v, bool), "a bool"),
+    "state_sha256": (lambda v: isinstance(v, str), "a string"),
+}
+"""Keys that saves of earlier versions lack."""
+
+
+def _config_problem(cfg: dict[str, Any]) -> str | None:
+    """What is wrong with the types of a ``config.json`` read back, or None."""
+    for key, (ok, want) in _CONFIG_KEYS.items():
+        if key not in cfg:
+            return f"missing key '{key}'"
+        if not ok(cfg[key]):
+            return f"'{key}' is {cfg[key]!r:.80}, expected {want}"
+    for key, (ok, want) in _OPTIONAL_CONFIG_KEYS.items():
+        if key in cfg and not ok(cfg[key]):
+            return f"'{key}' is {cfg[key]!r:.80}, expected {want}"
+    return None
 
 
 class Task:
@@ -494,23 +601,50 @@ class Task:
         out["scalar/dropout_seed"] = np.array(self.exe.to_host(self.exe.scalar("dropout_seed")), np.int64)
         return out
 
-    def _check_state(self, state: Mapping[str, np.ndarray], source: Path) -> None:
-        """Raise :class:`TaskError` unless ``state`` (a :meth:`save` archive read back) holds every
-        parameter and buffer of this task, and every tensor it holds has this task's shape."""
-        want: dict[str, tuple[int, ...]] = {}
+    def _state_layout(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """Every array :meth:`save` writes into ``state.npz`` for this task: key -> (shape, dtype)."""
+        f32 = np.dtype(np.float32)
+        want: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
         for e in self._params:
-            want[f"param/{e.name}"] = e.shape
-            want.update({f"state/{e.name}{suffix}": e.store for suffix, _ in e.state})
-        want.update({f"buffer/{e.name}": e.shape for e in self._buffers})
-        missing = [k for k in want if k not in state and not k.startswith("state/")]
+            want[f"param/{e.name}"] = (e.shape, f32)
+            want.update({f"state/{e.name}{suffix}": (e.store, f32) for suffix, _ in e.state})
+        want.update({f"buffer/{e.name}": (e.shape, f32) for e in self._buffers})
+        want.update({f"scalar/{name}": ((), np.dtype(np.float64)) for name in self._STATE_SCALARS
+                     if self.exe.has(name)})
+        want["scalar/dropout_seed"] = ((2,), np.dtype(np.int64))
+        return want
+
+    def _check_state(self, state: Mapping[str, np.ndarray], source: Path) -> None:
+        """Raise :class:`TaskError` unless ``state`` (a :meth:`save` archive read back) holds exactly
+        the arrays :meth:`save` writes for this task (parameters, optimizer state, buffers, state
+        scalars), each with its shape and dtype, and scalars a save can hold (finite numbers, a
+        dropout RNG state of int32 values)."""
+        def keys(names: list[str]) -> str:
+            more = f" and {len(names) - 6} more" if len(names) > 6 else ""
+            why = ("saved from another model?" if any(k.startswith(("param/", "buffer/")) for k in names)
+                   else "saved with another optimizer or precision?")
+            return f"{', '.join(names[:6])}{more} ({why})"
+
+        want = self._state_layout()
+        missing = [k for k in want if k not in state]
         if missing:
-            raise TaskError(f"Task.load: {source} lacks {', '.join(missing[:6])}"
-                            + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
-                            + " (saved from another model?)")
-        for key, shape in want.items():
-            if key in state and tuple(np.shape(state[key])) != tuple(shape):
-                raise TaskError(f"Task.load: {source}: '{key}' has shape {tuple(np.shape(state[key]))}, the "
-                                f"model's is {tuple(shape)} (saved from another model?)")
+            raise TaskError(f"Task.load: {source} lacks {keys(missing)}")
+        unexpected = sorted(k for k in state if k not in want)
+        if unexpected:
+            raise TaskError(f"Task.load: {source} holds arrays this task does not have: {keys(unexpected)}")
+        for key, (shape, dtype) in want.items():
+            a = state[key]
+            if a.shape != shape:
+                raise TaskError(f"Task.load: {source}: '{key}' has shape {a.shape}, the model's is {shape} "
+                                f"(saved from another model?)")
+            if a.dtype != dtype:
+                raise TaskError(f"Task.load: {source}: '{key}' is {a.dtype}, a save writes {dtype}")
+            if key.startswith("scalar/") and not np.isfinite(a).all():
+                raise TaskError(f"Task.load: {source}: '{key}' is {a.tolist()}, expected finite numbers")
+        seed = state["scalar/dropout_seed"]
+        info = np.iinfo(np.int32)
+        if seed.min() < info.min or seed.max() > info.max:
+            raise TaskError(f"Task.load: {source}: 'scalar/dropout_seed' is {seed.tolist()}, expected int32 values")
 
     def _restore(self, state: Mapping[str, np.ndarray]) -> None:
         exe = self.exe
@@ -696,24 +830,32 @@ class Task:
         }
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write ``path/config.json`` (configuration, model) and ``path/state.npz`` (parameters,
-        buffers, optimizer state, loss scale, Adam step, dropout RNG); returns the folder.
+        """Write ``path/state.npz`` (parameters, buffers, optimizer state, loss scale, Adam step,
+        dropout RNG) and ``path/config.json`` (configuration, model, and ``state_sha256``: the
+        SHA-256 of the ``state.npz`` it belongs to); returns the folder.
 
-        Both files are written under temporary names first and then renamed over the old ones, so
-        a save that fails (a full disk, an interrupt) leaves a task saved earlier in ``path``
-        readable. Raises ``OSError`` when the folder or a file cannot be written."""
+        Both files are written under temporary names first and then renamed over the old ones
+        (``state.npz`` first), so a save that fails (a full disk, an interrupt) leaves a task saved
+        earlier in ``path`` readable; one stopped between the two renames leaves the new
+        ``state.npz`` next to its ``config.json.tmp``, which :meth:`load` then takes. Raises
+        ``OSError`` when the folder or a file cannot be written."""
         self._ready()
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         config, state = folder / (CONFIG_FILE + ".tmp"), folder / (STATE_FILE + ".tmp")
+        leftovers = [config, state]
         try:
-            config.write_text(json.dumps(self.config(), indent=1))
             with open(state, "wb") as f:  # a file object: np.savez would append '.npz' to a name
                 np.savez(f, **self._snapshot())
+            save_pause("task-state-written", folder)
+            config.write_text(json.dumps({**self.config(), "state_sha256": _sha256(state.read_bytes())}, indent=1))
+            save_pause("task-config-written", folder)
             os.replace(state, folder / STATE_FILE)
+            leftovers = []  # config.json.tmp now completes the new state.npz: load() reads it if it stays
+            save_pause("task-state-renamed", folder)
             os.replace(config, folder / CONFIG_FILE)
         finally:
-            for tmp in (config, state):
+            for tmp in leftovers:
                 tmp.unlink(missing_ok=True)
         return folder
 
@@ -723,48 +865,85 @@ class Task:
         ``device``: where to run it (default: the saved device).
 
         Raises:
-            TaskError: a missing or unreadable folder, a damaged ``state.npz``, a ``config.json``
-                that does not describe a task, or a state saved from another model (missing
-                tensors, other shapes); the message names the file.
-            ArenaTooLargeError: the compiled model does not fit in memory.
+            TaskError: a missing or unreadable folder or file; a ``config.json`` that is no JSON,
+                does not describe a task (a missing key, a value of another type, a model that does
+                not parse) or records another ``state_sha256`` than the ``state.npz`` next to it
+                has (damaged, copied from another save); a ``state.npz`` that is no readable
+                archive or holds other arrays than a save of this task writes (missing or extra
+                arrays, other shapes or dtypes, non-finite scalars). The message names the file.
+            ArenaTooLargeError: the compiled model does not fit in memory (the message names
+                ``config.json``).
         """
+        from tr_mlir.lowering.backend import ArenaTooLargeError
+
+        folder = Path(path)
+        config_path, state_path = folder / CONFIG_FILE, folder / STATE_FILE
+        try:
+            cfg, unreadable = _read_config(config_path, folder), None
+        except TaskError as e:
+            cfg, unreadable = {}, e
+        try:
+            data = state_path.read_bytes()
+        except OSError as e:
+            raise unreadable or TaskError(f"Task.load: cannot read a saved task from {folder}: {state_path}: "
+                                          f"{e.strerror or e}") from e
+        digest = _sha256(data)
+        if unreadable is not None or cfg.get("state_sha256", digest) != digest:
+            try:  # a save stopped between its two renames left the config of this state.npz as a .tmp
+                newer = _read_config(folder / (CONFIG_FILE + ".tmp"), folder)
+            except TaskError:
+                newer = {}
+            if newer.get("state_sha256") == digest:
+                cfg, config_path, unreadable = newer, folder / (CONFIG_FILE + ".tmp"), None
+        if unreadable is not None:
+            raise unreadable
+        foreign = cfg.get("state_sha256", digest) != digest
+        state = _read_state(data, state_path)
+        problem = _config_problem(cfg)
+        if problem:
+            raise TaskError(f"Task.load: {config_path} does not describe a task: {problem}")
+        task = cls._from_config(cfg, config_path, device)
+        try:
+            task.compile(cfg["train_size"], cfg["val_size"])
+        except (ValueError, TypeError) as e:  # TaskError (a ValueError): sizes, a model the compiler rejects
+            raise TaskError(f"Task.load: {config_path} does not describe a task: {e}") from e
+        except ArenaTooLargeError as e:
+            raise ArenaTooLargeError(f"Task.load: {config_path}: {e}") from e
+        task._check_state(state, state_path)
+        if foreign:
+            raise TaskError(f"Task.load: {state_path} is not the archive {config_path} was saved with (its "
+                            f"SHA-256 is not the 'state_sha256' recorded there): damaged, or copied from another save")
+        task._restore(state)
+        task.runner.prepare_weights()
+        task._bn_dirty = True
+        return task
+
+    @classmethod
+    def _from_config(cls, cfg: dict[str, Any], source: Path, device: Any) -> Task:
+        """The (not yet compiled) Task of a ``config.json`` that passed :func:`_config_problem`."""
         from xdsl.parser import Parser
 
         from tr_mlir.compile import make_context
 
-        folder = Path(path)
-        try:
-            cfg = json.loads((folder / CONFIG_FILE).read_text())
-        except (OSError, ValueError) as e:
-            raise TaskError(f"Task.load: cannot read a saved task from {folder}: {e}") from e
-        if not isinstance(cfg, dict) or cfg.get("format") != FORMAT:
-            raise TaskError(f"Task.load: {folder / CONFIG_FILE} is not a {FORMAT} file")
-        try:
-            with np.load(folder / STATE_FILE, allow_pickle=False) as archive:
-                state = {name: archive[name] for name in archive.files}
-        except FileNotFoundError as e:
-            raise TaskError(f"Task.load: cannot read a saved task from {folder}: {e}") from e
-        except Exception as e:  # a damaged archive fails in zipfile, zlib, the npy header parser, ...
-            raise TaskError(f"Task.load: {folder / STATE_FILE} is not a readable NumPy .npz archive "
-                            f"(truncated or damaged?): {type(e).__name__}: {e}") from e
-        from xdsl.utils.exceptions import DiagnosticException, ParseError
+        def part(what: str, build: Callable[[], Any]) -> Any:
+            try:
+                return build()
+            except Exception as e:  # untrusted text and objects: the parser and from_config raise many types
+                raise TaskError(f"Task.load: {source} does not describe a task: {type(e).__name__}: {e} "
+                                f"(in '{what}')") from e
 
+        module = part("model", lambda: Parser(make_context(), cfg["model"]).parse_module())
+        optimizer = part("optimizer", lambda: _optim.from_config(cfg["optimizer"]))
+        scheduler = part("scheduler", lambda: _sched.from_config(cfg["scheduler"]))
+        loss = part("label_smoothing", lambda: CrossEntropyLoss(cfg["label_smoothing"]))
         try:
-            module = Parser(make_context(), cfg["model"]).parse_module()
             task = cls(module, tuple(cfg["input_shape"]), cfg["num_classes"], cfg["batch_size"],
-                       optimizer=_optim.from_config(cfg["optimizer"]), scheduler=_sched.from_config(cfg["scheduler"]),
-                       loss=CrossEntropyLoss(cfg["label_smoothing"]), amp=cfg["amp"], fuse=cfg["fuse"],
+                       optimizer=optimizer, scheduler=scheduler, loss=loss, amp=cfg["amp"], fuse=cfg["fuse"],
                        device=cfg["device"] if device is None else device, seed=cfg["seed"],
-                       reuse=bool(cfg.get("reuse", True)))
-            task.steps, task.epochs = int(cfg["steps"]), int(cfg["epochs"])
-            task.compile(cfg["train_size"], cfg["val_size"])
-        except (KeyError, TypeError, ValueError, ParseError, DiagnosticException) as e:
-            what = f"missing key {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
-            raise TaskError(f"Task.load: {folder / CONFIG_FILE} does not describe a task: {what}") from e
-        task._check_state(state, folder / STATE_FILE)
-        task._restore(state)
-        task.runner.prepare_weights()
-        task._bn_dirty = True
+                       reuse=cfg.get("reuse", True))
+        except TaskError as e:
+            raise TaskError(f"Task.load: {source} does not describe a task: {e}") from e
+        task.steps, task.epochs = cfg["steps"], cfg["epochs"]
         return task
 
     def __repr__(self) -> str:

@@ -66,10 +66,17 @@ IR dumps: ``--dump-ir DIR`` writes ``DIR/00-input.mlir`` (the tree-form model, a
 Checkpoints: ``--save-dir DIR`` keeps ``DIR/last`` (after every epoch) and ``DIR/best`` (the
 epoch with the best val top-1 so far): each is a :meth:`tr_mlir.Task.save` folder
 (``config.json``, ``state.npz``) plus ``tr_train.json`` (the run: its configuration, the epochs
-so far, the best), written whole (into ``DIR/<name>.tmp``, then swapped in). A ``DIR`` that holds
+so far, the best, and the SHA-256 of the ``config.json`` and ``state.npz`` saved with it), written
+whole (into ``DIR/<name>.tmp``, then swapped in: :func:`save_checkpoint`). A ``DIR`` that holds
 another run's checkpoints is an error (a new run would overwrite them), unless this run resumes
-from one of them. ``--resume CKPT`` (such a folder, or a ``--save-dir`` folder: its ``last``)
-continues that run: ``--epochs`` is the total, so training resumes at the epoch after the
+from one of them. A resume checks the checkpoint before it trains: a file that is damaged or comes
+from another checkpoint (its SHA-256, the configuration and epochs of ``tr_train.json`` against
+``config.json``, the dataset's sizes against those it trained on) is an error naming the file.
+A run killed at any point resumes to the same bits as one never stopped: a ``DIR/last`` left in
+``DIR/last.old`` by a kill between the two renames of its save is put back, and a ``DIR/best``
+whose save a kill stopped (after ``DIR/last`` of the same epoch) is rewritten from the resumed
+checkpoint. ``--resume CKPT`` (such a folder, or a ``--save-dir`` folder: its ``last``) continues
+that run: ``--epochs`` is the total, so training resumes at the epoch after the
 checkpoint's; the model and the training configuration come from the checkpoint (giving
 ``--model``, ``--lr``, ... with another value is an error), the dataset is loaded again as the
 run did (``--data-dir`` may point elsewhere); a larger ``--epochs`` stretches the cosine
@@ -112,6 +119,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import importlib.util
 import inspect
 import json
@@ -817,8 +825,13 @@ def save_checkpoint(task: Any, folder: Path, run: dict[str, Any]) -> None:
     """:meth:`Task.save` and the run state (``tr_train.json``) into ``folder``, whole or not at all:
     written into ``folder.tmp``, then swapped in (the old folder is renamed to ``folder.old`` and
     removed after the swap), so a save that fails or is interrupted leaves the previous checkpoint
-    in place (in ``folder.old`` only if it stops between the two renames; the next save puts it
-    back). Raises ``OSError`` when a file cannot be written."""
+    in place (in ``folder.old`` only if it stops between the two renames: the next save, or
+    :func:`find_checkpoint` resuming it, puts it back). The run state records the SHA-256 of the
+    ``config.json`` and ``state.npz`` it was saved with (key ``sha256``), so that a resume notices
+    a damaged file or one copied from another checkpoint. Raises ``OSError`` when a file cannot be
+    written."""
+    from tr_mlir.task import CONFIG_FILE, STATE_FILE, save_pause
+
     tmp, old = folder.with_name(folder.name + ".tmp"), folder.with_name(folder.name + ".old")
     if old.exists():
         if folder.exists():
@@ -828,10 +841,15 @@ def save_checkpoint(task: Any, folder: Path, run: dict[str, Any]) -> None:
     if tmp.exists():
         shutil.rmtree(tmp)
     task.save(tmp)
-    _atomic_write(tmp / RUN_STATE_FILE, json.dumps(run, indent=1) + "\n")
+    save_pause("run-task-saved", tmp)
+    digests = {name: hashlib.sha256((tmp / name).read_bytes()).hexdigest() for name in (CONFIG_FILE, STATE_FILE)}
+    _atomic_write(tmp / RUN_STATE_FILE, json.dumps({**run, "sha256": digests}, indent=1) + "\n")
+    save_pause("run-state-written", tmp)
     if folder.exists():
         os.replace(folder, old)
+        save_pause("run-old-moved", old)
     os.replace(tmp, folder)
+    save_pause("run-swapped", folder)
     shutil.rmtree(old, ignore_errors=True)
 
 
@@ -850,11 +868,29 @@ def check_save_dir(save_dir: Path, resume_folder: Path | None) -> None:
                      f"choose another --save-dir (or delete the old one)")
 
 
+def _restore_interrupted(folder: Path) -> None:
+    """Put ``folder.old`` back as ``folder`` when a checkpoint save stopped between its two renames
+    (:func:`save_checkpoint`): ``folder`` is missing and ``folder.old`` holds the previous one."""
+    from tr_mlir.task import CONFIG_FILE
+
+    old = folder.with_name(folder.name + ".old")
+    if folder.exists() or not ((old / RUN_STATE_FILE).is_file() and (old / CONFIG_FILE).is_file()):
+        return
+    try:
+        os.replace(old, folder)
+    except OSError as e:
+        raise TrainError(f"--resume {folder}: cannot restore it from {old} (a checkpoint save was interrupted): "
+                         f"{e.strerror or e}") from None
+    _say(f"restored {folder} from {old}: a checkpoint save was interrupted between its two renames")
+
+
 def find_checkpoint(path: Path) -> Path:
-    """The checkpoint folder ``path`` names: itself, or its ``last`` (a ``--save-dir``)."""
+    """The checkpoint folder ``path`` names: itself, or its ``last`` (a ``--save-dir``); either is
+    first restored from its ``.old`` copy when a save was interrupted between its two renames."""
     from tr_mlir.task import CONFIG_FILE
 
     for cand in (path, path / "last"):
+        _restore_interrupted(cand)
         if (cand / RUN_STATE_FILE).is_file() and (cand / CONFIG_FILE).is_file():
             return cand
     if not path.exists():
@@ -864,16 +900,30 @@ def find_checkpoint(path: Path) -> Path:
 
 
 def load_run_state(folder: Path) -> dict[str, Any]:
-    """The run state of a checkpoint folder; :class:`TrainError` when unreadable."""
+    """The run state of a checkpoint folder; :class:`TrainError` when unreadable or damaged, or when
+    the ``config.json`` or ``state.npz`` next to it is not the file it was saved with (the SHA-256
+    it records: :func:`save_checkpoint`)."""
+    path = folder / RUN_STATE_FILE
     try:
-        run = json.loads((folder / RUN_STATE_FILE).read_text())
-    except (OSError, ValueError) as e:
-        raise TrainError(f"--resume {folder}: cannot read {RUN_STATE_FILE}: {e}") from None
+        run = json.loads(path.read_text())
+    except OSError as e:
+        raise TrainError(f"--resume {folder}: cannot read {path}: {e.strerror or e}") from None
+    except ValueError as e:  # JSON, UTF-8 or an int of more digits than Python converts
+        raise TrainError(f"--resume {folder}: cannot read {path}: not JSON (truncated or damaged?): {e}") from None
     if not isinstance(run, dict) or run.get("format") != RUN_STATE_FORMAT:
         raise TrainError(f"--resume {folder}: {RUN_STATE_FILE} is not a {RUN_STATE_FORMAT} file")
     problem = _run_state_problem(run)
     if problem:
         raise TrainError(f"--resume {folder}: {RUN_STATE_FILE} is damaged: {problem}")
+    for name, digest in run.get("sha256", {}).items():
+        try:
+            data = (folder / name).read_bytes()
+        except OSError as e:
+            raise TrainError(f"--resume {folder}: cannot read {folder / name}: {e.strerror or e}") from None
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise TrainError(f"--resume {folder}: {folder / name} is not the file this checkpoint was saved with "
+                             f"(its SHA-256 differs from the one {RUN_STATE_FILE} records): one of the two is "
+                             f"damaged or comes from another checkpoint")
     return run
 
 
@@ -888,22 +938,40 @@ def _valid_flag_value(action: argparse.Action, value: Any) -> bool:
             and (action.choices is None or value in action.choices))
 
 
+EPOCH_ROW_KEYS: tuple[str, ...] = ("lr", "train_loss", "train_top1", "val_loss", "val_top1", "val_top5",
+                                   "train_images_per_s", "train_s", "val_s")
+"""The numbers of a report's epoch row besides ``epoch`` (``train_images_per_s`` may be null)."""
+
+
 def _run_state_problem(run: dict[str, Any]) -> str | None:
     """What is wrong with a run state read back (the training configuration as flags produce
-    it, the input shapes, the epoch rows), or None."""
+    it and within their ranges, the input shapes, the epoch rows 1, 2, ... with their numbers,
+    the recorded SHA-256 of the checkpoint's files), or None."""
+    from tr_mlir.task import CONFIG_FILE, STATE_FILE
+
     cfg = run.get("config")
     if not isinstance(cfg, dict):
         return "no 'config' object"
+    saved = build_parser().parse_args([])
     for action in build_parser()._actions:
-        if (action.dest in TRAINING_KEYS + RESUMED_DEFAULTS and action.dest in cfg
-                and not _valid_flag_value(action, cfg[action.dest])):
-            return f"'{action.dest}' is {cfg[action.dest]!r}, not a valid {action.option_strings[0]} value"
+        if action.dest in TRAINING_KEYS + RESUMED_DEFAULTS and action.dest in cfg:
+            if not _valid_flag_value(action, cfg[action.dest]):
+                return f"'{action.dest}' is {cfg[action.dest]!r}, not a valid {action.option_strings[0]} value"
+            setattr(saved, action.dest, cfg[action.dest])
+    try:
+        _check_args(saved)
+    except TrainError as e:
+        return f"its configuration fails the flags' checks: {e}"
 
     def ints(v: Any, n: int) -> bool:
-        return isinstance(v, list) and len(v) == n and all(isinstance(d, int) and d >= 1 for d in v)
+        return (isinstance(v, list) and len(v) == n
+                and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in v))
 
-    if "dataset_shape" in cfg and not ints(cfg["dataset_shape"], 3):
-        return f"'dataset_shape' is {cfg['dataset_shape']!r}, expected [H, W, C]"
+    for key in ("dataset_shape", "input_shape"):
+        if key in cfg and not ints(cfg[key], 3):
+            return f"'{key}' is {cfg[key]!r}, expected [H, W, C]"
+    if "num_classes" in cfg and not ints([cfg["num_classes"]], 1):
+        return f"'num_classes' is {cfg['num_classes']!r}, expected an int >= 1"
     adapt = cfg.get("input_adaptation")
     if adapt is not None and not (isinstance(adapt, dict) and adapt.get("mode") in ("pad", "resize")
                                   and ints(adapt.get("to"), 2)):
@@ -913,6 +981,20 @@ def _run_state_problem(run: dict[str, Any]) -> str | None:
     epochs = run.get("epochs", [])
     if not isinstance(epochs, list) or not all(isinstance(r, dict) and isinstance(r.get("epoch"), int) for r in epochs):
         return "'epochs' is not a list of epoch rows"
+    if [r["epoch"] for r in epochs] != list(range(1, len(epochs) + 1)):
+        return f"'epochs' lists epochs {[r['epoch'] for r in epochs]!r:.80}, expected 1, 2, ..."
+
+    def number(v: Any, key: str) -> bool:
+        return (v is None and key == "train_images_per_s") or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+    for row in epochs:
+        bad = next((k for k in EPOCH_ROW_KEYS if not number(row.get(k), k)), None)
+        if bad is not None:
+            return f"epoch {row['epoch']}: '{bad}' is {row.get(bad)!r:.80}, expected a number"
+    digests = run.get("sha256", {CONFIG_FILE: "", STATE_FILE: ""})  # checkpoints of earlier versions lack it
+    if not (isinstance(digests, dict) and set(digests) == {CONFIG_FILE, STATE_FILE}
+            and all(isinstance(v, str) for v in digests.values())):
+        return f"'sha256' is {digests!r:.120}, expected {{\"{CONFIG_FILE}\": ..., \"{STATE_FILE}\": ...}}"
     return None
 
 
@@ -1043,22 +1125,33 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
 
     from tr_mlir.loss import CrossEntropyLoss
     from tr_mlir.sched import CosineAnnealingLR
-    from tr_mlir.task import Task, TaskError
+    from tr_mlir.task import CONFIG_FILE, Task, TaskError
 
     start_epoch = 0
     try:
         if resume_folder is not None:
             task = Task.load(resume_folder, device=device)
             if tuple(task.input_shape) != tuple(ds.input_shape) or task.num_classes != ds.num_classes:
-                raise TrainError(f"--resume: the checkpoint's model reads {task.input_shape} with "
-                                 f"{task.num_classes} classes, the dataset gives {ds.input_shape} with "
-                                 f"{ds.num_classes}")
+                raise TrainError(f"--resume {resume_folder}: the checkpoint's model ({CONFIG_FILE}) reads "
+                                 f"{task.input_shape} with {task.num_classes} classes, the dataset gives "
+                                 f"{ds.input_shape} with {ds.num_classes}")
+            sizes = (task.epoch_samples(ds.num_train, args.drop_last), ds.num_val)
+            if (task.train_size, task.val_size) != sizes:
+                raise TrainError(f"--resume {resume_folder}: the checkpoint ({CONFIG_FILE}) has trained on "
+                                 f"{task.train_size} samples per epoch and validated on {task.val_size}, the "
+                                 f"dataset of {RUN_STATE_FILE} ({args.dataset}) gives {sizes[0]} and {sizes[1]}: "
+                                 f"not the run's data (another dataset, --data-dir or seed?)")
             start_epoch = task.epochs
+            disagree = _disagreement(saved, task, choice.build(lr, args.weight_decay))
+            if disagree:
+                raise TrainError(f"--resume {resume_folder}: {RUN_STATE_FILE} and {CONFIG_FILE} disagree: {disagree}; "
+                                 f"they come from different checkpoints")
+            if args.save_dir is not None and task.rank == 0 and best_of(history)[1] == start_epoch:
+                _repair_best(task, args.save_dir / "best", resume_folder, saved, start_epoch)
             if start_epoch >= args.epochs:
-                raise TrainError(f"--resume: the checkpoint has trained {start_epoch} epochs; --epochs is the "
-                                 f"total, pass more than {start_epoch}")
+                raise TrainError(f"--resume {resume_folder}: the checkpoint has trained {start_epoch} epochs; "
+                                 f"--epochs is the total, pass more than {start_epoch}")
             task.scheduler = CosineAnnealingLR(T_max=args.epochs, warmup_epochs=args.warmup)
-            history = [r for r in history if r.get("epoch", 0) <= start_epoch]
         else:
             task = Task(layer, ds.input_shape, ds.num_classes, args.batch_size,
                         optimizer=choice.build(lr, args.weight_decay),
@@ -1171,7 +1264,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
                          "best_val_top1": best, "best_epoch": best_epoch}
                 try:
                     save_checkpoint(task, args.save_dir / "last", state)
-                    if new_best:
+                    if new_best:  # a save stopped before this one ends: the resume rewrites it (_repair_best)
                         save_checkpoint(task, args.save_dir / "best", state)
                 except OSError as e:
                     raise TrainError(f"--save-dir {args.save_dir}: {e}") from None
@@ -1223,6 +1316,42 @@ def _resumed_source(cfg: dict[str, Any]) -> tuple[ModelSource, None, InputPlan]:
     if adapt:
         return source, None, InputPlan(adapt["mode"], tuple(adapt["to"]), "as the checkpoint's run")
     return source, None, InputPlan(None, None, "as the checkpoint's run")
+
+
+def _repair_best(task: Any, best: Path, resumed: Path, run: dict[str, Any], epoch: int) -> None:
+    """Rewrite the ``best`` checkpoint from the resumed one when that is the run's best epoch but
+    ``best`` does not hold it: the run was stopped after saving ``last`` and before (or while)
+    saving ``best`` (:func:`save_checkpoint`), so without this ``best`` would stay an older epoch."""
+    if best.resolve() == resumed.resolve():
+        return
+    try:
+        rows = json.loads((best / RUN_STATE_FILE).read_text())["epochs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        rows = None
+    if isinstance(rows, list) and len(rows) == epoch:
+        return
+    try:
+        save_checkpoint(task, best, run)
+    except OSError as e:
+        raise TrainError(f"--save-dir {best.parent}: {e}") from None
+    _say(f"rewrote {best} from {resumed} (epoch {epoch}, the best): its save had not finished")
+
+
+def _disagreement(run: dict[str, Any], task: Any, optimizer: Any) -> str | None:
+    """How a resumed checkpoint's run state (``tr_train.json``) and its task (``config.json``)
+    disagree (the epochs trained, the training configuration), or None. ``optimizer``: the one the
+    run state's ``--optimizer``, ``--lr`` and ``--weight-decay`` build."""
+    cfg, rows = run["config"], len(run.get("epochs", []))
+    if rows != task.epochs:
+        return f"{rows} epochs listed, {task.epochs} trained"
+    if all(k in cfg for k in ("optimizer", "lr", "weight_decay")) and optimizer != task.optimizer:
+        return f"optimizer {optimizer!r} and {task.optimizer!r}"
+    saved = {"batch_size": task.batch_size, "amp": task.amp, "fuse": task.fuse, "seed": task.seed,
+             "label_smoothing": task.loss.label_smoothing}
+    for key, value in saved.items():
+        if key in cfg and cfg[key] != value:
+            return f"{key} {cfg[key]!r} and {value!r}"
+    return None
 
 
 def _build(source: ModelSource, num_classes: int) -> Any:
