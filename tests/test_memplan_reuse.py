@@ -3,7 +3,8 @@
 * Training with ``reuse=true`` is bit-identical to ``reuse=false`` (the seed's one slot per
   DTensor): losses, parameters, buffers, metrics and predictions after several steps and an epoch,
   on every zoo model that trains in the suite, fp32 and fused AMP, several optimizers and dropout;
-  on the NumPy path (``TR_MLIR_CC=0``) and on the CUDA emulator.
+  on the NumPy path (``TR_MLIR_CC=0``) and on the CUDA emulator; and with every freshly written
+  transient DTensor poisoned before its kernel runs, no node reading bytes another DTensor wrote since.
 * The program verifier rejects a plan whose transient DTensors share bytes while both are live,
   naming both and the node; the packing is within 5% of the liveness lower bound; live-range
   splitting keeps the node arithmetic (only ids change).
@@ -16,7 +17,22 @@ import pytest
 from xdsl.utils.exceptions import VerifyException
 
 import tr_mlir
-from tr_mlir.blueprint import Dropout, Fc, Relu, Seq
+from tr_mlir.blueprint import (
+    Dropout,
+    Fc,
+    Relu,
+    Seq,
+    avgpool,
+    bn,
+    conv,
+    dropout,
+    fc,
+    flatten,
+    maxpool,
+    relu,
+    seq,
+    tanh_act,
+)
 from tr_mlir.compile import compile as compile_model
 from tr_mlir.compile import make_context
 from tr_mlir.dialects.lifetimes import analyze, check_placement, lower_bound
@@ -71,6 +87,66 @@ def test_reuse_trains_bit_identically(label, model, shape, kw):
     reused = _train(model, shape, True, **kw)
     assert reused[0].exe.base.transient_pool is not None and seed_layout[0].exe.base.transient_pool is None
     assert reused[0].exe.base.size < seed_layout[0].exe.base.size
+    _assert_identical(seed_layout, reused)
+
+
+def _poison_and_watch(monkeypatch) -> list[tuple[str, str, str]]:
+    """Wrap every bound kernel call: before it, fill the bytes of each transient DTensor it writes
+    without reading (a fresh web: the splitting assumes the kernel overwrites all of it, workspaces
+    included) with 0xFF (NaN, -1); after it, record it as the owner of those bytes. A read of a
+    transient DTensor whose bytes another DTensor wrote since is recorded as a violation
+    ``(node, read, writer)``. Returns the violation list."""
+    from tr_mlir.lowering import executable as exmod
+
+    bind = exmod.Executable._bind
+    violations: list[tuple[str, str, str]] = []
+
+    def wrapped_bind(self, node, bucket, params, variant, where, at=("", "", -1)):
+        fn = bind(self, node, bucket, params, variant, where, at)
+        if not hasattr(self, "_test_owner"):
+            self._test_owner = np.full(self.base.size // 256 + 1, -1, np.int64)
+        table = self._tables[self.plans[variant].plan_name]
+        ins = [table[i] for i in node.inputs if table[i].slot and table[i].region in TRANSIENT_REGIONS]
+        outs = [table[i] for i in node.outputs if table[i].slot and table[i].region in TRANSIENT_REGIONS]
+        fresh = [t for t in outs if t.id not in {u.id for u in ins}]
+        arena, owner = self.arena, self._test_owner
+
+        def call():
+            for t in ins:
+                held = owner[t.offset // 256:(t.offset + t.slot) // 256]
+                for other in np.unique(held[(held != t.id) & (held >= 0)]):
+                    violations.append((where, t.name, self.tensors[int(other)].name))
+            for t in fresh:
+                arena[t.offset:t.offset + t.slot] = 0xFF
+            fn()
+            for t in outs:
+                owner[t.offset // 256:(t.offset + t.slot) // 256] = t.id
+
+        return call
+
+    monkeypatch.setattr(exmod.Executable, "_bind", wrapped_bind)
+    return violations
+
+
+POISONED = [
+    ("resnet_tiny fused amp", "resnet_tiny", (8, 8, 1), {"fuse": True, "amp": True}),
+    ("pools dropout tanh", seq(conv(8, 3, 1, 1), bn(), relu(), maxpool(3, 2, 1), conv(8, 3, 1, 0), tanh_act(),
+                               avgpool(2, 2, 0), dropout(0.3), flatten(), fc(10, True)), (9, 9, 1), {}),
+    ("lenet5 lars", "lenet5", (32, 32, 1), {"optimizer": tr_mlir.optim.LARS(lr=0.1, momentum=0.9)}),
+]
+
+
+@pytest.mark.parametrize("label,model,shape,kw", POISONED, ids=[c[0] for c in POISONED])
+def test_poisoned_fresh_outputs_train_bit_identically(monkeypatch, label, model, shape, kw):
+    """The reuse layout trained with every freshly written transient DTensor poisoned before its
+    kernel runs is bit-identical to the seed's layout: no kernel reads the old contents of an output
+    it does not list as an input, or leaves part of it unwritten; and no node reads bytes that
+    another DTensor wrote since (the lifetimes match what the runner replays: train_step, fit with
+    evaluation, predict on both input buffers)."""
+    seed_layout = _train(model, shape, False, **kw)
+    violations = _poison_and_watch(monkeypatch)
+    reused = _train(model, shape, True, **kw)
+    assert not violations, violations[:5]
     _assert_identical(seed_layout, reused)
 
 
