@@ -161,6 +161,15 @@ def cases(seed: int = 0) -> list[Case]:
         add(Case(f"relu_inf {dt.name}", "relu_inf", {"x": x.copy(), "y": _r(rng, xs, dt)}, tol=_tol(dt)))
         add(Case(f"relu_bwd {dt.name}", "relu_bwd", {"dy": _r(rng, xs, dt), "mask": _mask(rng, xs),
                                                      "dx": _r(rng, xs, dt)}, tol=_tol(dt)))
+        # the output form: no mask written; the backward reads y = relu(x) (specials in x and dy)
+        add(Case(f"relu_fwd no mask {dt.name}", "relu_fwd", {"x": x.copy(), "y": _r(rng, xs, dt)}, tol=_tol(dt)))
+        sx = x.copy()
+        sx.reshape(-1)[4:12] = [np.nan, -0.0, np.inf, -np.inf, 1e-4, -1e-4, 65504.0, -65504.0]
+        sdy = _r(rng, xs, dt)
+        sdy.reshape(-1)[:12] = [np.inf, -np.inf, np.nan, -1.0, np.inf, -np.inf, np.nan, -2.0, 0.0, -0.0, -np.inf, 3.0]
+        add(Case(f"relu_bwd_from_output {dt.name}", "relu_bwd_from_output",
+                 {"dy": sdy, "y": np.where(sx > 0, sx, np.where(np.isnan(sx), sx, 0)).astype(dt),
+                  "dx": _r(rng, xs, dt)}, tol=_tol(dt)))
 
     # -- batch norm ------------------------------------------------------------------------------
     for dt in (F32, F16):

@@ -174,6 +174,15 @@ TR_GLOBAL void tr_mul_mask(const void* dy, int dtdy, const signed char* mask, vo
   }
 }
 
+/* ReLU backward from its output y = relu(x): dx = dy * (y > 0), the same product as tr_mul_mask's
+   with the mask of x (y > 0 exactly where x > 0: NaN and -0 give NaN and +0). dx may be dy or y. */
+TR_GLOBAL void tr_relu_bwd_y(const void* dy, int dtdy, const void* y, int dty, void* dx, int dtdx, i64 n) {
+  GRID_LOOP(i, n) {
+    float v = ldf(dy, dtdy, i) * (ldf(y, dty, i) > 0.0f ? 1.0f : 0.0f);
+    stf(dx, dtdx, i, v);
+  }
+}
+
 /* activation codes: 0 relu, 1 tanh, 2 sigmoid, 3 silu, 4 relu6, 5 leaky_relu, 6 hardswish, 7 elu */
 TR_DEV float tr_sigmoid(float x) { return 0.5f * tanhf(0.5f * x) + 0.5f; }
 

@@ -391,6 +391,12 @@ class GpuOps:
         self.ew("tr_mul_mask", dx.size, *self.arr(dy), self.p(mask), *self.arr(dx), np.int64(dx.size),
                 np.float32(scale), touch=(dy, mask, dx))
 
+    def relu_bwd_from_output(self, dy: Any, y: Any, dx: Any) -> None:
+        if not (dy.size == y.size == dx.size):
+            raise ValueError(f"expected dy, y, dx of one size, got {dy.size}, {y.size}, {dx.size}")
+        self.ew("tr_relu_bwd_y", dx.size, *self.arr(dy), *self.arr(y), *self.arr(dx), np.int64(dx.size),
+                touch=(dy, y, dx))
+
     def act_fwd(self, act: str, x: Any, y: Any, mask: Any = None) -> None:
         if mask is not None and mask.dtype != I8:
             raise ValueError(f"expected an int8 mask, got {mask.dtype}")
@@ -874,7 +880,7 @@ def _impls(ops: GpuOps) -> dict[str, Impl]:
         t[f"{name}_bwd"] = bwd
 
     @reg("relu_fwd")
-    def relu_fwd(x, y, mask):
+    def relu_fwd(x, y, mask=None):
         ops.act_fwd("relu", x, y, mask)
 
     @reg("relu_inf")
@@ -884,6 +890,10 @@ def _impls(ops: GpuOps) -> dict[str, Impl]:
     @reg("relu_bwd")
     def relu_bwd(dy, mask, dx):
         ops.mul_mask(dy, mask, dx)
+
+    @reg("relu_bwd_from_output")
+    def relu_bwd_from_output(dy, y, dx):
+        ops.relu_bwd_from_output(dy, y, dx)
 
     # -- batch norm --------------------------------------------------------------------------
     @reg("bn2d_fwd", "bn1d_fwd")

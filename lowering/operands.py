@@ -21,6 +21,9 @@ that connects them, keyed by kernel name (the op name without its precision toke
   (``RANGE_H2D_COPY_A|B``: the pinned zone the host fills with the next batch).
 * ``when``: arguments passed only when a static param is true (the FC bias: ``bias = false``
   leaves a placeholder DTensor that must not be bound).
+* ``optional``: trailing ``outs`` a node may leave out; the kernel then gets ``None`` there and
+  skips that output (the ReLU mask, which a ReLU whose backward reads its output does not write).
+  Such an op plans no workspaces, so a short output list is never mistaken for workspaces.
 
 The compiler (workspace planning) and every backend (capture) read this table, so a new op is
 one entry here plus one kernel.
@@ -53,6 +56,15 @@ class Operands:
     out_ranges: tuple[str, ...] = ()
     host: str | None = None
     when: Mapping[str, str] = field(default_factory=dict)
+    optional: frozenset[str] = frozenset()
+
+    @property
+    def required_outs(self) -> int:
+        """How many of ``outs`` a node must give (the trailing ``optional`` ones may be left out)."""
+        n = len(self.outs)
+        while n and self.outs[n - 1] in self.optional:
+            n -= 1
+        return n
 
     def passes(self, arg: str, params: Mapping[str, Any]) -> bool:
         """Whether ``arg`` is bound under the node's static ``params`` (see ``when``)."""
@@ -70,9 +82,10 @@ class Operands:
         if len(ins) != len(self.ins):
             raise ValueError(f"'{op}' node has {len(ins)} inputs, its operand table lists {len(self.ins)} "
                              f"({list(self.ins)})")
-        if len(outs) < len(self.outs):
-            raise ValueError(f"'{op}' node has {len(outs)} outputs, its operand table lists {len(self.outs)} "
-                             f"({list(self.outs)})")
+        if len(outs) < self.required_outs:
+            least = "" if self.required_outs == len(self.outs) else f"at least {self.required_outs} of "
+            raise ValueError(f"'{op}' node has {len(outs)} outputs, its operand table lists {least}"
+                             f"{len(self.outs)} ({list(self.outs)})")
         out: dict[str, Any] = {}
         for arg, value in (*zip(self.ins, ins), *zip(self.outs, outs)):
             if arg is None or not self.passes(arg, params):
@@ -140,8 +153,10 @@ OPERANDS: dict[str, Operands] = {
     **_same_for("bn1d_bwd", "bn2d_bwd", entry=_BN_BWD),
     **_same_for("bn1d_inf", "bn2d_inf", entry=Operands(("x", "eq_scale", "eq_bias"), ("y",))),
     "bn_update_eq_params": Operands(("gamma", "beta", "running_mean", "running_var", "eps"), ("eq_scale", "eq_bias")),
-    **_same_for("relu_fwd", "relu_inf", entry=Operands(("x",), ("y", "mask"))),
+    # a ReLU whose backward reads its output writes no mask (its nodes list y alone)
+    **_same_for("relu_fwd", "relu_inf", entry=Operands(("x",), ("y", "mask"), optional=frozenset({"mask"}))),
     "relu_bwd": Operands(("dy", "mask"), ("dx",)),
+    "relu_bwd_from_output": Operands(("dy", "y"), ("dx",)),
     **{f"{a}_{p}": _XY for a in _ACTS for p in ("fwd", "inf")},
     # the kernels recompute f'(x) from the input: the output is not read
     **{f"{a}_bwd": Operands(("dy", "x"), ("dx",)) for a in _ACTS},

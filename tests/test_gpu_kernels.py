@@ -136,6 +136,41 @@ def test_a_launcher_needing_an_undeclared_workspace_fails(backend, monkeypatch):
         run_case(case, backend)
 
 
+def _on_device(backend, kernel: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run ``kernel`` on ``backend`` over copies of ``arrays`` in one arena; the arrays after."""
+    arena = backend.allocate(sum(-(-a.nbytes // 256) * 256 for a in arrays.values()) + 256)
+    views, off = {}, 0
+    for k, a in arrays.items():
+        views[k] = backend.view(arena, off, a.dtype, a.shape)
+        views[k][...] = a
+        off += -(-a.nbytes // 256) * 256
+    backend.kernels[kernel].bind(views, {})()
+    return {k: backend.to_host(v) for k, v in views.items()}
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_relu_output_form_is_bit_identical_to_the_mask_form_on_the_device(backend, dt):
+    """tr_relu_bwd_y (dx = dy * (y > 0)) gives tr_mul_mask's bits with the mask of x for every pair
+    of special values (NaN, +-0, +-Inf, subnormals, extremes), and the forward writes the same y
+    with and without the mask; the values match the NumPy kernels (NaN where they have NaN)."""
+    info = np.finfo(dt)
+    v = np.array([np.nan, 0.0, -0.0, np.inf, -np.inf, info.smallest_subnormal, -info.smallest_subnormal,
+                  info.tiny, info.max, -info.max, 1.0, -2.5], dt)
+    x, dy = (a.reshape(-1).copy() for a in np.meshgrid(v, v))
+    zeros = np.zeros_like(x)
+    fwd = _on_device(backend, "relu_fwd", {"x": x, "y": zeros, "mask": np.zeros(x.shape, np.int8)})
+    y = _on_device(backend, "relu_fwd", {"x": x, "y": zeros + 1})["y"]
+    assert y.tobytes() == fwd["y"].tobytes()
+    assert np.array_equal(y > 0, x > 0) and np.array_equal(fwd["mask"], (x > 0).astype(np.int8))
+    with_mask = _on_device(backend, "relu_bwd", {"dy": dy, "mask": fwd["mask"], "dx": zeros})["dx"]
+    from_y = _on_device(backend, "relu_bwd_from_output", {"dy": dy, "y": y, "dx": zeros})["dx"]
+    assert from_y.tobytes() == with_mask.tobytes()
+    want = np.full_like(x, 7)
+    with np.errstate(invalid="ignore"):
+        KERNELS["relu_bwd_from_output"](dy=dy, y=y, dx=want)
+    assert error(from_y, want) == 0.0
+
+
 def test_error_measure():
     a = np.array([1.0, np.inf, np.nan], np.float32)
     assert error(a, a.copy()) == 0.0

@@ -278,6 +278,74 @@ def test_relu(dtype):
     np.testing.assert_array_equal(yi, y)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_relu_output_form_against_torch(dtype):
+    """The output form of a ReLU (issue 12): ``relu_fwd`` without a mask writes the same y, and
+    ``relu_bwd_from_output`` (dx = dy * (y > 0), from y) matches PyTorch's ReLU backward
+    (``threshold_backward(grad, result, 0)``), also written over dy or over y."""
+    rng = np.random.default_rng(5)
+    shape = (2, 4, 4, 3)
+    x = _act_input(rng, shape, dtype)
+    y, mask = np.zeros(shape, dtype), np.zeros(shape, np.int8)
+    run("relu_fwd", x=x, y=y, mask=mask)
+    y2 = np.full(shape, 7, dtype)
+    run("relu_fwd", x=x, y=y2)
+    assert y2.tobytes() == y.tobytes()
+    xt = to_t(x, True)
+    yt = F.relu(xt)
+    dy = rnd(rng, shape, dtype)
+    yt.backward(to_t(dy))
+    dx = np.full(shape, np.nan, dtype)
+    run("relu_bwd_from_output", dy=dy, y=y, dx=dx)
+    check(dx, from_t(xt.grad), dtype, "relu dx from y")
+    for over in ("dy", "y"):
+        arrays = {"dy": dy.copy(), "y": y.copy()}
+        run("relu_bwd_from_output", **arrays, dx=arrays[over])
+        assert arrays[over].tobytes() == dx.tobytes(), over
+
+
+def _special_grid(dtype):
+    """Every pair (x, dy) of special values: NaN, +-0, +-Inf, subnormals, the smallest and largest
+    normals, +-1, tiled past the kernels' thread split (and chunk) sizes."""
+    info = np.finfo(dtype)
+    v = np.array([np.nan, -np.nan, 0.0, -0.0, np.inf, -np.inf, info.smallest_subnormal, -info.smallest_subnormal,
+                  info.tiny, -info.tiny, 1.0, -1.0, info.max, -info.max, 0.5, -3.0], dtype)
+    x, dy = (a.reshape(-1) for a in np.meshgrid(v, v))
+    reps = -(-(1 << 19) // x.size) + 1
+    return np.tile(x, reps), np.tile(dy, reps)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("path", ["c", "numpy"])
+def test_relu_backward_from_output_is_bit_identical_to_the_mask_form(dtype, path, monkeypatch):
+    """For every input, the output form gives the mask form's bits: y > 0 exactly where x > 0 (y
+    keeps NaN; -0 becomes +0 in fp32 and stays -0 in NumPy's fp16 maximum, not > 0 either way), and
+    dy * (y > 0) is dy * mask to the bit (Inf * 0 = NaN, -1 * 0 = -0, NaN payloads). Against PyTorch the values agree wherever x is not NaN and dy is finite:
+    torch selects (``result <= 0 ? 0 : grad``), so it passes dy through at a NaN input and gives +0
+    where we give NaN (dy = +-Inf) or -0 (dy < 0) at y = 0, as the mask form always did."""
+    if path == "numpy":
+        monkeypatch.setenv("TR_MLIR_CC", "0")
+    x, dy = _special_grid(dtype)
+    y, mask = np.zeros_like(x), np.zeros(x.shape, np.int8)
+    with np.errstate(invalid="ignore"):
+        run("relu_fwd", x=x, y=y, mask=mask)
+        y2 = np.full_like(x, 3)
+        run("relu_fwd", x=x, y=y2)
+        assert y2.tobytes() == y.tobytes()
+        assert np.array_equal(y > 0, x > 0) and np.array_equal(mask, (x > 0).astype(np.int8))
+        assert np.isnan(y[np.isnan(x)]).all() and (dtype is F16 or not np.signbit(y[x == 0]).any())
+        want, got = np.full_like(x, 9), np.full_like(x, 5)
+        run("relu_bwd", dy=dy, mask=mask, dx=want)
+        run("relu_bwd_from_output", dy=dy, y=y, dx=got)
+    assert got.tobytes() == want.tobytes()
+    xt = torch.tensor(x.astype(np.float32), requires_grad=True)
+    torch.relu(xt).backward(torch.tensor(dy.astype(np.float32)))
+    ref = xt.grad.numpy().astype(dtype)
+    keep = ~np.isnan(x) & np.isfinite(dy)
+    assert np.array_equal(got[keep], ref[keep])  # +0 == -0
+    assert np.isnan(got[(x <= 0) & np.isinf(dy)]).all() and (got[np.isnan(x) & np.isfinite(dy)] == 0).all()
+
+
 # --------------------------------------------------------------------------------------
 # pooling, fc, reshapes, add
 # --------------------------------------------------------------------------------------
@@ -1017,6 +1085,8 @@ def test_kernels_allocate_nothing_of_activation_size():
                           dgamma=vec(), dbeta=vec(), dx=np.zeros_like(x)), {}),
         "silu_bwd": (dict(dy=dy, x=x.copy(), dx=np.zeros_like(x)), {}),
         "relu_fwd": (dict(x=x, y=y, mask=mask), {}),
+        "relu_fwd#nomask": (dict(x=x, y=y), {}),
+        "relu_bwd_from_output": (dict(dy=dy, y=x, dx=np.zeros_like(x)), {}),
         "maxpool_fwd": (dict(x=x, y=np.zeros((4, 16, 16, 64), F32), mask=np.zeros((4, 16, 16, 64), np.int8)),
                         dict(k=3, s=2, p=1)),
         "softmax_ce_fwd": (dict(logits=x.reshape(-1, 1, 1, 1024), labels=np.zeros(256, np.int32),

@@ -6,7 +6,13 @@ over Y, so Y is gone by then): ``dx = dy * f'(x)``, written chunk by chunk, so `
 own buffer (or dy's). Math runs in fp32 on chunks of :data:`._util.CHUNK` elements, so fp16 (AMP)
 arrays are rounded once and no temporary of activation size exists.
 
-ReLU keeps the seed's INT8 mask (``mask = x > 0``): ``relu_bwd`` reads only dy and the mask.
+ReLU has two backward forms, and the compiler picks one per ReLU (``passes/_descriptors.py``):
+``relu_bwd`` reads dy and the seed's INT8 mask (``mask = x > 0``, written by ``relu_fwd``), for a
+ReLU whose output would otherwise die early (it feeds a max pool, an add, a GAP);
+``relu_bwd_from_output`` reads dy and the output y (``dx = dy * (y > 0)``, PyTorch's
+``threshold_backward(grad, result, 0)``), for a ReLU whose output its consumers keep for their own
+backward anyway; its forward writes no mask (``relu_fwd`` with ``mask=None``). The two give the
+same bits: ``y > 0`` exactly where ``x > 0`` and the factor is the same 0 or 1.
 
 fp32 fast paths (measured on the project machine, AMD EPYC Zen 4, one thread, best of 100,
 LeNet's 128x28x28x6 = 602,112 elements; 128x10x10x16 in brackets):
@@ -279,6 +285,8 @@ RELU_C_SOURCE = r"""
 /* fp32 ReLU in one pass each way, the NumPy code's results to the bit: y = max(x, 0) with NaN
    kept (np.maximum propagates it) and -0 -> +0; mask = x > 0 (0 for NaN); dx = dy * mask as a
    product, so an Inf or NaN in dy still gives NaN where the mask is 0 (the NaN check sees it).
+   relu_bwd_y is the backward from the output: dx = dy * (y > 0), the same product with the same
+   factor, since y > 0 exactly where x > 0 (NaN and -0 give y NaN and +0, neither > 0).
    y may be x's buffer and dx dy's (each element is read before it is written). */
 void relu_fwd(const float* x, float* y, signed char* m, long n0, long n1) {
 #pragma GCC ivdep
@@ -288,44 +296,71 @@ void relu_fwd(const float* x, float* y, signed char* m, long n0, long n1) {
     y[e] = v <= 0.0f ? 0.0f : v;
   }
 }
+void relu_fwd_y(const float* x, float* y, long n0, long n1) {
+#pragma GCC ivdep
+  for (long e = n0; e < n1; e++) {
+    const float v = x[e];
+    y[e] = v <= 0.0f ? 0.0f : v;
+  }
+}
 void relu_bwd(const float* dy, const signed char* m, float* dx, long n0, long n1) {
 #pragma GCC ivdep
   for (long e = n0; e < n1; e++) dx[e] = dy[e] * (float)m[e];
 }
+void relu_bwd_y(const float* dy, const float* y, float* dx, long n0, long n1) {
+#pragma GCC ivdep
+  for (long e = n0; e < n1; e++) dx[e] = dy[e] * (float)(y[e] > 0.0f);
+}
 """
-"""C source of the one-pass fp32 ReLU forward (y and mask) and backward (``dx = dy * mask``)."""
+"""C source of the one-pass fp32 ReLU forward (y and mask, or y alone) and backward (``dx = dy *
+mask``, or ``dx = dy * (y > 0)`` from the output)."""
 
 _relu_c: dict = {}
 
 
 def _relu_fn(name: str, *arrays: np.ndarray):
-    """The compiled ``relu_fwd`` / ``relu_bwd`` when :func:`._cc.available` and the float arrays
-    are fp32 (the mask INT8), all C-contiguous; else None (the NumPy code runs). In the MLP's
-    step the pair went from 0.28 to ~0.1 ms (two NumPy passes and an int8 -> float product per
-    call before)."""
+    """The compiled ``name`` of :data:`RELU_C_SOURCE` (one pointer per array, then the element
+    range) when :func:`._cc.available` and the float arrays are fp32 (a mask INT8), all
+    C-contiguous; else None (the NumPy code runs). In the MLP's step the pair went from 0.28 to
+    ~0.1 ms (two NumPy passes and an int8 -> float product per call before)."""
     floats = [a for a in arrays if a.dtype != np.int8]
     if not (all(a.dtype == F32 for a in floats) and all(a.flags.c_contiguous for a in arrays)
-            and len(floats) == len(arrays) - 1 and _cc.available()):
+            and len(arrays) - len(floats) <= 1 and _cc.available()):
         return None
     fn = _relu_c.get(name)
     if fn is None:
-        fn = _relu_c[name] = _cc.function(RELU_C_SOURCE, name, [ctypes.c_void_p] * 3 + [ctypes.c_long] * 2)
+        argtypes = [ctypes.c_void_p] * len(arrays) + [ctypes.c_long] * 2
+        fn = _relu_c[name] = _cc.function(RELU_C_SOURCE, name, argtypes)
     return fn
 
 
-def _relu_c_call(fn, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
-    """``fn(a, b, c, lo, hi)`` over element blocks, one per kernel thread for a large array."""
-    pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
-    _halves(a.size, lambda lo, hi: fn(pa, pb, pc, lo, hi))
+def _relu_c_call(fn, *arrays: np.ndarray) -> None:
+    """``fn(*pointers, lo, hi)`` over element blocks, one per kernel thread for a large array."""
+    ptrs = [a.ctypes.data for a in arrays]
+    _halves(arrays[0].size, lambda lo, hi: fn(*ptrs, lo, hi))
+
+
+def _same_size(what: str, *arrays: np.ndarray) -> None:
+    if len({a.size for a in arrays}) != 1:
+        raise ValueError(f"expected {what} of one size, got {', '.join(str(a.size) for a in arrays)}")
 
 
 @kernel("relu_fwd", writes=("y", "mask"))
-def relu_fwd(x, y, mask) -> None:
-    """``y = max(x, 0)``, ``mask = (x > 0)`` as INT8 (same shape as x); large arrays are split
-    among the kernel threads. fp32: one compiled pass (:data:`RELU_C_SOURCE`) when available."""
-    xf, yf, mf = flat(x), flat(y), flat(mask)
-    if not (xf.size == yf.size == mf.size):
-        raise ValueError(f"expected x, y, mask of one size, got {xf.size}, {yf.size}, {mf.size}")
+def relu_fwd(x, y, mask=None) -> None:
+    """``y = max(x, 0)``, ``mask = (x > 0)`` as INT8 (same shape as x); ``mask`` None skips it
+    (the plan keeps the output for the backward, :func:`relu_bwd_from_output`). Large arrays are
+    split among the kernel threads. fp32: one compiled pass (:data:`RELU_C_SOURCE`) when
+    available; y is the same with and without the mask."""
+    xf, yf = flat(x), flat(y)
+    mf = None if mask is None else flat(mask)
+    _same_size("x, y, mask" if mf is not None else "x, y", xf, yf, *(() if mf is None else (mf,)))
+    if mf is None:
+        fn = _relu_fn("relu_fwd_y", xf, yf)
+        if fn is not None:
+            _relu_c_call(fn, xf, yf)
+        else:
+            _halves(xf.size, lambda lo, hi: np.maximum(xf[lo:hi], 0, out=yf[lo:hi]))
+        return
     fn = _relu_fn("relu_fwd", xf, yf, mf)
     if fn is not None:
         _relu_c_call(fn, xf, yf, mf)
@@ -344,15 +379,37 @@ def relu_inf(x, y, mask=None) -> None:
     np.maximum(x, 0, out=y)
 
 
+def _relu_backward(c_name: str, dy: np.ndarray, other: np.ndarray, dx: np.ndarray, what: str,
+                   numpy_code: Callable[[np.ndarray, np.ndarray, np.ndarray], None]) -> None:
+    """A ReLU backward over flat views ``(dy, mask or y, dx)``: the compiled ``c_name`` when
+    :func:`_relu_fn` allows, else ``numpy_code(dy, other, dx)``."""
+    dyf, of, dxf = flat(dy), flat(other), flat(dx)
+    _same_size(what, dyf, of, dxf)
+    fn = _relu_fn(c_name, dyf, of, dxf)
+    if fn is not None:
+        _relu_c_call(fn, dyf, of, dxf)
+    else:
+        numpy_code(dyf, of, dxf)
+
+
 @kernel("relu_bwd", writes=("dx",))
 def relu_bwd(dy, mask, dx) -> None:
     """``dx = dy * mask`` (the INT8 mask of ``relu_fwd``); dx may be dy's buffer. fp32: one
     compiled pass when available."""
-    dyf, mf, dxf = flat(dy), flat(mask), flat(dx)
-    if not (dyf.size == mf.size == dxf.size):
-        raise ValueError(f"expected dy, mask, dx of one size, got {dyf.size}, {mf.size}, {dxf.size}")
-    fn = _relu_fn("relu_bwd", dyf, mf, dxf)
-    if fn is not None:
-        _relu_c_call(fn, dyf, mf, dxf)
-        return
-    _halves(dxf.size, lambda lo, hi: np.multiply(dyf[lo:hi], mf[lo:hi], out=dxf[lo:hi]))
+    def numpy_code(dyf, mf, dxf):
+        _halves(dxf.size, lambda lo, hi: np.multiply(dyf[lo:hi], mf[lo:hi], out=dxf[lo:hi]))
+
+    _relu_backward("relu_bwd", dy, mask, dx, "dy, mask, dx", numpy_code)
+
+
+@kernel("relu_bwd_from_output", writes=("dx",))
+def relu_bwd_from_output(dy, y, dx) -> None:
+    """``dx = dy * (y > 0)`` from the forward output ``y = relu(x)`` (PyTorch's
+    ``threshold_backward(grad, result, 0)``): bit-identical to ``relu_bwd`` with the mask of x, as
+    ``y > 0`` exactly where ``x > 0`` (NaN and -0 map to NaN and +-0, neither > 0) and the factor is
+    the same 0 or 1 (so Inf * 0 is NaN as there). dx may be dy's or y's buffer. fp32: one compiled
+    pass when available; else the product with a boolean chunk (:data:`._util.CHUNK` elements)."""
+    def numpy_code(dyf, yf, dxf):
+        _chunked(dxf.size, lambda sl: np.multiply(dyf[sl], np.greater(yf[sl], 0), out=dxf[sl]))
+
+    _relu_backward("relu_bwd_y", dy, y, dx, "dy, y, dx", numpy_code)
