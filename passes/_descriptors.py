@@ -34,6 +34,20 @@ lists the running statistics it updates among its outputs; the activations other
 recompute ``f'(x)`` from their input in backward (``(dy, x) -> dx``, the seed's in-place rule: dY
 over Y, dX over X), so, as in the seed, their output needs no gradient slot. Adding an op =
 adding one entry to :data:`DESCRIPTORS`.
+
+What a ReLU keeps for its backward is decided per ReLU (issue 12). The seed's ReLU writes an INT8
+mask ``x > 0`` and its backward reads ``(dy, mask)``. When every consumer of the ReLU's output
+reads that value in its own backward anyway (:attr:`Descriptor.bwd_reads_input`: conv, fc, batch
+norm, the other activations, a fused op whose first kernel is a conv), the mask is a redundant byte
+per element: the ReLU then writes no mask and its backward ``RELU_<P>_BWD_FROM_OUTPUT`` reads
+``(dy, y)`` (``dx = dy * (y > 0)``, the same bits), so its output needs its own gradient slot
+(:attr:`LayerPlan.bwd_reads_output`, phase 1's ``<output>_grad``, where phase 4 routes the
+consumers' dX). A ReLU feeding a max pool, an add, a GAP, a dropout keeps the mask (its output
+would otherwise die at its consumers' forward, and keeping it costs 4 bytes instead of 1). Inside
+fused blocks the stage ReLUs feed the next conv and take the output form with an internal gradient
+tensor ``<prefix>relu_output_grad`` (the next conv's dX goes there instead of over the ReLU
+output); the block's final ReLU decides by the block's consumers (:attr:`LayerCtx.output_kept`), as
+cbr's does; cbrp's ReLU feeds its max pool and keeps the mask.
 """
 
 from __future__ import annotations
@@ -70,7 +84,10 @@ class LayerCtx:
     ``inputs``: NHWC shapes of the input values (N = the variant's batch); ``output``: the output
     shape; ``params``: the op's properties as Python values; ``amp``: fp16 features and fp16 working
     weights; ``first``: the layer reads the input buffers (A/B) and computes no input gradient;
-    ``target``: the plan's target, whose kernels' workspaces are planned (:func:`plan_workspaces`).
+    ``target``: the plan's target, whose kernels' workspaces are planned (:func:`plan_workspaces`);
+    ``output_kept``: every consumer of the layer's output reads that value in its own backward
+    (:attr:`Descriptor.bwd_reads_input`), so the output stays live until the layer's backward anyway
+    (:func:`layer_ctx` derives it from the model; a ReLU then reads its output instead of a mask).
     """
 
     op: Operation
@@ -80,6 +97,7 @@ class LayerCtx:
     amp: bool
     first: bool
     target: Target = Target.CPU
+    output_kept: bool = False
 
     @property
     def batch(self) -> int:
@@ -136,12 +154,18 @@ class NodePattern:
 
 @dataclass
 class LayerPlan:
-    """What a descriptor returns for one layer in one variant."""
+    """What a descriptor returns for one layer in one variant.
+
+    ``bwd_reads_output``: this layer's backward reads its own output value (a ReLU in the output
+    form), so the output's gradient cannot overwrite it: phase 1 gives the output a gradient slot
+    ``<output>_grad`` as for :attr:`Descriptor.bwd_reads_output`, decided per layer instance.
+    """
 
     tensors: list[TensorDesc] = field(default_factory=list)
     forward: list[NodePattern] = field(default_factory=list)
     backward: list[NodePattern] = field(default_factory=list)
     inference: list[NodePattern] = field(default_factory=list)
+    bwd_reads_output: bool = False
 
     def add(self, name: str, region: MemRegion, dtype: str, shape: Shape, shared: bool = False) -> str:
         """Append a tensor; a shared workspace already present keeps the larger of the two shapes."""
@@ -165,7 +189,12 @@ class Descriptor:
 
     ``build(ctx)`` returns the :class:`LayerPlan`; ``output`` names the tensor holding the layer's
     output value; ``dx_tensor`` (optional) the own tensor that holds the input gradient;
-    ``bwd_reads_output``: the backward reads the output value, so its gradient cannot overwrite it;
+    ``bwd_reads_output``: the backward always reads the output value, so its gradient cannot
+    overwrite it (a plan may also declare it per instance, :attr:`LayerPlan.bwd_reads_output`);
+    ``bwd_reads_input``: the backward reads the layer's input values (conv, fc and batch norm for
+    their gradients, the activations other than ReLU for ``f'(x)``, a fused op whose first kernel is
+    a conv), so the producer of an input keeps it live until this backward has run (a ReLU feeding
+    only such layers reads its output in backward instead of a mask: :attr:`LayerCtx.output_kept`);
     ``first_layer_ok``: the seed's ``validate_first_layer`` (Flatten, Conv, ChannelPadding, CBR).
     """
 
@@ -173,6 +202,7 @@ class Descriptor:
     output: str
     dx_tensor: str | None = None
     bwd_reads_output: bool = False
+    bwd_reads_input: bool = False
     first_layer_ok: bool = False
 
 
@@ -263,9 +293,24 @@ def _bn(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, shap
 
 
 def _relu(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, shape: Shape,
-          ) -> tuple[str, NodePattern, NodePattern, NodePattern]:
-    y = lp.add(f"{p}relu_output", ctx.feat, ctx.featdt, shape)
-    mask = lp.add(f"{p}relu_mask", MemRegion.S_MASK, "i8", shape)
+          from_output: bool, stem: str = "relu") -> tuple[str, NodePattern, NodePattern, NodePattern]:
+    """ReLU tensors and nodes, in one of two forms (the caller decides, see the module doc):
+
+    * the mask form: the forward writes ``<p><stem>_output`` and the INT8 ``<p><stem>_mask``
+      (``x > 0``), the backward reads ``(dy, mask)``: 1 byte per element kept, the output may die at
+      its consumers' last forward read;
+    * the output form (``from_output``): no mask; the backward ``RELU_<P>_BWD_FROM_OUTPUT`` reads
+      ``(dy, y)``, for a ReLU whose output its consumers keep for their backward anyway. ``dy_src``
+      must then not be the output itself (a gradient slot of its own holds it).
+
+    Both give the same bits (``y > 0`` exactly where ``x > 0``)."""
+    y = lp.add(f"{p}{stem}_output", ctx.feat, ctx.featdt, shape)
+    if from_output:
+        assert dy_src != y, f"{y}: a ReLU that reads its output needs its gradient elsewhere"
+        return (y, NodePattern(f"RELU_{ctx.prec}_FWD", (x,), (y,), ()),
+                NodePattern(f"RELU_{ctx.prec}_BWD_FROM_OUTPUT", (dy_src, y), (dx,), ()),
+                NodePattern(f"RELU_{ctx.prec}_INF", (x,), (y,), ()))
+    mask = lp.add(f"{p}{stem}_mask", MemRegion.S_MASK, "i8", shape)
     return (y, NodePattern(f"RELU_{ctx.prec}_FWD", (x,), (y, mask), ()),
             NodePattern(f"RELU_{ctx.prec}_BWD", (dy_src, mask), (dx,), ()),
             NodePattern(f"RELU_{ctx.prec}_INF", (x,), (y, mask), ()))
@@ -350,8 +395,8 @@ def _build_fc(ctx: LayerCtx) -> LayerPlan:
 
 
 def _build_relu(ctx: LayerCtx) -> LayerPlan:
-    lp = LayerPlan()
-    _, f, b, i = _relu(lp, ctx, "", "$x", "$dy", "$dx", ctx.inputs[0])
+    lp = LayerPlan(bwd_reads_output=ctx.output_kept)
+    _, f, b, i = _relu(lp, ctx, "", "$x", "$dy", "$dx", ctx.inputs[0], ctx.output_kept)
     lp.forward, lp.backward, lp.inference = [f], [b], [i]
     return lp
 
@@ -468,12 +513,10 @@ def _build_cbr(ctx: LayerCtx) -> LayerPlan:
     conv_y, shape, cf, cb, ci = _conv(lp, ctx, "", "$x", "bn_output", _dx(ctx), ctx.inputs[0], v["out_ch"],
                                       v["k"], v["s"], v["p"], first=ctx.first)
     bn_y, bf, bb, bi = _bn(lp, ctx, "", conv_y, "cbr_relu_output", conv_y, shape, "BN2D")
-    y = lp.add("cbr_relu_output", ctx.feat, ctx.featdt, shape)
-    mask = lp.add("cbr_relu_mask", MemRegion.S_MASK, "i8", shape)
-    rf = NodePattern(f"RELU_{ctx.prec}_FWD", (bn_y,), (y, mask), ())
-    ri = NodePattern(f"RELU_{ctx.prec}_INF", (bn_y,), (y, mask), ())
-    # Backward: dY (in the relu output) -> d(bn_out) over bn_out -> d(conv_out) over conv_out -> dX.
-    rb = NodePattern(f"RELU_{ctx.prec}_BWD", ("$dy", mask), (bn_y,), ())
+    # Backward: dY -> d(bn_out) over bn_out -> d(conv_out) over conv_out -> dX. The ReLU reads its
+    # output when the layer's consumers keep it anyway (dY then has its own slot), else its mask.
+    lp.bwd_reads_output = ctx.output_kept
+    _, rf, rb, ri = _relu(lp, ctx, "", bn_y, "$dy", bn_y, shape, ctx.output_kept, stem="cbr_relu")
     bb = bb.with_dy(bn_y)
     cb = cb.with_dy(conv_y)
     lp.forward, lp.backward, lp.inference = [cf, bf, rf], [rb, bb, cb], [ci, bi, ri]
@@ -486,7 +529,7 @@ def _build_cbrp(ctx: LayerCtx) -> LayerPlan:
     conv_y, shape, cf, cb, ci = _conv(lp, ctx, "", "$x", "bn_output", _dx(ctx), ctx.inputs[0], v["out_ch"],
                                       v["conv_k"], v["conv_s"], v["conv_p"], first=ctx.first)
     bn_y, bf, bb, bi = _bn(lp, ctx, "", conv_y, "bn_output", conv_y, shape, "BN2D")
-    relu_y, rf, rb, ri = _relu(lp, ctx, "", bn_y, "relu_output", bn_y, shape)
+    relu_y, rf, rb, ri = _relu(lp, ctx, "", bn_y, "relu_output", bn_y, shape, False)  # feeds the pool: mask
     _, pf, pb, pi = _maxpool(lp, ctx, "", relu_y, "$dy", relu_y, shape, v["pool_k"], v["pool_s"], v["pool_p"])
     lp.forward = [cf, bf, rf, pf]
     lp.backward = [pb, rb, bb, cb.with_dy(conv_y)]
@@ -525,6 +568,11 @@ def _residual(ctx: LayerCtx, main: list[_Stage], shortcut: _Stage | None, identi
     add, final relu. Backward in reverse, with every read of the block input (the shortcut conv's
     and the first main conv's) before ``$dx`` is written, and the shortcut gradient accumulated into
     ``$dx`` last (``branch_grad`` holds the projection's dX meanwhile).
+
+    ReLUs: a stage's ReLU feeds the next stage's conv, which reads it in backward, so it reads its
+    output (no mask): the next conv writes its dX into ``<prefix>relu_output_grad`` instead of over
+    the ReLU output. The ReLU after the add (the block's output) does so when the block's
+    consumers keep its output (:attr:`LayerCtx.output_kept`), else it keeps its mask.
     """
     lp = LayerPlan()
     fwd: list[NodePattern] = []
@@ -545,23 +593,27 @@ def _residual(ctx: LayerCtx, main: list[_Stage], shortcut: _Stage | None, identi
         inf += [ci, bi]
         sc_bwd = [bb, cb.with_dy(cy)]
     cur, shape = "$x", x_shape
+    cur_grad = "$dx"  # where the gradient of the current stage input goes
     stage_nodes: list[tuple[NodePattern, NodePattern, NodePattern | None, str, str]] = []
     for i, st in enumerate(main):
-        dx = "$dx" if i == 0 else cur
-        cy, cshape, cf, cb, ci = _conv(lp, ctx, st.prefix, cur, "", dx, shape, st.out_ch, st.k, st.s, st.p,
-                                       st.groups)
+        cy, cshape, cf, cb, ci = _conv(lp, ctx, st.prefix, cur, "", cur_grad, shape, st.out_ch, st.k, st.s,
+                                       st.p, st.groups)
         by, bf, bb, bi = _bn(lp, ctx, st.prefix, cy, "", cy, cshape, "BN2D")
         fwd += [cf, bf]
         inf += [ci, bi]
-        out = by
+        out, out_grad = by, by
         rb = None
         if st.relu:
-            ry, rf, rb, ri = _relu(lp, ctx, st.prefix, by, "", by, cshape)
+            feeds_conv = i + 1 < len(main)  # else it would feed the add (never so in the blocks here)
+            grad = f"{st.prefix}relu_output_grad" if feeds_conv else ""
+            ry, rf, rb, ri = _relu(lp, ctx, st.prefix, by, grad, by, cshape, feeds_conv)
+            if feeds_conv:
+                lp.add(grad, ctx.gslot, ctx.featdt, cshape)
             fwd.append(rf)
             inf.append(ri)
-            out = ry
+            out, out_grad = ry, grad or ry
         stage_nodes.append((cb, bb, rb, cy, by))
-        cur, shape = out, cshape
+        cur, cur_grad, shape = out, out_grad, cshape
     if has_add:
         y = lp.add(add_name, ctx.feat, ctx.featdt, shape)
         add_f = NodePattern(f"ADD_{ctx.prec}_FWD", (sc_out, cur), (y,), ())
@@ -569,7 +621,8 @@ def _residual(ctx: LayerCtx, main: list[_Stage], shortcut: _Stage | None, identi
         inf.append(add_f)
         grad_at_join = add_name
         if post_relu:
-            ry, rf, rb, ri = _relu(lp, ctx, "", y, "$dy", y, shape)
+            lp.bwd_reads_output = ctx.output_kept
+            ry, rf, rb, ri = _relu(lp, ctx, "", y, "$dy", y, shape, ctx.output_kept)
             fwd.append(rf)
             inf.append(ri)
             bwd.append(rb)
@@ -582,7 +635,8 @@ def _residual(ctx: LayerCtx, main: list[_Stage], shortcut: _Stage | None, identi
         bb, cb = sc_bwd
         bwd.append(bb.with_dy(grad_at_join))
         bwd.append(cb)
-    # Main branch backward: the gradient of a stage's output lives in that output's buffer.
+    # Main branch backward: the gradient of a stage's output lives in that output's buffer, or in
+    # its ReLU's gradient tensor (the ReLU reads its output).
     dy = grad_at_join
     for cb, bb, rb, cy, by in reversed(stage_nodes):
         if rb is not None:
@@ -723,12 +777,13 @@ _ACTIVATIONS = {
 }
 
 DESCRIPTORS: Mapping[type[Operation], Descriptor] = {
-    arch.ConvOp: Descriptor(_build_conv, "conv_output", first_layer_ok=True),
-    arch.Bn1dOp: Descriptor(_build_bn("BN1D"), "bn_output"),
-    arch.Bn2dOp: Descriptor(_build_bn("BN2D"), "bn_output"),
-    arch.FcOp: Descriptor(_build_fc, "fc_output"),
+    arch.ConvOp: Descriptor(_build_conv, "conv_output", bwd_reads_input=True, first_layer_ok=True),
+    arch.Bn1dOp: Descriptor(_build_bn("BN1D"), "bn_output", bwd_reads_input=True),
+    arch.Bn2dOp: Descriptor(_build_bn("BN2D"), "bn_output", bwd_reads_input=True),
+    arch.FcOp: Descriptor(_build_fc, "fc_output", bwd_reads_input=True),
     arch.ReluOp: Descriptor(_build_relu, "relu_output"),
-    **{cls: Descriptor(_build_activation(kind, t), f"{t}_output") for cls, (kind, t) in _ACTIVATIONS.items()},
+    **{cls: Descriptor(_build_activation(kind, t), f"{t}_output", bwd_reads_input=True)
+       for cls, (kind, t) in _ACTIVATIONS.items()},
     arch.MaxPoolOp: Descriptor(_build_maxpool, "pool_output"),
     arch.AvgPoolOp: Descriptor(_build_avgpool, "avgpool_output"),
     arch.GapOp: Descriptor(_build_gap, "gap_output", dx_tensor="gap_grad_slot"),
@@ -741,15 +796,15 @@ DESCRIPTORS: Mapping[type[Operation], Descriptor] = {
     arch.SoftmaxCeOp: Descriptor(_build_softmax_ce, "ce_output", dx_tensor="ce_output"),
     arch.DropoutOp: Descriptor(_build_dropout, "dropout_output"),
     arch.AddOp: Descriptor(_build_add, "add_output"),
-    arch.CbrOp: Descriptor(_build_cbr, "cbr_relu_output", first_layer_ok=True),
-    arch.CbrpOp: Descriptor(_build_cbrp, "pool_output"),
+    arch.CbrOp: Descriptor(_build_cbr, "cbr_relu_output", bwd_reads_input=True, first_layer_ok=True),
+    arch.CbrpOp: Descriptor(_build_cbrp, "pool_output", bwd_reads_input=True),
     arch.GapFcOp: Descriptor(_build_gap_fc, "fc_output"),
-    arch.BottleneckIdentityOp: Descriptor(_build_bottleneck_identity, "relu_output"),
-    arch.BottleneckProjectionOp: Descriptor(_build_bottleneck_projection, "relu_output"),
-    arch.BasicBlockIdentityOp: Descriptor(_build_basic_identity, "relu_output"),
-    arch.BasicBlockProjectionOp: Descriptor(_build_basic_projection, "relu_output"),
-    arch.InvResidualIdentityOp: Descriptor(_build_inv_identity, "add_output"),
-    arch.InvResidualNoShortcutOp: Descriptor(_build_inv_no_shortcut, "c3_bn_output"),
+    arch.BottleneckIdentityOp: Descriptor(_build_bottleneck_identity, "relu_output", bwd_reads_input=True),
+    arch.BottleneckProjectionOp: Descriptor(_build_bottleneck_projection, "relu_output", bwd_reads_input=True),
+    arch.BasicBlockIdentityOp: Descriptor(_build_basic_identity, "relu_output", bwd_reads_input=True),
+    arch.BasicBlockProjectionOp: Descriptor(_build_basic_projection, "relu_output", bwd_reads_input=True),
+    arch.InvResidualIdentityOp: Descriptor(_build_inv_identity, "add_output", bwd_reads_input=True),
+    arch.InvResidualNoShortcutOp: Descriptor(_build_inv_no_shortcut, "c3_bn_output", bwd_reads_input=True),
 }
 DESCRIPTORS = {cls: replace(d, build=_with_workspaces(d.build)) for cls, d in DESCRIPTORS.items()}
 """Arch op class -> its descriptor (every layer op of a flat ArchPlan); every ``build`` plans its
@@ -764,8 +819,17 @@ def descriptor_for(op: Operation) -> Descriptor:
     return d
 
 
+def output_kept(op: Operation) -> bool:
+    """Whether every consumer of ``op``'s result reads it in its own backward
+    (:attr:`Descriptor.bwd_reads_input`); ``False`` for a result without consumers or read by the
+    model's terminator."""
+    users = [use.operation for result in op.results for use in result.uses]
+    return bool(users) and all((d := DESCRIPTORS.get(type(u))) is not None and d.bwd_reads_input for u in users)
+
+
 def layer_ctx(op: Operation, inputs: tuple[Shape, ...], output: Shape, *, amp: bool, first: bool,
               target: Target = Target.CPU) -> LayerCtx:
-    """The :class:`LayerCtx` of an arch layer op (its properties read through ``params()``)."""
+    """The :class:`LayerCtx` of an arch layer op (its properties read through ``params()``; whether
+    its consumers keep its output, :func:`output_kept`, from the model around it)."""
     params = op.params() if isinstance(op, arch.ArchOp) else {}
-    return LayerCtx(op, params, inputs, output, amp, first, target)
+    return LayerCtx(op, params, inputs, output, amp, first, target, output_kept(op))

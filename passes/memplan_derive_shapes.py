@@ -29,9 +29,11 @@ fourth: every parameter-like tensor (W, G, M, V, A, N, E, B regions) has one sha
 variants (DESIGN section 4).
 
 Gradient placement: the gradient of a value overwrites the value (in-place dX) unless the value
-has several uses or its producer reads it in backward; then the producer's descs gain
-``<output>_grad`` (and, with several uses, ``<output>_grad_part``, where later contributions are
-computed before being added), in the gradient-slot region.
+has several uses or its producer reads it in backward (the descriptor says so, or the layer's plan
+does for this instance: a ReLU that reads its output because its consumers keep it, see
+:mod:`tr_mlir.passes._descriptors`); then the producer's descs gain ``<output>_grad`` (and, with
+several uses, ``<output>_grad_part``, where later contributions are computed before being added),
+in the gradient-slot region.
 """
 
 from __future__ import annotations
@@ -308,7 +310,7 @@ def _plan_variant(model: ModelOp, ops: list[Operation], v: VariantSpec, target: 
         desc = descriptor_for(op)
         value = op.results[0]
         uses = use_count(value)
-        if uses == 0 or not (uses > 1 or desc.bwd_reads_output):
+        if uses == 0 or not (uses > 1 or desc.bwd_reads_output or plans[index].bwd_reads_output):
             continue
         out_t = next(t for t in plans[index].tensors if t.name == desc.output)
         region = MemRegion.F_GRAD_SLOT_FP16 if amp else MemRegion.F_GRAD_SLOT_FP32

@@ -63,20 +63,23 @@ def test_mlp_wiring_follows_the_seed():
     deep = g.nodes(GraphId.DEEP_FWD_BWD)
     ops = [n[0] for n in deep]
     assert ops == ["FC_FP32_FWD", "RELU_FP32_FWD"] * 3 + ["FC_FP32_FWD", "SOFTMAX_CE_FP32_FWD", "SOFTMAX_CE_FP32_BWD"] + [
-        "FC_FP32_BWD", "RELU_FP32_BWD"] * 3 + ["FC_FP32_BWD"]
-    # Forward: FC inputs [X, W, b] -> [Y]; ReLU [X] -> [Y, mask] (8.5 (a)).
+        "FC_FP32_BWD", "RELU_FP32_BWD_FROM_OUTPUT"] * 3 + ["FC_FP32_BWD"]
+    # Forward: FC inputs [X, W, b] -> [Y] (8.5 (a)); every ReLU feeds an FC, whose backward reads the
+    # ReLU's output, so the ReLU writes no mask: [X] -> [Y] (the seed: [Y, mask]).
     assert deep[0] == ("FC_FP32_FWD", ("l0.flatten_output", "l1.fc_weight", "l1.fc_bias"), ("l1.fc_output",))
-    assert deep[1] == ("RELU_FP32_FWD", ("l1.fc_output",), ("l2.relu_output", "l2.relu_mask"))
+    assert deep[1] == ("RELU_FP32_FWD", ("l1.fc_output",), ("l2.relu_output",))
     # SoftmaxCE: [logits, scaling, local_batch_size, label_smce, ls] -> the 9 outputs of 8.5 (a).
     assert deep[7] == ("SOFTMAX_CE_FP32_FWD",
                        ("l7.fc_output", "scaling", "local_batch_size", "label_smce", "label_smoothing"),
                        ("loss", "l8.inv_scaling_factor", "l8.pred_labels", "l8.softmax_probs", "top1", "top5",
                         "l8.loss_partial", "l8.top1_partial", "l8.top5_partial"))
-    # The logits gradient lands in ce_output; every dX is written over the layer input (8.5 (c)).
+    # The logits gradient lands in ce_output; every dX is written over the layer input (8.5 (c)),
+    # but an FC's dX lands in the gradient slot of the ReLU output it reads, which the ReLU's
+    # backward reads with the output itself (dX = dY * (Y > 0)).
     assert deep[8][2] == ("l8.ce_output",)
     assert deep[9] == ("FC_FP32_BWD", ("l8.ce_output", "l7.fc_weight", "l6.relu_output"),
-                       ("l6.relu_output", "l7.fc_weight_grad", "l7.fc_bias_grad"))
-    assert deep[10] == ("RELU_FP32_BWD", ("l6.relu_output", "l6.relu_mask"), ("l5.fc_output",))
+                       ("l6.relu_output_grad", "l7.fc_weight_grad", "l7.fc_bias_grad"))
+    assert deep[10] == ("RELU_FP32_BWD_FROM_OUTPUT", ("l6.relu_output_grad", "l6.relu_output"), ("l5.fc_output",))
     assert deep[-1] == ("FC_FP32_BWD", ("l1.fc_output", "l1.fc_weight", "l0.flatten_output"),
                         ("l0.flatten_output", "l1.fc_weight_grad", "l1.fc_bias_grad"))
     # Inference: FC reuses the forward op, ReLU its INF op.
@@ -99,12 +102,13 @@ def test_vgg16_bn_wiring_fp32():
     assert bn == ("BN2D_FP32_FWD", ("l0.conv_output", "l1.bn_weight", "l1.bn_bias", "l1.bn_next_mean",
                                     "l1.bn_next_var", "bn_epsilon", "bn_momentum"),
                   ("l1.bn_output", "l1.bn_saved_mean", "l1.bn_saved_inv_var", "l1.bn_next_mean", "l1.bn_next_var"))
-    # In-place dX for every backward of a single-use value: conv (input 2), BN (input 4),
-    # ReLU / maxpool / dropout (the producer's output).
+    # In-place dX for every backward of a single-use value: conv (input 2; into the gradient slot
+    # of a ReLU output, which the ReLU's backward reads), BN (input 4), ReLU / maxpool / dropout
+    # (the producer's output).
     producers = {outs[0]: ins for op, ins, outs in deep if op.endswith("_FWD")}
     for op, ins, outs in deep:
         if op == "CONV_FP32_BWD":
-            assert outs[0] == ins[2]
+            assert outs[0] == (ins[2] + "_grad" if ins[2].endswith("relu_output") else ins[2]), (ins, outs)
         elif op == "BN2D_FP32_BWD":
             # BN reads its input (a conv output, layer l) and its dY over its own output (layer l + 1,
             # where the relu's backward wrote it) and writes dX over its input
@@ -112,6 +116,12 @@ def test_vgg16_bn_wiring_fp32():
             assert outs[0] == ins[4] == f"l{layer}.conv_output" and ins[0] == f"l{layer + 1}.bn_output"
         elif op in ("RELU_FP32_BWD", "MAXPOOL_FP32_BWD", "DROPOUT_FP32_BWD"):
             assert outs[0] == producers[ins[0]][0], (op, ins, outs)
+        elif op == "RELU_FP32_BWD_FROM_OUTPUT":
+            assert ins[0] == ins[1] + "_grad" and outs[0] == producers[ins[1]][0], (op, ins, outs)
+    # The ReLUs feeding a max pool or a dropout keep their mask (5 + 2); those feeding a conv or an
+    # FC (8 + 0: the FCs follow the dropouts) read their output in backward.
+    forms = [op for op, _, _ in deep if op.startswith("RELU_FP32_BWD")]
+    assert forms.count("RELU_FP32_BWD") == 7 and forms.count("RELU_FP32_BWD_FROM_OUTPUT") == 8
     # 13 convs, 13 BNs, 5 pools, 3 FCs, 2 dropouts (facts 7(b)-style counts for VGG-16-BN).
     ops = [n[0] for n in deep]
     assert ops.count("CONV_FP32_FWD") == 12 and ops.count("BN2D_FP32_FWD") == 13
@@ -272,7 +282,9 @@ def test_mlp_and_vgg16_bn_plan_tensors_follow_facts_3_and_7():
         ("fc_amp_g_fp16", "G_FC_WEIGHT_FP16", "f16", (1, 1, 1, 1), False),
         ("fc_weight.m", "M_FC_WEIGHT", "f32", (1024, 1, 1, 784), True),
         ("fc_bias.m", "M_FC_BIAS", "f32", (1, 1, 1, 1024), True)]
-    assert [t[:2] for t in _layer_tensors(mlp, 2)] == [("relu_output", "F_FEATURE_FP32"), ("relu_mask", "S_MASK")]
+    # ReLU: its output and (an FC reads the output in backward, so no mask) the output's gradient slot
+    assert [t[:2] for t in _layer_tensors(mlp, 2)] == [("relu_output", "F_FEATURE_FP32"),
+                                                       ("relu_output_grad", "F_GRAD_SLOT_FP32")]
     assert [t[:2] for t in _layer_tensors(mlp, 8)] == [
         ("ce_output", "F_FEATURE_FP32"), ("softmax_probs", "T_TEMP_FP32"), ("pred_labels", "R_PREDICTED_LABEL"),
         ("inv_scaling_factor", "S_SCALAR_FP32"), ("loss_partial", "T_TEMP_FP32"), ("top1_partial", "T_TEMP_INT32"),

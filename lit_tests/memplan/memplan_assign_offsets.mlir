@@ -38,7 +38,7 @@ arch.model @net input(4, 4, 8) num_classes = 8 first_layer = 0 {
 // CHECK-LABEL: memplan.program for @mlp {
 // CHECK:         memplan.plan @plan_train_base target cpu total_bytes = [[REUSED:[0-9]+]] {{.*}} pool = [{{[0-9]+}}, {{[0-9]+}}] {{.*}} "l1.fc_output.v1"]
 // SEED-LABEL: memplan.program for @mlp {
-// SEED:         memplan.plan @plan_train_base target cpu total_bytes = 23808 region_bases
+// SEED:         memplan.plan @plan_train_base target cpu total_bytes = 24064 region_bases
 arch.model @mlp input(2, 2, 2) num_classes = 3 first_layer = 0 {
 ^bb0(%x: tensor<?x2x2x2xf32>):
   %0 = arch.flatten %x : tensor<?x2x2x2xf32> -> tensor<?x1x1x8xf32>

@@ -4,17 +4,20 @@
 // MLP (facts sections 3, 7, 8). Ids: 0 label_a, 1 data_a, 2 label_b, 3 data_b, 4 label_smce,
 // 5 has_nan, 6 lr, 7 scaling, 8 label_smoothing, 9-11 loss/top1/top5, 12-14 batch sizes, 15-17
 // accumulated metrics, 18 beta, 19 wd, 23 l0.flatten_output, 24-28 l1.fc_{weight, bias, output,
-// weight_grad, bias_grad}, 33/34 l2.relu_{output, mask}, 35-39 l3.fc_*, 44-50 l4 (ce_output,
+// weight_grad, bias_grad}, 33/34 l2.relu_{output, output_grad}, 35-39 l3.fc_*, 44-50 l4 (ce_output,
 // probs, pred, inv_scaling, partials).
 // First layer: label copy, then flatten from data_a / data_b. Deep: forward of layers 1..3, then
-// backward 4..1, every dX in place (the FC's dX overwrites its input: 33, then 23), the logits
-// gradient in ce_output (44). Inference skips nothing here and uses RELU_*_INF.
+// backward 4..1, the logits gradient in ce_output (44). The ReLU feeds an FC, whose backward reads
+// it: the ReLU writes no mask and its backward reads its output (RELU_FP32_BWD_FROM_OUTPUT
+// [34, 33]), so the FC writes its dX into the ReLU output's gradient slot (34); every other dX is
+// in place (the ReLU's over the FC output 26, the first FC's over 23). Inference skips nothing
+// here and uses RELU_*_INF, without a mask.
 // CHECK-LABEL: memplan.graph @train params = [{start_dim = 1 : i64}, {bias = true, out_features = 4 : i64}, {bias = false, out_features = 3 : i64}, {num_classes = 3 : i64}] {
 // CHECK-NEXT:    memplan.nodes transfer_a ops = ["RANGE_H2D_COPY_A"] ins = [] in_counts = [0] outs = [] out_counts = [0] in_ranges = [] in_range_counts = [0] out_ranges = [49, 49, 50, 50] out_range_counts = [2] params = [-1]
 // CHECK-NEXT:    memplan.nodes transfer_b ops = ["RANGE_H2D_COPY_B"] {{.*}} out_ranges = [51, 51, 52, 52] out_range_counts = [2] params = [-1]
 // CHECK-NEXT:    memplan.nodes first_layer_fwd_a ops = ["DTENSOR_COPY", "FLATTEN_FP32_FWD"] ins = [0, 1] in_counts = [1, 1] outs = [4, 23] out_counts = [1, 1] {{.*}} params = [-1, 0]
 // CHECK-NEXT:    memplan.nodes first_layer_fwd_b ops = ["DTENSOR_COPY", "FLATTEN_FP32_FWD"] ins = [2, 3] in_counts = [1, 1] outs = [4, 23] out_counts = [1, 1] {{.*}} params = [-1, 0]
-// CHECK-NEXT:    memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD", "RELU_FP32_FWD", "FC_FP32_FWD", "SOFTMAX_CE_FP32_FWD", "SOFTMAX_CE_FP32_BWD", "FC_FP32_BWD", "RELU_FP32_BWD", "FC_FP32_BWD"] ins = [23, 24, 25, 26, 33, 35, 36, 37, 7, 12, 4, 8, 45, 47, 7, 4, 8, 44, 35, 33, 33, 34, 26, 24, 23] in_counts = [3, 1, 3, 5, 5, 3, 2, 3] outs = [26, 33, 34, 37, 9, 47, 46, 45, 10, 11, 48, 49, 50, 44, 33, 38, 39, 26, 23, 27, 28] out_counts = [1, 2, 1, 9, 1, 3, 1, 3] in_ranges = [] in_range_counts = [0, 0, 0, 0, 0, 0, 0, 0] out_ranges = [] out_range_counts = [0, 0, 0, 0, 0, 0, 0, 0] params = [1, -1, 2, 3, 3, 2, -1, 1]
+// CHECK-NEXT:    memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD", "RELU_FP32_FWD", "FC_FP32_FWD", "SOFTMAX_CE_FP32_FWD", "SOFTMAX_CE_FP32_BWD", "FC_FP32_BWD", "RELU_FP32_BWD_FROM_OUTPUT", "FC_FP32_BWD"] ins = [23, 24, 25, 26, 33, 35, 36, 37, 7, 12, 4, 8, 45, 47, 7, 4, 8, 44, 35, 33, 34, 33, 26, 24, 23] in_counts = [3, 1, 3, 5, 5, 3, 2, 3] outs = [26, 33, 37, 9, 47, 46, 45, 10, 11, 48, 49, 50, 44, 34, 38, 39, 26, 23, 27, 28] out_counts = [1, 1, 1, 9, 1, 3, 1, 3] in_ranges = [] in_range_counts = [0, 0, 0, 0, 0, 0, 0, 0] out_ranges = [] out_range_counts = [0, 0, 0, 0, 0, 0, 0, 0] params = [1, -1, 2, 3, 3, 2, -1, 1]
 // CHECK-NEXT:    memplan.nodes zero_grad ops = ["RANGE_CLEAR"] {{.*}} out_ranges = [24, 33] out_range_counts = [1] params = [-1]
 // CHECK-NEXT:    memplan.nodes first_layer_bwd_a ops = ["FLATTEN_FP32_BWD_FIRST_LAYER"] ins = [] in_counts = [0] outs = [] out_counts = [0] {{.*}} params = [0]
 // CHECK-NEXT:    memplan.nodes first_layer_bwd_b ops = ["FLATTEN_FP32_BWD_FIRST_LAYER"]
@@ -28,7 +31,7 @@
 // CHECK-NEXT:    memplan.nodes clear_metrics ops = ["RANGE_CLEAR"] {{.*}} out_ranges = [67, 67] out_range_counts = [1] params = [-1]
 // CHECK-NEXT:  }
 // CHECK-NEXT:  memplan.graph @infer params = [{start_dim = 1 : i64}, {bias = true, out_features = 4 : i64}, {bias = false, out_features = 3 : i64}, {num_classes = 3 : i64}] {
-// CHECK-NEXT:    memplan.nodes inf_main_a ops = ["DTENSOR_COPY", "FLATTEN_FP32_FWD", "FC_FP32_FWD", "RELU_FP32_INF", "FC_FP32_FWD", "SOFTMAX_CE_FP32_INF"] ins = [0, 1, 23, 24, 25, 26, 33, 35, 36, 37, 7, 12, 4, 8] in_counts = [1, 1, 3, 1, 3, 5] outs = [4, 23, 26, 33, 34, 37, 9, 47, 46, 45, 10, 11, 48, 49, 50] out_counts = [1, 1, 1, 2, 1, 9] {{.*}} params = [-1, 0, 1, -1, 2, 3]
+// CHECK-NEXT:    memplan.nodes inf_main_a ops = ["DTENSOR_COPY", "FLATTEN_FP32_FWD", "FC_FP32_FWD", "RELU_FP32_INF", "FC_FP32_FWD", "SOFTMAX_CE_FP32_INF"] ins = [0, 1, 23, 24, 25, 26, 33, 35, 36, 37, 7, 12, 4, 8] in_counts = [1, 1, 3, 1, 3, 5] outs = [4, 23, 26, 33, 37, 9, 47, 46, 45, 10, 11, 48, 49, 50] out_counts = [1, 1, 1, 1, 1, 9] {{.*}} params = [-1, 0, 1, -1, 2, 3]
 // CHECK-NEXT:    memplan.nodes inf_main_b ops = ["DTENSOR_COPY", "FLATTEN_FP32_FWD", "FC_FP32_FWD", "RELU_FP32_INF", "FC_FP32_FWD", "SOFTMAX_CE_FP32_INF"] ins = [2, 3, 23,
 // CHECK-NEXT:    memplan.nodes val_result_comm ops = ["RANGE_MEAN_ALLREDUCE"] {{.*}} in_ranges = [67, 67] in_range_counts = [1] out_ranges = [67, 67] out_range_counts = [1] params = [-1]
 // CHECK-NEXT:  }

@@ -6,7 +6,8 @@
 // and 3 val samples per process, last batches 1 and 3), six linked variants, descs, six plans for
 // the cuda target, the two graphs (Nesterov updates), the atlas last; then memplan-assign-offsets
 // places the transient DTensors in one pool after the regions (it splits the first FC's output from
-// the gradient the ReLU backward writes there: l1.fc_output.v1).
+// the gradient the ReLU backward writes there: l1.fc_output.v1; the ReLU, read by an FC, keeps no
+// mask and reads its output in backward).
 // CHECK-LABEL: memplan.program for @mlp {
 // CHECK-NEXT:    memplan.spec batch_size = 4 train_size = 10 val_size = 6 train_res = 2 train_res_end = 2 val_res = 2 world_size = 2 optimizer nesterov target cuda
 // CHECK-NEXT:    memplan.variant @train_base batch = 4 res = 2 max_res = 2 channels = 2 plan @plan_train_base train @train infer @infer
@@ -17,8 +18,8 @@
 // CHECK-NEXT:    memplan.variant @val_last batch = 3 res = 2 max_res = 2 channels = 2 plan @plan_val_last infer @infer
 // CHECK-NEXT:    memplan.descs 0 "arch.flatten"
 // CHECK-COUNT-4: memplan.descs
-// CHECK-NEXT:    memplan.plan @plan_train_base target cuda total_bytes = 22784 {{.*}} pool = [18432, 4352] {{.*}} "l1.fc_output.v1"]
-// CHECK-COUNT-5: memplan.plan @plan_{{.*}} target cuda total_bytes = 22784 {{.*}} pool = [18432, 4352]
+// CHECK-NEXT:    memplan.plan @plan_train_base target cuda total_bytes = 22528 {{.*}} pool = [18432, 4096] {{.*}} "l1.fc_output.v1"]
+// CHECK-COUNT-5: memplan.plan @plan_{{.*}} target cuda total_bytes = 22528 {{.*}} pool = [18432, 4096]
 // CHECK-NEXT:    memplan.graph @train
 // CHECK:           memplan.nodes optimizer ops = ["RANGE_UPDATE_WEIGHT_NESTEROV", "RANGE_UPDATE_BIAS_NESTEROV"]
 // CHECK:         memplan.graph @infer

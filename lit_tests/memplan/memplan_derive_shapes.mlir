@@ -3,7 +3,8 @@
 // RUN: tr-opt %s --split-input-file --verify-diagnostics -p 'memplan-derive-shapes{batch_size=4 train_size=9 val_size=5}' | filecheck %s --check-prefix=BN1
 
 // The six variants (last train batch 10 % 4 = 2, last val batch 5 % 4 = 1) and one descs op per
-// layer with the shapes of all six variants.
+// layer with the shapes of all six variants. The ReLU feeds an FC, whose backward reads it: it keeps
+// no mask, reads its output in backward and so gets a gradient slot of its own.
 // CHECK-LABEL: memplan.program for @mlp {
 // CHECK-NEXT:    memplan.spec batch_size = 4 train_size = 10 val_size = 5 train_res = 28 train_res_end = 28 val_res = 28 world_size = 1 optimizer momentum target cpu
 // CHECK-NEXT:    memplan.variant @train_base batch = 4 res = 28 max_res = 28 channels = 1
@@ -14,7 +15,7 @@
 // CHECK-NEXT:    memplan.variant @val_last batch = 1 res = 28 max_res = 28 channels = 1
 // CHECK-NEXT:    memplan.descs 0 "arch.flatten" names = ["flatten_output"] regions = ["F_FEATURE_FP32"] dtypes = ["f32"] shapes = [4, 1, 1, 784, 2, 1, 1, 784, 4, 1, 1, 784, 2, 1, 1, 784, 4, 1, 1, 784, 1, 1, 1, 784]
 // CHECK-NEXT:    memplan.descs 1 "arch.fc" names = ["fc_weight", "fc_bias", "fc_output", "fc_weight_grad", "fc_bias_grad", "fc_amp_w_fp16", "fc_amp_g_fp16"] regions = ["W_FC_WEIGHT", "W_FC_BIAS", "F_FEATURE_FP32", "G_FC_WEIGHT", "G_FC_BIAS", "A_FC_WEIGHT", "G_FC_WEIGHT_FP16"] dtypes = ["f32", "f32", "f32", "f32", "f32", "f16", "f16"] shapes = [32, 1, 1, 784, 1, 1, 1, 32, 4, 1, 1, 32,
-// CHECK-NEXT:    memplan.descs 2 "arch.relu" names = ["relu_output", "relu_mask"] regions = ["F_FEATURE_FP32", "S_MASK"] dtypes = ["f32", "i8"]
+// CHECK-NEXT:    memplan.descs 2 "arch.relu" names = ["relu_output", "relu_output_grad"] regions = ["F_FEATURE_FP32", "F_GRAD_SLOT_FP32"] dtypes = ["f32", "f32"]
 // CHECK-NEXT:    memplan.descs 3 "arch.fc"
 // CHECK-NEXT:    memplan.descs 4 "arch.softmax_ce" names = ["ce_output", "softmax_probs", "pred_labels", "inv_scaling_factor", "loss_partial", "top1_partial", "top5_partial"]
 // CHECK-NEXT:  }
@@ -33,7 +34,8 @@ arch.model @mlp input(28, 28, 1) num_classes = 10 first_layer = 0 {
 // -----
 
 // A value read by two layers gets a gradient slot and a partial slot; the lowres variants really
-// run at their resolution (14 x 14 after the 3x3 conv with train_res_end = 14).
+// run at their resolution (14 x 14 after the 3x3 conv with train_res_end = 14). The identity does
+// not read its input in backward, so the ReLU keeps its mask.
 // CHECK-LABEL: memplan.program for @two_uses {
 // CHECK:         memplan.descs 1 "arch.relu" names = ["relu_output", "relu_mask", "relu_output_grad", "relu_output_grad_part"] regions = ["F_FEATURE_FP32", "S_MASK", "F_GRAD_SLOT_FP32", "F_GRAD_SLOT_FP32"]
 // CHECK:         memplan.descs 4 "arch.add" names = ["add_output"]
@@ -49,6 +51,31 @@ arch.model @two_uses input(28, 28, 8) num_classes = 8 {
   %5 = arch.gap %4 : tensor<?x28x28x8xf32> -> tensor<?x1x1x8xf32>
   %6 = arch.softmax_ce %5 num_classes = 8 : tensor<?x1x1x8xf32> -> tensor<?x1x1x8xf32>
   arch.output %6 : tensor<?x1x1x8xf32>
+}
+
+// -----
+
+// The form of each ReLU: one feeding only layers whose backward reads their input (two convs, a
+// tanh) keeps no mask and gets a gradient slot; one feeding a max pool keeps its mask.
+// CHECK-LABEL: memplan.program for @relu_forms {
+// CHECK:         memplan.descs 1 "arch.relu" names = ["relu_output", "relu_output_grad", "relu_output_grad_part"] regions = ["F_FEATURE_FP32", "F_GRAD_SLOT_FP32", "F_GRAD_SLOT_FP32"]
+// CHECK:         memplan.descs 5 "arch.relu" names = ["relu_output", "relu_mask"] regions = ["F_FEATURE_FP32", "S_MASK"]
+// CHECK:         memplan.descs 7 "arch.relu" names = ["relu_output", "relu_output_grad"] regions = ["F_FEATURE_FP32", "F_GRAD_SLOT_FP32"]
+// CHECK:         memplan.descs 8 "arch.tanh" names = ["tanh_output"] regions
+arch.model @relu_forms input(8, 8, 8) num_classes = 8 {
+^bb0(%x: tensor<?x8x8x8xf32>):
+  %0 = arch.conv %x out_ch = 8 k = 1 : tensor<?x8x8x8xf32> -> tensor<?x8x8x8xf32>
+  %1 = arch.relu %0 : tensor<?x8x8x8xf32> -> tensor<?x8x8x8xf32>
+  %2 = arch.conv %1 out_ch = 8 k = 1 : tensor<?x8x8x8xf32> -> tensor<?x8x8x8xf32>
+  %3 = arch.conv %1 out_ch = 8 k = 1 : tensor<?x8x8x8xf32> -> tensor<?x8x8x8xf32>
+  %4 = arch.add %2, %3 : tensor<?x8x8x8xf32>, tensor<?x8x8x8xf32> -> tensor<?x8x8x8xf32>
+  %5 = arch.relu %4 : tensor<?x8x8x8xf32> -> tensor<?x8x8x8xf32>
+  %6 = arch.maxpool %5 k = 2 s = 2 p = 0 : tensor<?x8x8x8xf32> -> tensor<?x4x4x8xf32>
+  %7 = arch.relu %6 : tensor<?x4x4x8xf32> -> tensor<?x4x4x8xf32>
+  %8 = arch.tanh %7 : tensor<?x4x4x8xf32> -> tensor<?x4x4x8xf32>
+  %9 = arch.gap %8 : tensor<?x4x4x8xf32> -> tensor<?x1x1x8xf32>
+  %10 = arch.softmax_ce %9 num_classes = 8 : tensor<?x1x1x8xf32> -> tensor<?x1x1x8xf32>
+  arch.output %10 : tensor<?x1x1x8xf32>
 }
 
 // -----
