@@ -36,7 +36,8 @@ part (:func:`plan_row`); all numbers are of the ``train_base`` plan:
 
 Measured in fresh processes (:mod:`bench.peak`, which documents how; fp32 only, 2 threads; each
 measurement of a model in :attr:`Mode.memory_runs` repeated in that many processes, the run with the
-median RSS delta kept, every run's RSS delta in ``rss_peak_delta_runs``):
+median RSS delta kept, every run's RSS delta in ``rss_peak_delta_runs`` (null for a run that
+failed, its message in ``run_errors``)):
 
 * ``torch[model]``: PyTorch eager's ``rss_peak_delta_bytes`` (peak RSS of building the model and
   two training steps, above the baseline) and ``profiler_peak_bytes`` / ``timeline_mib`` (the
@@ -257,8 +258,12 @@ def measure_runs(side: str, name: str, batch: int, runs: int = 1, **kw) -> dict[
     if not ok:
         return {**got[0], "runs": len(got)}
     ok.sort(key=lambda g: g["rss_peak_delta_bytes"])
-    return {**ok[(len(ok) - 1) // 2], "runs": len(got),
-            "rss_peak_delta_runs": [g.get("rss_peak_delta_bytes") for g in got]}
+    out = {**ok[(len(ok) - 1) // 2], "runs": len(got),
+           "rss_peak_delta_runs": [g.get("rss_peak_delta_bytes") for g in got]}
+    errors = [g["error"] for g in got if "error" in g]
+    if errors:  # a run that failed shows as null in rss_peak_delta_runs: say why
+        out["run_errors"] = errors
+    return out
 
 
 def _ratio(a: Any, b: Any) -> float | None:
