@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,7 +114,8 @@ class KernelSpec:
         infos = {k: _info(v) for k, v in arrays.items() if v is not None and k not in self.workspaces}
         full = {**self.defaults, **{k: v for k, v in params.items() if k in self.params}}
         out = rule(infos, **full)
-        return {k: ((int(np.prod(s, dtype=np.int64)),), np.dtype(d)) for k, (s, d) in out.items()}
+        # exact (Python ints): an int64 product overflows for absurd sizes, which the planner reports
+        return {k: ((math.prod(int(x) for x in s),), np.dtype(d)) for k, (s, d) in out.items()}
 
     def allocate_workspaces(self, arrays: Mapping[str, Any], *, target: str = CPU,
                             **params: Any) -> dict[str, np.ndarray]:

@@ -22,9 +22,14 @@
   nested too deeply for the recursive-descent parser (``RecursionError``), numeric literals their
   type cannot hold (xDSL raised ``OverflowError`` for ``1.0e39 : f32``, read ``1.0e400`` as
   infinity, kept ``10^23 : index`` and failed inside ``dense<[300]> : tensor<1xi8>``: each is a
-  parse error at the literal, :func:`literal_problem`), parser recursion errors in general, an
-  empty input (MLIR reads it as an empty module) and the missing dominance check (a use before its
-  definition).
+  parse error at the literal, :func:`literal_problem`), f80 / f128 values, which xDSL can neither
+  store nor print (:func:`unstorable_float`), parser recursion errors in general, an empty input
+  (MLIR reads it as an empty module) and the missing dominance check (a use before its definition);
+* output that reads back: floats print as decimal literals (:class:`TrPrinter`; xDSL printed
+  ``2147483648.0`` as a bit pattern its parser refused in a dense array), and a hexadecimal
+  literal in a dense literal or array is a bit pattern, as in MLIR (how xDSL prints infinities);
+* ``-t`` built before any work (:meth:`TrOptMain._build_target`): an unknown or mistyped target
+  option, or a second target, is a command-line error, and the ``mlir`` target's options hold.
 
 With ``--verify-diagnostics`` / ``--parsing-diagnostics`` the behaviour is xDSL's: diagnostics of
 each ``--split-input-file`` chunk are printed to stdout and the exit code is 0.
@@ -34,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
+import io
 import math
 import os
 import re
@@ -52,6 +59,8 @@ from xdsl.dialects.builtin import (
     AnyFloat,
     ComplexType,
     DenseArrayBase,
+    Float32Type,
+    Float64Type,
     FloatAttr,
     IndexType,
     IntegerAttr,
@@ -63,6 +72,8 @@ from xdsl.irdl.dominance import DominanceInfo
 from xdsl.parser import Parser, ParserState
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.printer import Printer
+from xdsl.syntax_printer import SyntaxPrinter
+from xdsl.targets.mlir import MLIRTarget
 from xdsl.transforms import get_all_passes as get_xdsl_passes
 from xdsl.utils.arg_spec import (
     ArgSpec,
@@ -263,37 +274,33 @@ def build_passes(available: dict[str, Callable[[], type[ModulePass]]], spec: str
     unknown = [p.name for p in specs if p.name not in available]
     if unknown:
         raise ValueError(f"Unrecognized passes: {unknown}")
-    passes: list[ModulePass] = []
-    for p in specs:
-        cls = available[p.name]()
-        hints = _option_hints(cls)
-        params = dict(p.normalize_parameter_names().parameters)
+    return tuple(from_spec(available[p.name](), p, f"invalid pass pipeline: pass '{p.name}'") for p in specs)
+
+
+def from_spec(cls: Any, spec: ArgSpec, what: str) -> Any:
+    """``cls.from_spec(spec)`` (a pass or a target) with MLIR's rules and messages for options (see
+    :func:`build_passes`); ``what`` starts each message (``invalid target: target 'mlir'``)."""
+    hints = _option_hints(cls)
+    params = dict(spec.normalize_parameter_names().parameters)
+    for key, value in params.items():
+        if value or key not in hints:
+            continue
+        if _option_types(hints[key]) != (bool,):
+            raise TrOptError(f"{what}: option '{key}' needs a value ({key}=...)")
+        params[key] = (True,)
+    try:
+        return cls.from_spec(ArgSpec(spec.name, params))
+    except ValueError as e:
         for key, value in params.items():
-            if value or key not in hints:
+            if key not in hints:
                 continue
-            if _option_types(hints[key]) != (bool,):
-                raise TrOptError(
-                    f"invalid pass pipeline: pass '{p.name}': option '{key}' needs a value "
-                    f"({key}=...)"
-                )
-            params[key] = (True,)
-        try:
-            passes.append(cls.from_pass_spec(ArgSpec(p.name, params)))
-        except ValueError as e:
-            for key, value in params.items():
-                if key not in hints:
-                    continue
-                try:
-                    _convert_arg_to_type(value, hints[key])
-                except ValueError:
-                    expected = " or ".join(_OPTION_TYPE_WORDS.get(t, str(t)) for t in _option_types(hints[key]))
-                    got = ", ".join(repr(v) if isinstance(v, str) else str(v).lower() for v in value)
-                    raise TrOptError(
-                        f"invalid pass pipeline: pass '{p.name}': option '{key}' expects {expected}, "
-                        f"got {got or 'no value'}"
-                    ) from None
-            raise TrOptError(f"invalid pass pipeline: pass '{p.name}': {e}") from None
-    return tuple(passes)
+            try:
+                _convert_arg_to_type(value, hints[key])
+            except ValueError:
+                expected = " or ".join(_OPTION_TYPE_WORDS.get(t, str(t)) for t in _option_types(hints[key]))
+                got = ", ".join(repr(v) if isinstance(v, str) else str(v).lower() for v in value)
+                raise TrOptError(f"{what}: option '{key}' expects {expected}, got {got or 'no value'}") from None
+        raise TrOptError(f"{what}: {e}") from None
 
 
 # --------------------------------------------------------------------------------------
@@ -321,6 +328,24 @@ def _float_problem(value: float, type: Any) -> str | None:
     return None if math.isfinite(stored) else f"it is above the largest finite {type}"
 
 
+_UNSTORABLE_FIX = "; use f64"
+
+
+def unstorable_float(type: Any) -> str | None:
+    """Why xDSL cannot hold a value of the float type ``type`` (or of a complex of it), else
+    ``None``: xDSL 0.74 has no storage format for ``f80`` and ``f128`` (building, packing or
+    printing a value raises ``NotImplementedError``; the types themselves are fine)."""
+    if isinstance(type, ComplexType):
+        type = type.element_type
+    if not isinstance(type, AnyFloat):
+        return None
+    try:
+        type.pack((0.0,))
+    except NotImplementedError:
+        return f"{type} values are not supported (xDSL 0.74 can neither store nor print them){_UNSTORABLE_FIX}"
+    return None
+
+
 def literal_problem(value: Any, type: Any) -> str | None:
     """Why the parsed literal ``value`` has no value of type ``type`` (the element type of an
     attribute), as a note for the diagnostic; ``None`` when it has one. Integer types keep xDSL's
@@ -329,6 +354,8 @@ def literal_problem(value: Any, type: Any) -> str | None:
     if isinstance(type, ComplexType):
         parts = value if isinstance(value, tuple) else (value,)
         return next((why for part in parts if (why := literal_problem(part, type.element_type))), None)
+    if (why := unstorable_float(type)) is not None:
+        return why
     if isinstance(type, IntegerType | IndexType):
         if not isinstance(value, int):
             return None
@@ -344,6 +371,16 @@ def literal_problem(value: Any, type: Any) -> str | None:
         if math.isfinite(as_float):
             return _float_problem(as_float, type)
     return None
+
+
+def _float_from_bits(bits: int, type: AnyFloat) -> tuple[float, str | None]:
+    """The value of the bit pattern ``bits`` in the float ``type``, and why it has none (a pattern
+    wider than the type; ``None`` when it fits)."""
+    if (why := unstorable_float(type)) is not None:
+        return 0.0, why
+    if bits >= 1 << type.bitwidth:
+        return 0.0, f"a hexadecimal {type} is a pattern of {type.bitwidth} bits"
+    return next(type.iter_unpack(bits.to_bytes(type.compile_time_size, "little"))), None
 
 
 class TrLexer(MLIRLexer):
@@ -523,22 +560,24 @@ class TrParser(Parser):
         hexadecimal = self._current_token.text[:2] in ("0x", "0X")
         try:
             attr = super().parse_optional_builtin_int_or_float_attr()
-        except (OverflowError, ValueError, VerifyException):
+        except (OverflowError, ValueError, VerifyException, NotImplementedError):
             if (problem := self._typed_literal_problem(start, hexadecimal)) is None:
                 raise
         else:
-            if isinstance(attr, FloatAttr) and not hexadecimal and math.isinf(attr.value.data):
+            problem = unstorable_float(attr.type) if isinstance(attr, FloatAttr) else None
+            if problem is not None:
+                pass  # f80 / f128: xDSL built the attribute, printing it would fail
+            elif isinstance(attr, FloatAttr) and not hexadecimal and math.isinf(attr.value.data):
                 problem = f"it is above the largest finite {attr.type}"
             elif isinstance(attr, IntegerAttr) and isinstance(attr.type, IndexType):
                 problem = literal_problem(attr.value.data, attr.type)
-            else:
-                problem = None
             if problem is None:
                 return attr
         end = self._current_token.span.start
         text = self.lexer.input.content[start:end].strip()
         self.raise_error(
-            f"numeric literal out of range for its type: '{text}' ({problem})", start, start + len(text)
+            f"cannot hold '{text}': {problem}" if problem.endswith(_UNSTORABLE_FIX)
+            else f"numeric literal out of range for its type: '{text}' ({problem})", start, start + len(text)
         )
 
     def _typed_literal_problem(self, start: Position, hexadecimal: bool) -> str | None:
@@ -550,6 +589,8 @@ class TrParser(Parser):
             return None
         type = self._parse_attribute_type()
         if hexadecimal and isinstance(type, AnyFloat) and isinstance(value, int):
+            if (why := unstorable_float(type)) is not None:
+                return why
             bits = type.bitwidth
             return None if value < 1 << bits else f"a hexadecimal {type} is a pattern of {bits} bits"
         return literal_problem(value, type)
@@ -561,6 +602,16 @@ class TrParser(Parser):
         tensor<1xi8>``, a ``struct.error`` for an index or complex part, infinity for bf16)."""
 
         def to_type(self, parser: Any, type: Any) -> Any:
+            if isinstance(type, AnyFloat) and self.span.text.lstrip("-")[:2] in ("0x", "0X"):
+                # a bit pattern, as in MLIR and in xDSL's output (xDSL read its value as an integer)
+                if self.is_negative:
+                    parser.raise_error("a hexadecimal float literal is a bit pattern and takes no sign",
+                                       at_position=self.span)
+                value, problem = _float_from_bits(int(self.value), type)
+                if problem is not None:
+                    parser.raise_error(f"value {self.span.text} is out of range for the element type "
+                                       f"{type} of the dense literal ({problem})", at_position=self.span)
+                return value
             try:
                 value = super().to_type(parser, type)
             except OverflowError:  # an integer too large for a float
@@ -573,26 +624,59 @@ class TrParser(Parser):
                 )
             return value
 
-    def _parse_builtin_densearray_attr(self) -> DenseArrayBase | None:
-        """xDSL's ``array<type: values>``, with a float value out of range for the element type
-        a parse error at the attribute (xDSL raises ``OverflowError`` for f32 and makes bf16
-        infinite; integers are already checked, each at its literal)."""
+    def parse_dense_int_or_fp_elements_attr(self, type: Any) -> Any:
+        """xDSL's ``dense<...>``, with an element type xDSL cannot hold (f80, f128:
+        :func:`unstorable_float`; xDSL raised ``NotImplementedError``) a parse error at the literal."""
         start = self.pos
         try:
-            attr = super()._parse_builtin_densearray_attr()
-        except OverflowError:
-            end = self._current_token.span.end
-            self._resume_from(start)  # read the element type again, for the message
-            self.parse_characters("<")
-            elt = self.parse_attribute()
-            self.raise_error(f"value out of range for the element type of this dense array (a "
-                             f"value is above the largest finite {elt})", start, end)
-        if attr is not None and isinstance(elt := attr.elt_type, AnyFloat):
-            for value in attr.get_values():
-                if not math.isfinite(value):
-                    self.raise_error(f"value out of range for the element type of this dense "
-                                     f"array (a value is above the largest finite {elt})", start, self.pos)
-        return attr
+            return super().parse_dense_int_or_fp_elements_attr(type)
+        except NotImplementedError:
+            why = ("its element type has no storage in xDSL 0.74 (f80 and f128 values are not "
+                   f"supported){_UNSTORABLE_FIX}")
+            self.raise_error(f"cannot hold this dense literal: {why}", start, self.pos)
+
+    def _parse_builtin_densearray_attr(self) -> DenseArrayBase | None:
+        """xDSL's ``array<type: values>``, with, for a float element type: a value out of range for
+        the type a parse error at the attribute (xDSL raises ``OverflowError`` for f32 and makes
+        bf16 infinite), a hexadecimal literal a bit pattern of the type's width (how xDSL prints an
+        infinity or a NaN; xDSL could not read it back) and f80 / f128 refused
+        (:func:`unstorable_float`). Integers are xDSL's (already checked, each at its literal)."""
+        start = self.pos
+        self.parse_characters("<", " in dense array")
+        elt = self.parse_attribute()
+        if (why := unstorable_float(elt)) is not None:
+            self.raise_error(f"cannot hold this dense array: {why}", start, self.pos)
+        if not isinstance(elt, AnyFloat) or self._current_token.kind != MLIRTokenKind.COLON:
+            self._resume_from(start)
+            return super()._parse_builtin_densearray_attr()
+        self.parse_characters(":", " in dense array")
+        problems: list[str] = []
+
+        def element() -> float:
+            value, problem = self._float_element(elt)
+            if problem is not None:
+                problems.append(problem)
+            return value
+
+        values = self.parse_comma_separated_list(self.Delimiter.NONE, element)
+        self.parse_characters(">", " in dense array")
+        if problems:
+            self.raise_error(f"value out of range for the element type of this dense array ({problems[0]})",
+                             start, self.pos)
+        return DenseArrayBase.from_list(elt, values)
+
+    def _float_element(self, type: AnyFloat) -> tuple[float, str | None]:
+        """A float literal of a dense array of ``type`` and why ``type`` cannot hold it (``None``
+        when it can): a decimal literal must be finite in ``type``, a hexadecimal one is a bit
+        pattern of the type's width (an infinity or a NaN is fine)."""
+        token = self._current_token
+        if token.kind == MLIRTokenKind.INTEGER_LIT and token.text[:2] in ("0x", "0X"):
+            self._consume_token(MLIRTokenKind.INTEGER_LIT)
+            return _float_from_bits(int(token.text, 16), type)
+        value = self.parse_float()
+        if _float_problem(value, type) is not None:
+            return value, f"a value is above the largest finite {type}"
+        return value, None
 
     def parse_optional_attribute(self):  # type: ignore[override]
         start = self.pos
@@ -734,6 +818,53 @@ def verify_module(module: ModuleOp) -> None:
 # --------------------------------------------------------------------------------------
 
 
+class _DecimalFloats:
+    """Printer mixin: a finite f32 / f64 prints as a decimal literal that reads back as the same
+    value. xDSL 0.74 prints it as a hexadecimal bit pattern when neither 6 significant digits nor
+    its shortest form with a ``.`` hold it (``2147483648.0``, ``1234567.0``, ``1e+20``: ``0x41E0...``),
+    which its own parser reads as an integer (``dense<[...]>``: a silently different value) or
+    rejects (``array<f64: ...>`` and the dense arrays of op formats, e.g. a compiled program's
+    ``memplan.plan init_values``): tr-opt could not read back its output. Infinities and NaNs
+    stay bit patterns (MLIR has no decimal literal for them; :class:`TrParser` reads them)."""
+
+    def print_float(self, value: float, type: AnyFloat) -> None:
+        if math.isfinite(value) and isinstance(type, Float32Type | Float64Type):
+            short = f"{value:.5e}".replace("e", "0e", 1)
+            if type.unpack(type.pack([float(short)]), 1)[0] != value:
+                text = f"{value:.{9 if isinstance(type, Float32Type) else 17}g}"
+                if "." not in text:
+                    mantissa, e, exponent = text.partition("e")
+                    text = f"{mantissa}.0{e}{exponent}"
+                self.print_string(text)  # type: ignore[attr-defined]
+                return
+        super().print_float(value, type)  # type: ignore[misc]
+
+
+class TrPrinter(_DecimalFloats, Printer):
+    """xDSL's printer with decimal floats (:class:`_DecimalFloats`)."""
+
+
+class TrSyntaxPrinter(_DecimalFloats, SyntaxPrinter):
+    """xDSL's highlighting printer with decimal floats (:class:`_DecimalFloats`)."""
+
+
+@dataclass(frozen=True)
+class TrMLIRTarget(MLIRTarget):
+    """``-t mlir`` (the default): xDSL's MLIR output with :class:`TrPrinter`, so that tr-opt reads
+    back every module it prints."""
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        printer = (TrSyntaxPrinter if self.syntax_highlight else TrPrinter)(
+            stream=output,
+            print_generic_format=self.print_generic_format,
+            print_properties_as_attributes=self.print_properties_as_attributes,
+            print_debuginfo=self.print_debuginfo,
+        )
+        printer.print_op(module)
+        printer.print_metadata(ctx.loaded_dialects)
+        print("\n", file=output)
+
+
 @dataclass(frozen=True)
 class ArchplanYamlTarget(Target):
     """``-t archplan-yaml``: the module's ``arch.model`` as the seed's ArchPlan YAML.
@@ -834,6 +965,7 @@ class TrOptMain(xDSLOptMain):
 
     def register_all_targets(self) -> None:
         super().register_all_targets()
+        self.available_targets[TrMLIRTarget.name] = lambda: TrMLIRTarget
         self.available_targets[ArchplanYamlTarget.name] = lambda: ArchplanYamlTarget
         self.available_targets[MemplanSummaryTarget.name] = lambda: MemplanSummaryTarget
 
@@ -862,6 +994,7 @@ class TrOptMain(xDSLOptMain):
     # -- pipeline -----------------------------------------------------------------------
 
     def setup_pipeline(self) -> None:
+        self._target = self._build_target()
         self._stage = "reading the pass pipeline"
         spec = self.args.passes
         try:
@@ -891,7 +1024,7 @@ class TrOptMain(xDSLOptMain):
             verify_module(module)
         if previous is not None and following is not None and self.args.print_between_passes:
             print(f"IR after {previous.name}:")
-            Printer(stream=sys.stdout).print_op(module)
+            TrPrinter(stream=sys.stdout).print_op(module)
             print("\n\n\n")
         self._stage = "running a pass"
         self._pass = following
@@ -941,7 +1074,46 @@ class TrOptMain(xDSLOptMain):
     def output_resulting_program(self, prog: ModuleOp) -> str:
         self._stage = "printing the output"
         self._pass = None
-        return super().output_resulting_program(prog)
+        if self._target is None:  # a legacy target function
+            return super().output_resulting_program(prog)
+        output = io.StringIO()
+        self._target.emit(self.ctx, prog, output)
+        return output.getvalue()
+
+    def _build_target(self) -> Target | None:
+        """The ``-t`` target, built before any work (``None`` for a legacy target function).
+
+        xDSL builds it only to print the output, after the passes ran: an option the target does
+        not have or a value of the wrong type was an internal error then, a second target
+        (``-t mlir,archplan-yaml``) was ignored, and so were the ``mlir`` target's own options
+        (``-t 'mlir{print_generic_format=true}'``: xDSL overwrote them with the flags). Here each
+        is a command-line error, and an ``mlir`` option holds when it or its flag
+        (``--print-op-generic`` ...) is given.
+        """
+        self._stage = "reading the target"
+        text = self.args.target
+        try:
+            specs = parse_pass_specs(text)
+        except ArgSpecParseError as e:
+            raise _spec_error(e, "target", text) from None
+        if len(specs) != 1:
+            raise TrOptError(f"invalid target: expected one target, got {len(specs)} (in '{text}')")
+        spec = specs[0]
+        entry = self.available_targets[spec.name]
+        if inspect.signature(entry).parameters:
+            return None
+        target = from_spec(entry(), spec, f"invalid target: target '{spec.name}'")
+        if spec.name == "mlir":
+            flags = {
+                "print_generic_format": self.args.print_op_generic,
+                "print_properties_as_attributes": self.args.print_no_properties,
+                "print_debuginfo": self.args.print_debuginfo,
+                "syntax_highlight": self.args.syntax_highlight,
+            }
+            target = dataclasses.replace(
+                target, **{k: bool(getattr(target, k) or flag) for k, flag in flags.items()}
+            )
+        return target
 
     # -- errors -------------------------------------------------------------------------
 
