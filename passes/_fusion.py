@@ -26,6 +26,8 @@ by one fused op that reads the chain's input. The pieces:
   anything else).
 * :func:`shared_bn_params`: the ``eps``/``momentum`` of several batch norms when they agree
   (a fused op carries one pair), else ``None``.
+* :func:`reads_model_input`: whether a match reads the model input (a chain fused into an op
+  other than ``arch.cbr`` must not: it would become a first layer the input buffers cannot feed).
 
 Writing a new fusion pass (a complete one; ``passes/arch_merge_triple.py`` is this file)::
 
@@ -65,7 +67,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
     PatternRewriter,
@@ -250,3 +252,15 @@ def shared_bn_params(*bns: Operation) -> dict[str, float] | None:
         return None
     ((eps, momentum),) = pairs
     return {"eps": eps, "momentum": momentum}
+
+
+def reads_model_input(value: SSAValue) -> bool:
+    """True when ``value`` is the input of its ``arch.model`` (the body's block argument).
+
+    Only flatten, conv, channel_padding and cbr may be the first layer (the one reading the
+    input buffers A/B; ``memplan-derive-shapes`` refuses any other), so a chain fused into another
+    op (an inverted residual without shortcut, a cbrp) must not start at the model input: a model
+    whose first layer is a conv would compile unfused and be refused fused. (A residual block on
+    the input is refused unfused too: its add reads the input as well.)
+    """
+    return isinstance(value, BlockArgument) and isinstance(value.owner.parent_op(), arch.ModelOp)

@@ -14,9 +14,12 @@ branch), with residual joins as ``arch.add %shortcut, %main`` (DESIGN section 3)
   (``arch-merge-binary`` fuses it back). ``cbr`` -> conv, bn (its eps/momentum), relu when not
   fusing, kept as ``arch.cbr`` when fusing.
 * ``block``: fuse=false -> the primitive sequence of facts 2.6, fuse=true -> one fused op of
-  facts 2.5. Deliberate differences (DESIGN section 7): the MobileNet 3x3 is a true depthwise
-  conv (``groups`` = expansion width); the identity shortcut of a block is left empty (the
-  input value), ``arch-normalize-identity`` makes it explicit.
+  facts 2.5, except an inverted residual without shortcut that reads the model input: a fused
+  op cannot be the first layer, so that one expands to its primitives in both modes (``mbconv``
+  first trains fused as unfused; a residual block on the input is refused either way).
+  Deliberate differences (DESIGN section 7): the MobileNet 3x3 is a true depthwise conv
+  (``groups`` = expansion width); the identity shortcut of a block is left empty (the input
+  value), ``arch-normalize-identity`` makes it explicit.
 
 The running channel count is the seed's ``current_c`` (facts 2.2) tracked per SSA value
 (``op.channels_after``), starting from the model's ``input_c``; it decides identity vs
@@ -69,6 +72,7 @@ from tr_mlir.dialects.arch import (
     SeqOp,
     YieldOp,
 )
+from tr_mlir.passes._fusion import reads_model_input
 from tr_mlir.passes._model import apply_options, body_ops, fail, flag, models
 
 
@@ -314,7 +318,10 @@ def _block(ex: _Expander, op: BlockOp, x: SSAValue) -> SSAValue:
     out = op.out_ch.value.data
     args = (cin, mid, out, style.stride, style.expand_ratio)
     if ex.fuse:
-        return ex.emit(family.fused(x, *args))
+        fused = family.fused(x, *args)
+        if not (isinstance(fused, InvResidualNoShortcutOp) and reads_model_input(x)):
+            return ex.emit(fused)
+        fused.erase()  # it cannot be the first layer; its conv can (arch-merge-blocks agrees)
     return family.primitives(ex, x, *args)
 
 

@@ -71,6 +71,7 @@ from tr_mlir.passes._fusion import (
     FuseChain,
     Link,
     in_flat_model,
+    reads_model_input,
     replace_ops,
     rewrite_models,
     shared_bn_params,
@@ -280,10 +281,11 @@ class MergeResidualBlock(RewritePattern):
 
 def build_inv_residual_no_shortcut(match: ChainMatch) -> arch.InvResidualNoShortcutOp | None:
     """The ``arch.inv_residual_no_shortcut`` for a plain inverted-residual chain, or ``None``
-    when its widths or batch-norm parameters disagree."""
+    when its widths or batch-norm parameters disagree or it reads the model input (its conv stays
+    the first layer: :func:`~tr_mlir.passes._fusion.reads_model_input`)."""
     geometry = _inverted_geometry(match)
     bn_params = shared_bn_params(*(op for op in match.ops if isinstance(op, arch.Bn2dOp)))
-    if geometry is None or bn_params is None:
+    if geometry is None or bn_params is None or reads_model_input(match.input):
         return None
     return arch.InvResidualNoShortcutOp(match.input, match.result_type, **geometry, **bn_params)
 

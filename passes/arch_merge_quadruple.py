@@ -8,7 +8,8 @@ maxpool's result type.
 The seed's step 8 does nothing (its quadruple fusion was removed, facts sheet section 3.11), so
 the default ``arch-plan`` pipeline leaves this pass out (its ``cbrp`` option turns it on); run
 alone, it fuses. It must run before ``arch-merge-triple``, which would otherwise take the
-conv/bn2d/relu.
+conv/bn2d/relu. A chain that reads the model input is left alone: a cbrp cannot be the first layer
+(``memplan-derive-shapes`` refuses it), a conv (then a cbr) can.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from tr_mlir.dialects import arch
-from tr_mlir.passes._fusion import Chain, ChainMatch, FuseChain, Link, rewrite_models
+from tr_mlir.passes._fusion import Chain, ChainMatch, FuseChain, Link, reads_model_input, rewrite_models
 
 CONV_BN_RELU_MAXPOOL = Chain(
     Link(arch.ConvOp, lambda conv: conv.param("groups") == 1),
@@ -31,8 +32,12 @@ CONV_BN_RELU_MAXPOOL = Chain(
 """The matched chain: a dense conv, a 2-D batch norm, a ReLU, a max pooling."""
 
 
-def build_cbrp(match: ChainMatch) -> arch.CbrpOp:
-    """The ``arch.cbrp`` replacing a matched conv/bn2d/relu/maxpool chain."""
+def build_cbrp(match: ChainMatch) -> arch.CbrpOp | None:
+    """The ``arch.cbrp`` replacing a matched conv/bn2d/relu/maxpool chain, or ``None`` when the
+    chain reads the model input (a cbrp cannot be the first layer; the conv stays first, and
+    ``arch-merge-triple`` makes it a cbr)."""
+    if reads_model_input(match.input):
+        return None
     conv, bn, _, pool = match.ops
     c, q = conv.params(), pool.params()
     return arch.CbrpOp(

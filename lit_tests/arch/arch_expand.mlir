@@ -168,6 +168,32 @@ arch.model @fused_blocks input(16, 16, 16) num_classes = 10 fuse {
 
 // -----
 
+// A shortcut-free inverted residual on the model input expands to its primitives with fuse too:
+// its first conv is the first layer, which a fused op cannot be (memplan-derive-shapes refuses
+// it), so mbconv first trains fused as unfused. The next one fuses.
+
+// FUSE-LABEL: arch.model @mbconv_first
+// FUSE-NEXT:  ^{{.*}}(%[[X:.*]]: tensor<?x8x8x2xf32>):
+// FUSE-NEXT:    %[[C:.*]] = arch.conv %[[X]] out_ch = 12 k = 1 :
+// FUSE-NEXT:    arch.bn
+// FUSE-NEXT:    arch.relu
+// FUSE-NEXT:    arch.conv {{.*}} out_ch = 12 k = 3 s = 2 p = 1 groups = 12
+// FUSE-NEXT:    arch.bn
+// FUSE-NEXT:    arch.relu
+// FUSE-NEXT:    arch.conv {{.*}} out_ch = 8 k = 1
+// FUSE-NEXT:    %[[B:.*]] = arch.bn
+// FUSE-NEXT:    %[[N:.*]] = arch.inv_residual_no_shortcut %[[B]] expand_ch = 48 out_ch = 16 :
+// FUSE-NEXT:    arch.output %[[N]]
+// CHECK-LABEL: arch.model @mbconv_first
+arch.model @mbconv_first input(8, 8, 2) num_classes = 10 fuse {
+^bb0(%x: tensor<?x8x8x2xf32>):
+  %0 = arch.block %x mb_e6_k3_ds out_ch = 8 : tensor<?x8x8x2xf32> -> tensor<?x?x?x?xf32>
+  %1 = arch.block %0 mb_e6_k3 out_ch = 16 : tensor<?x?x?x?xf32> -> tensor<?x?x?x?xf32>
+  arch.output %1 : tensor<?x?x?x?xf32>
+}
+
+// -----
+
 // Unfused basic block with downsampling: projection conv 1x1 stride 2 + bn, main conv 3x3
 // stride 2, conv 3x3, join, post-add relu.
 

@@ -187,7 +187,8 @@ arch.model @bottleneck_without_post_relu input(4, 4, 16) num_classes = 16 {
 // -----
 
 // An inverted-residual region followed by a relu is not an inverted residual block; its main
-// branch alone is still an exact shortcut-free inverted residual.
+// branch alone is still an exact shortcut-free inverted residual (after a relu: a chain reading
+// the model input does not merge, @no_shortcut_on_model_input).
 // CHECK-LABEL: arch.model @inverted_residual_with_post_relu
 // CHECK:         %[[S:.*]] = arch.identity %x
 // CHECK-NEXT:    %[[M:.*]] = arch.inv_residual_no_shortcut %x expand_ch = 48 out_ch = 8 :
@@ -195,7 +196,8 @@ arch.model @bottleneck_without_post_relu input(4, 4, 16) num_classes = 16 {
 // CHECK-NEXT:    arch.relu %[[A]]
 // CHECK-NOT:     arch.inv_residual_identity
 arch.model @inverted_residual_with_post_relu input(8, 8, 8) num_classes = 8 {
-^bb0(%x: tensor<?x8x8x8xf32>):
+^bb0(%in: tensor<?x8x8x8xf32>):
+  %x = arch.relu %in : tensor<?x8x8x8xf32> -> tensor<?x8x8x8xf32>
   %v1 = arch.identity %x : tensor<?x8x8x8xf32> -> tensor<?x8x8x8xf32>
   %v2 = arch.conv %x out_ch = 48 k = 1 : tensor<?x8x8x8xf32> -> tensor<?x8x8x48xf32>
   %v3 = arch.bn2d %v2 : tensor<?x8x8x48xf32> -> tensor<?x8x8x48xf32>
@@ -461,14 +463,15 @@ arch.model @grouped_middle_conv input(8, 8, 8) num_classes = 8 {
 // -----
 
 // An inverted residual has no projection form: the add stays, only the shortcut-free main
-// chain fuses.
+// chain fuses (it starts after a relu, as the previous case).
 // CHECK-LABEL: arch.model @inverted_with_projection
 // CHECK:         %[[C:.*]] = arch.conv %x out_ch = 16 k = 1
 // CHECK-NEXT:    %[[B:.*]] = arch.bn2d %[[C]]
 // CHECK-NEXT:    %[[M:.*]] = arch.inv_residual_no_shortcut %x expand_ch = 48 out_ch = 16 :
 // CHECK-NEXT:    arch.add %[[B]], %[[M]]
 arch.model @inverted_with_projection input(8, 8, 8) num_classes = 16 {
-^bb0(%x: tensor<?x8x8x8xf32>):
+^bb0(%in: tensor<?x8x8x8xf32>):
+  %x = arch.relu %in : tensor<?x8x8x8xf32> -> tensor<?x8x8x8xf32>
   %v1 = arch.conv %x out_ch = 16 k = 1 : tensor<?x8x8x8xf32> -> tensor<?x8x8x16xf32>
   %v2 = arch.bn2d %v1 : tensor<?x8x8x16xf32> -> tensor<?x8x8x16xf32>
   %v3 = arch.conv %x out_ch = 48 k = 1 : tensor<?x8x8x8xf32> -> tensor<?x8x8x48xf32>
@@ -525,6 +528,29 @@ arch.model @in_tree_region input(8, 8, 8) num_classes = 8 {
     arch.yield %v7 : tensor<?x8x8x8xf32>
   }
   arch.output %s : tensor<?x8x8x8xf32>
+}
+
+// -----
+
+// A shortcut-free inverted residual that reads the model input does not merge: its first conv
+// is the first layer, which a fused op cannot be (memplan-derive-shapes refuses it). Unfused and
+// fused, such a model (mbconv first) compiles and trains the same.
+// CHECK-LABEL: arch.model @no_shortcut_on_model_input
+// CHECK-NOT:     arch.inv_residual_no_shortcut
+// CHECK:         arch.conv %x out_ch = 48 k = 1
+// CHECK:         arch.conv {{.*}} groups = 48
+// CHECK-NOT:     arch.inv_residual_no_shortcut
+arch.model @no_shortcut_on_model_input input(8, 8, 8) num_classes = 16 {
+^bb0(%x: tensor<?x8x8x8xf32>):
+  %v3 = arch.conv %x out_ch = 48 k = 1 : tensor<?x8x8x8xf32> -> tensor<?x8x8x48xf32>
+  %v4 = arch.bn2d %v3 : tensor<?x8x8x48xf32> -> tensor<?x8x8x48xf32>
+  %v5 = arch.relu %v4 : tensor<?x8x8x48xf32> -> tensor<?x8x8x48xf32>
+  %v6 = arch.conv %v5 out_ch = 48 k = 3 p = 1 groups = 48 : tensor<?x8x8x48xf32> -> tensor<?x8x8x48xf32>
+  %v7 = arch.bn2d %v6 : tensor<?x8x8x48xf32> -> tensor<?x8x8x48xf32>
+  %v8 = arch.relu %v7 : tensor<?x8x8x48xf32> -> tensor<?x8x8x48xf32>
+  %v9 = arch.conv %v8 out_ch = 16 k = 1 : tensor<?x8x8x48xf32> -> tensor<?x8x8x16xf32>
+  %v10 = arch.bn2d %v9 : tensor<?x8x8x16xf32> -> tensor<?x8x8x16xf32>
+  arch.output %v10 : tensor<?x8x8x16xf32>
 }
 
 // -----

@@ -1,12 +1,14 @@
 // RUN: tr-opt %s -p arch-merge-quadruple --split-input-file | filecheck %s
 
 // conv + bn2d + relu + maxpool -> cbrp: conv and pool geometry, eps/momentum of the bn2d,
-// the maxpool's result type.
+// the maxpool's result type. The chains of these cases start after a relu: a chain that reads the
+// model input does not fuse (@model_input, the last case).
 // CHECK-LABEL: arch.model @fuses
 // CHECK:         %[[C:.*]] = arch.cbrp %{{.*}} out_ch = 64 conv(7, 2, 3) pool(3, 2, 1) eps = 1.000000e-03 : tensor<?x32x32x3xf32> -> tensor<?x8x8x64xf32>
 // CHECK-NEXT:    arch.output %[[C]] : tensor<?x8x8x64xf32>
 arch.model @fuses input(32, 32, 3) num_classes = 64 {
-^bb0(%x: tensor<?x32x32x3xf32>):
+^bb0(%in: tensor<?x32x32x3xf32>):
+  %x = arch.relu %in : tensor<?x32x32x3xf32> -> tensor<?x32x32x3xf32>
   %c = arch.conv %x out_ch = 64 k = 7 s = 2 p = 3 : tensor<?x32x32x3xf32> -> tensor<?x16x16x64xf32>
   %b = arch.bn2d %c eps = 1.0e-03 : tensor<?x16x16x64xf32> -> tensor<?x16x16x64xf32>
   %r = arch.relu %b : tensor<?x16x16x64xf32> -> tensor<?x16x16x64xf32>
@@ -25,7 +27,8 @@ arch.model @fuses input(32, 32, 3) num_classes = 64 {
 // CHECK-NEXT:    arch.relu
 // CHECK-NEXT:    arch.maxpool
 arch.model @relu_extra_user input(4, 4, 3) num_classes = 3 {
-^bb0(%x: tensor<?x4x4x3xf32>):
+^bb0(%in: tensor<?x4x4x3xf32>):
+  %x = arch.relu %in : tensor<?x4x4x3xf32> -> tensor<?x4x4x3xf32>
   %c = arch.conv %x out_ch = 3 k = 1 : tensor<?x4x4x3xf32> -> tensor<?x4x4x3xf32>
   %b = arch.bn2d %c : tensor<?x4x4x3xf32> -> tensor<?x4x4x3xf32>
   %r = arch.relu %b : tensor<?x4x4x3xf32> -> tensor<?x4x4x3xf32>
@@ -41,7 +44,8 @@ arch.model @relu_extra_user input(4, 4, 3) num_classes = 3 {
 // CHECK-NOT:     arch.cbrp
 // CHECK:         arch.maxpool
 arch.model @conv_extra_user input(4, 4, 3) num_classes = 3 {
-^bb0(%x: tensor<?x4x4x3xf32>):
+^bb0(%in: tensor<?x4x4x3xf32>):
+  %x = arch.relu %in : tensor<?x4x4x3xf32> -> tensor<?x4x4x3xf32>
   %c = arch.conv %x out_ch = 3 k = 1 : tensor<?x4x4x3xf32> -> tensor<?x4x4x3xf32>
   %b = arch.bn2d %c : tensor<?x4x4x3xf32> -> tensor<?x4x4x3xf32>
   %r = arch.relu %b : tensor<?x4x4x3xf32> -> tensor<?x4x4x3xf32>
@@ -62,7 +66,8 @@ arch.model @conv_extra_user input(4, 4, 3) num_classes = 3 {
 // CHECK-NEXT:    arch.relu
 // CHECK-NEXT:    arch.maxpool
 arch.model @wrong_kinds input(4, 4, 4) num_classes = 4 {
-^bb0(%x: tensor<?x4x4x4xf32>):
+^bb0(%in: tensor<?x4x4x4xf32>):
+  %x = arch.relu %in : tensor<?x4x4x4xf32> -> tensor<?x4x4x4xf32>
   %c = arch.conv %x out_ch = 4 k = 1 : tensor<?x4x4x4xf32> -> tensor<?x4x4x4xf32>
   %b = arch.bn2d %c : tensor<?x4x4x4xf32> -> tensor<?x4x4x4xf32>
   %r = arch.relu %b : tensor<?x4x4x4xf32> -> tensor<?x4x4x4xf32>
@@ -94,4 +99,23 @@ arch.model @nested_region input(4, 4, 3) num_classes = 3 {
     arch.yield %p : tensor<?x4x4x3xf32>
   }
   arch.output %s : tensor<?x4x4x3xf32>
+}
+
+// -----
+
+// A chain that reads the model input does not fuse: its conv is the first layer, which a cbrp
+// cannot be (memplan-derive-shapes refuses it); arch-merge-triple makes the conv a cbr.
+// CHECK-LABEL: arch.model @model_input
+// CHECK-NOT:     arch.cbrp
+// CHECK:         arch.conv %x
+// CHECK-NEXT:    arch.bn2d
+// CHECK-NEXT:    arch.relu
+// CHECK-NEXT:    arch.maxpool
+arch.model @model_input input(4, 4, 3) num_classes = 3 {
+^bb0(%x: tensor<?x4x4x3xf32>):
+  %c = arch.conv %x out_ch = 3 k = 1 : tensor<?x4x4x3xf32> -> tensor<?x4x4x3xf32>
+  %b = arch.bn2d %c : tensor<?x4x4x3xf32> -> tensor<?x4x4x3xf32>
+  %r = arch.relu %b : tensor<?x4x4x3xf32> -> tensor<?x4x4x3xf32>
+  %p = arch.maxpool %r k = 1 s = 1 : tensor<?x4x4x3xf32> -> tensor<?x4x4x3xf32>
+  arch.output %p : tensor<?x4x4x3xf32>
 }

@@ -51,9 +51,12 @@ arch.model @tiny input(8, 8, 3) num_classes = 10 {
 // FUSED-NEXT:    arch.softmax_ce
 // FUSED-NEXT:    arch.output
 
-// With cbrp=true the quadruple merge runs before the triple merge; amp aligns C to 4.
+// With cbrp=true the quadruple merge runs before the triple merge; amp aligns C to 4. The
+// conv + bn + relu + maxpool here reads the model input: a cbrp cannot be the first layer
+// (memplan-derive-shapes refuses it), so it stays a cbr and a maxpool, as without cbrp.
 // CBRP-LABEL: arch.model @tiny input(8, 8, 4) num_classes = 10 amp fuse first_layer = 0 {
-// CBRP:         arch.cbrp {{.*}} out_ch = 16 conv(3, 1, 1) pool(2, 2, 0) : tensor<?x8x8x4xf32> -> tensor<?x4x4x16xf32>
+// CBRP:         arch.cbr {{.*}} out_ch = 16 k = 3 p = 1 : tensor<?x8x8x4xf32> -> tensor<?x8x8x16xf32>
+// CBRP-NEXT:    arch.maxpool
 // CBRP-NEXT:    arch.basic_block_identity
 
 // num_classes=7 rewrites the model, then the head no longer matches the fc: a diagnostic.
@@ -74,6 +77,29 @@ arch.model @flagged input(4, 4, 8) num_classes = 4 fuse {
 // UNFUSED-NEXT:    arch.fc
 // FUSED-LABEL: arch.model @flagged
 // FUSED:         arch.gap_fc {{.*}} out_features = 4 : tensor<?x4x4x8xf32> -> tensor<?x1x1x4xf32>
+// CLASSES:     expected input C = num_classes = 7, got C = 4
+
+// -----
+
+// A cbrp after the first layer fuses with cbrp=true (the quadruple merge runs before the triple
+// merge), the first layer's conv + bn + relu becomes a cbr.
+arch.model @cbrp_second input(8, 8, 4) num_classes = 4 {
+^bb0(%x: tensor<?x8x8x4xf32>):
+  %0 = arch.cbr %x out_ch = 8 k = 3 p = 1 : tensor<?x8x8x4xf32> -> tensor<?x?x?x?xf32>
+  %1 = arch.cbrp %0 out_ch = 8 conv(3, 1, 1) pool(2, 2, 0) : tensor<?x?x?x?xf32> -> tensor<?x?x?x?xf32>
+  %2 = arch.gap_fc %1 out_features = 4 bias : tensor<?x?x?x?xf32> -> tensor<?x?x?x?xf32>
+  arch.output %2 : tensor<?x?x?x?xf32>
+}
+
+// UNFUSED-LABEL: arch.model @cbrp_second
+// FUSED-LABEL: arch.model @cbrp_second
+// FUSED:         arch.cbr
+// FUSED-NEXT:    arch.cbr
+// FUSED-NEXT:    arch.maxpool
+// CBRP-LABEL: arch.model @cbrp_second
+// CBRP:         arch.cbr {{.*}} out_ch = 8 k = 3 p = 1 : tensor<?x8x8x4xf32> -> tensor<?x8x8x8xf32>
+// CBRP-NEXT:    arch.cbrp {{.*}} out_ch = 8 conv(3, 1, 1) pool(2, 2, 0) : tensor<?x8x8x8xf32> -> tensor<?x4x4x8xf32>
+// CBRP-NEXT:    arch.gap_fc
 // CLASSES:     expected input C = num_classes = 7, got C = 4
 
 // R50: first_layer_index: 0
