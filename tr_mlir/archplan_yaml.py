@@ -524,7 +524,18 @@ class _Reader:
     def scalar(self, node: yaml.Node, path: str) -> Any:
         if not isinstance(node, yaml.ScalarNode):
             raise self.fail(node, path, f"expected a scalar, got {self.describe(node)}")
-        return self.loader.construct_object(node, deep=True)
+        return self.construct(node, path)
+
+    def construct(self, node: yaml.ScalarNode, path: str) -> Any:
+        """The value of a scalar node. A tag the safe loader does not know (``!!python/object``)
+        or a value its tag cannot take (``!!int x``, ``!!float x``) is an error at the node (PyYAML
+        raised its ``ConstructorError``, or a bare ``ValueError`` without the line)."""
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except yaml.constructor.ConstructorError as e:
+            raise self.fail(node, path, f"invalid YAML: {e.problem}") from None
+        except (ValueError, TypeError, OverflowError) as e:
+            raise self.fail(node, path, f"invalid value {node.value!r} for its tag {node.tag} ({e})") from None
 
     def typed(self, node: yaml.Node, path: str, kind: type) -> Any:
         value = self.scalar(node, path)
@@ -555,7 +566,7 @@ class _Reader:
         if isinstance(node, yaml.SequenceNode):
             n = len(node.value)
             return f"a list of {n} item{'' if n == 1 else 's'}"
-        return repr(self.loader.construct_object(node, deep=True))
+        return repr(self.construct(node, ""))
 
 
 @dataclass
@@ -593,6 +604,12 @@ def from_yaml(text: str, *, sym_name: str = "model", num_classes: int | None = N
         mark = e.problem_mark or e.context_mark
         raise ArchPlanYamlError(f"invalid YAML: {e.problem or e}",
                                 line=mark.line + 1 if mark else None) from e
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow; PyYAML gives its offset
+        at = e.position if isinstance(text, str) else 0
+        ch = e.character if isinstance(e.character, int) else ord(e.character)
+        column = at - (text.rfind("\n", 0, at) + 1) + 1
+        raise ArchPlanYamlError(f"invalid YAML: character U+{ch:04X} at column {column} is not allowed in "
+                                f"YAML ({e.reason})", line=text.count("\n", 0, at) + 1) from None
     except yaml.YAMLError as e:
         raise ArchPlanYamlError(f"invalid YAML: {e}") from e
     except RecursionError:
