@@ -15,7 +15,7 @@ in the script's docstring and in bench/README.md, section 4):
   with its reason, recorded in the entry.
 
 Skipped, with the reason recorded, when no CUDA GPU is usable
-(:func:`tr_mlir.lowering.cupy_backend.cuda_available`: CuPy, a driver and a device), when the
+(:func:`tr_mlir.lowering.cuda.backend.cuda_available`: CuPy, a driver and a device), when the
 script times out, or when it writes no ``timing`` object. When the script exits non-zero but wrote
 its timing (a tr-mlir or eager measurement failed; the failure is in the entry), the timing is
 kept with ``ok: false``. Nothing is estimated.
@@ -38,7 +38,7 @@ OTHER_SECTIONS = ("kernels", "capture", "nccl", "digits")
 def gpu_present() -> tuple[bool, str]:
     """Whether a CUDA GPU is usable by the CUDA backend, and why not."""
     try:
-        from tr_mlir.lowering.cupy_backend import cuda_available
+        from tr_mlir.lowering.cuda.backend import cuda_available
     except Exception as e:  # noqa: BLE001 - the backend module itself cannot load
         return False, f"no GPU on this machine (the CUDA backend does not load: {type(e).__name__})"
     ok, why = cuda_available()

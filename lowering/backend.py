@@ -4,7 +4,7 @@ captures graphs (DESIGN section 5).
 :class:`Backend` is the interface the NumPy backend (:class:`NumpyBackend`, here) and the CuPy
 backend (later) implement: one arena allocation, typed views into it at fixed offsets, host
 staging memory for input batches, the kernel table (the same kernel names and signatures,
-:data:`tr_mlir.lowering.kernels.KERNELS`), and capture of a list of bound kernel calls into a
+:data:`tr_mlir.lowering.cpu.KERNELS`), and capture of a list of bound kernel calls into a
 replayable graph (a closure list here, a CUDA graph there).
 
 The memory check (:func:`check_arena`) runs before the arena exists: a plan larger than the
@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from tr_mlir.dialects.memplan import Target
-from tr_mlir.lowering.kernels import KERNELS, KernelSpec
+from tr_mlir.lowering.cpu import KERNELS, KernelSpec
 
 Launch = Callable[[], None]
 """One bound kernel call: a zero-argument closure over fixed views."""

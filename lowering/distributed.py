@@ -20,7 +20,7 @@ all-reduce warms the connections up before any capture (NCCL's rule: a captured 
 be captured on every rank; the graphs are identical on all ranks because every rank compiles the
 same program).
 
-Semantics of the COMM graphs (:mod:`tr_mlir.lowering.cupy_backend`): ``RANGE_MEAN_ALLREDUCE``
+Semantics of the COMM graphs (:mod:`tr_mlir.lowering.cuda.backend`): ``RANGE_MEAN_ALLREDUCE``
 and ``RANGE_BN_STATS_ALLREDUCE`` average (``NCCL_AVG``) -- gradients of the local mean losses
 average to the gradient of the global mean loss, and the per-step loss/top-k average to the
 global batch's -- and ``RANGE_SUM_ALLREDUCE`` sums. Each rank trains on its own shard of the data

@@ -66,7 +66,7 @@ from tr_mlir.dialects.memplan import (
     VariantOp,
 )
 from tr_mlir.lowering.backend import Backend, CapturedGraph, NumpyBackend, check_arena
-from tr_mlir.lowering.kernels import KernelSpec, kernel_name
+from tr_mlir.lowering.cpu import KernelSpec, kernel_name
 from tr_mlir.lowering.operands import WORKSPACE_PREFIX, operands_for, workspace_tensor_name
 
 DTYPES: Mapping[str, np.dtype] = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),

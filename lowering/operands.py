@@ -2,9 +2,9 @@
 
 Graph nodes (``memplan.nodes``) are positional, as the seed's: a COMPUTE node has input and output
 DTensor ids, a RANGE node has input/output region spans plus scalar ids. Kernels
-(:data:`tr_mlir.lowering.kernels.KERNELS`) take named arrays. :data:`OPERANDS` is the one place
+(:data:`tr_mlir.lowering.cpu.KERNELS`) take named arrays. :data:`OPERANDS` is the one place
 that connects them, keyed by kernel name (the op name without its precision token, see
-:func:`~tr_mlir.lowering.kernels.kernel_name`):
+:func:`~tr_mlir.lowering.cpu.kernel_name`):
 
 * ``ins`` / ``outs``: the kernel argument of each positional input / output id; ``None`` marks an
   operand this backend does not read (the seed's cuDNN conv statistics ``sum`` / ``sq_sum``, the
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tr_mlir.dialects.memplan import WORKSPACE_PREFIX  # noqa: F401 - re-exported (the DTensor naming rule)
-from tr_mlir.lowering.kernels.activation import ACTIVATIONS
-from tr_mlir.lowering.kernels.registry import kernel_name
+from tr_mlir.lowering.cpu.activation import ACTIVATIONS
+from tr_mlir.lowering.cpu.registry import kernel_name
 
 
 

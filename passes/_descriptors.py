@@ -723,7 +723,7 @@ def _operand_info(lp: LayerPlan, ctx: LayerCtx, operand: str) -> tuple[Shape, np
 def plan_workspaces(lp: LayerPlan, ctx: LayerCtx) -> LayerPlan:
     """Plan the scratch memory of every node's kernel and append it to the node's outputs.
 
-    For each node the kernel (:data:`tr_mlir.lowering.kernels.KERNELS`) is asked for the
+    For each node the kernel (:data:`tr_mlir.lowering.cpu.KERNELS`) is asked for the
     workspaces of its implementation on the plan's target (:meth:`KernelSpec.workspace_shapes`
     with ``ctx.target``: a CUDA plan holds none of the CPU kernels' im2col columns, padded copies
     or fp32 casts) given the node's operand shapes and dtypes in this variant, its operands named
@@ -733,7 +733,7 @@ def plan_workspaces(lp: LayerPlan, ctx: LayerCtx) -> LayerPlan:
     flat ``{1, 1, 1, elements}`` tensor appended to the node's outputs; the backend binds it to the
     kernel's workspace argument by that name. Workspaces are call-scoped, so all kernels share them.
     """
-    from tr_mlir.lowering.kernels import lookup
+    from tr_mlir.lowering.cpu import lookup
     from tr_mlir.lowering.operands import operands_for, workspace_tensor_name
 
     def with_ws(pattern: NodePattern) -> NodePattern:

@@ -4,7 +4,7 @@
 Without a usable GPU (CuPy missing, no driver, no device) it prints one line saying so and exits 0.
 On a GPU it runs, in order, and exits 1 if any check fails:
 
-1. **kernels**: every case of :func:`tr_mlir.lowering.cuda_checks.cases` (every registry kernel,
+1. **kernels**: every case of :func:`tr_mlir.lowering.cuda.checks.cases` (every registry kernel,
    fp32 and AMP dtypes) through the CUDA backend against the NumPy kernels;
 2. **capture**: a small ResNet (``resnet8_cifar``, batch 32) trained for a few steps, one epoch,
    evaluation and prediction through captured CUDA graphs, in fp32 and AMP, against the CPU
@@ -95,7 +95,7 @@ SECTIONS = ("kernels", "capture", "nccl", "digits", "timing")
 
 def _gpu() -> tuple[bool, str]:
     try:
-        from tr_mlir.lowering.cupy_backend import cuda_available
+        from tr_mlir.lowering.cuda.backend import cuda_available
     except Exception as e:  # the checkout itself does not import
         return False, f"tr_mlir does not import ({type(e).__name__}: {e})"
     return cuda_available()
@@ -111,8 +111,8 @@ def _log(msg: str) -> None:
 
 
 def check_kernels(report: dict) -> bool:
-    from tr_mlir.lowering.cuda_checks import cases, run_case
-    from tr_mlir.lowering.cupy_backend import CudaBackend
+    from tr_mlir.lowering.cuda.checks import cases, run_case
+    from tr_mlir.lowering.cuda.backend import CudaBackend
 
     backend = CudaBackend()
     rows, failed = [], []
@@ -404,7 +404,7 @@ def _ms_stats(ms: list[float], batch: int) -> dict:
 
 def device_timer(device) -> Callable[[Callable[[], None]], float]:
     """``timed(fn) -> milliseconds`` of ``fn``'s work on a CUDA backend device: CUDA events on the
-    device's stream for a CuPy device (:class:`~tr_mlir.lowering.cupy_backend.CupyDevice`),
+    device's stream for a CuPy device (:class:`~tr_mlir.lowering.cuda.backend.CupyDevice`),
     otherwise (the CPU emulator, the NumPy backend: ``device`` None) host time between
     synchronizations."""
     cp = getattr(device, "cp", None)

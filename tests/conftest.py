@@ -28,7 +28,7 @@ def _skip_gpu_tests(items: list[pytest.Item]) -> None:
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return
-    from tr_mlir.lowering.cupy_backend import cuda_available
+    from tr_mlir.lowering.cuda.backend import cuda_available
 
     ok, why = cuda_available()
     if not ok:

@@ -1,4 +1,4 @@
-"""lowering/kernels/_cc.py: compiled kernels (C source -> shared library -> ctypes)."""
+"""lowering/cpu/_cc.py: compiled kernels (C source -> shared library -> ctypes)."""
 
 import ctypes
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tr_mlir.lowering.kernels import _cc
+from tr_mlir.lowering.cpu import _cc
 
 needs_cc = pytest.mark.skipif(_cc.compiler() is None, reason="no C compiler on this machine: compiled kernels untested")
 
@@ -141,7 +141,7 @@ def test_private_dir_survives_a_forked_child(tmp_path):
     script = tmp_path / "fork.py"
     script.write_text(f"""
 import ctypes, os, sys
-from tr_mlir.lowering.kernels import _cc
+from tr_mlir.lowering.cpu import _cc
 src = "int f(int a) {{ return a + 2; }}\\n"
 _cc.function(src, "f", [ctypes.c_int])
 d = _cc._private[0]

@@ -1,4 +1,4 @@
-"""lowering/kernels/_cconv.py: conv kernels compiled for their shapes, and conv.py's dispatch rule.
+"""lowering/cpu/_cconv.py: conv kernels compiled for their shapes, and conv.py's dispatch rule.
 
 The compiled forward, weight gradient and input gradient are checked against PyTorch's conv2d
 (forward and autograd) over a table of geometries, against the NumPy path (TR_MLIR_CC=0), in
@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from threadpoolctl import threadpool_limits
 
-from tr_mlir.lowering.kernels import KERNELS, _cc, _cconv, _parallel
-from tr_mlir.lowering.kernels import conv as C
+from tr_mlir.lowering.cpu import KERNELS, _cc, _cconv, _parallel
+from tr_mlir.lowering.cpu import conv as C
 
 needs_cc = pytest.mark.skipif(_cc.compiler() is None,
                               reason="no C compiler on this machine: the compiled conv kernels are untested")

@@ -1,4 +1,4 @@
-"""Compiled pooling kernels (lowering/kernels/_cpool.py) and their dispatch (pool.use_c).
+"""Compiled pooling kernels (lowering/cpu/_cpool.py) and their dispatch (pool.use_c).
 
 The C path is checked against PyTorch (max_pool2d values, its arg-max indices converted to our
 tap numbers, gradients; avg_pool2d) and against the NumPy path of the same kernels (run with
@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from threadpoolctl import threadpool_limits
 
-from tr_mlir.lowering.kernels import _cc, _cpool, pool
-from tr_mlir.lowering.kernels.window import window
+from tr_mlir.lowering.cpu import _cc, _cpool, pool
+from tr_mlir.lowering.cpu.window import window
 
 pytestmark = pytest.mark.skipif(_cc.compiler() is None,
                                 reason="no C compiler on this machine: compiled pooling kernels untested")
@@ -270,8 +270,8 @@ def test_threads_reproducible_and_no_allocation():
 # tanh: NumPy ufunc forward on whole blocks, compiled fused backward (activation.py)
 # --------------------------------------------------------------------------------------
 
-from tr_mlir.lowering.kernels import activation  # noqa: E402
-from tr_mlir.lowering.kernels.registry import KERNELS  # noqa: E402
+from tr_mlir.lowering.cpu import activation  # noqa: E402
+from tr_mlir.lowering.cpu.registry import KERNELS  # noqa: E402
 
 
 def tanh_bwd(dy, x, dx=None):
@@ -375,7 +375,7 @@ def test_tanh_threads_reproducible_and_no_allocation():
 def test_relu_c_equals_numpy_bit_for_bit(monkeypatch, n, alias):
     """The compiled ReLU gives the NumPy code's bits: NaN kept by the forward, -0 -> +0, mask 0
     for NaN, and dy * mask as a product (Inf/NaN in dy gives NaN where the mask is 0)."""
-    from tr_mlir.lowering.kernels import activation
+    from tr_mlir.lowering.cpu import activation
 
     rng = np.random.default_rng(n)
     x = rng.standard_normal(n).astype(np.float32)
@@ -407,7 +407,7 @@ def test_relu_c_equals_numpy_bit_for_bit(monkeypatch, n, alias):
 
 def test_relu_c_dispatch_and_sizes():
     """fp16 (AMP) and non-contiguous arrays keep the NumPy code; mismatched sizes raise."""
-    from tr_mlir.lowering.kernels import activation
+    from tr_mlir.lowering.cpu import activation
 
     x16 = np.ones(8, np.float16)
     assert activation._relu_fn("relu_fwd", x16, x16, np.empty(8, np.int8)) is None

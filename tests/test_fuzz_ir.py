@@ -516,8 +516,8 @@ def test_workspace_sizes_are_exact():
     report the size. Now exact, so the planner's own limit applies."""
     import numpy as np
 
-    import tr_mlir.lowering.kernels  # noqa: F401 - registers the kernels
-    from tr_mlir.lowering.kernels.registry import KERNELS
+    import tr_mlir.lowering.cpu  # noqa: F401 - registers the kernels
+    from tr_mlir.lowering.cpu.registry import KERNELS
 
     f32, h = np.dtype(np.float32), 2 ** 31
     shapes = KERNELS["conv_fwd"].workspace_shapes(

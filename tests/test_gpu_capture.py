@@ -1,7 +1,7 @@
 """Capture and replay of the CUDA backend, checked on the CPU emulator.
 
 The executable builds every atlas key's graph through :meth:`CudaBackend.capture` over
-:class:`~tr_mlir.lowering.cuda_emulator.EmulatedDevice`, whose capture records instead of running
+:class:`~tr_mlir.lowering.cuda.emulator.EmulatedDevice`, whose capture records instead of running
 and enforces the CUDA-graph rules (no host access to device memory, no allocation, every pointer
 in the arena, arguments matching the kernels); replays run the record with the recorded arguments,
 as a CUDA graph does, so a value read on the host at capture time would be frozen and show up as a
@@ -26,13 +26,13 @@ import pytest
 import tr_mlir
 from tr_mlir import zoo
 from tr_mlir.blueprint import Dropout, Fc, Relu, Seq
-from tr_mlir.lowering import cuda_emulator as emu
+from tr_mlir.lowering.cuda import emulator as emu
 
 pytestmark = pytest.mark.skipif(emu.host_compiler() is None, reason="no host C++ compiler for the kernel emulator")
 
 
 def _backend(**kw):
-    from tr_mlir.lowering.cupy_backend import CudaBackend
+    from tr_mlir.lowering.cuda.backend import CudaBackend
 
     return CudaBackend(emu.EmulatedDevice(**kw))
 
@@ -161,7 +161,7 @@ def test_replay_reads_device_scalars_not_capture_time_values():
 
 
 def test_device_choice_errors_without_a_gpu():
-    from tr_mlir.lowering.cupy_backend import cuda_available
+    from tr_mlir.lowering.cuda.backend import cuda_available
 
     if cuda_available()[0]:
         pytest.skip("a GPU is present")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tr_mlir
-from tr_mlir.lowering import cuda_emulator as emu
+from tr_mlir.lowering.cuda import emulator as emu
 from tr_mlir.lowering import distributed as dist
 
 
@@ -86,7 +86,7 @@ def test_fake_comm_sum_avg_and_mismatch():
 
 @pytest.mark.skipif(emu.host_compiler() is None, reason="no host C++ compiler for the kernel emulator")
 def test_two_ranks_train_like_one_process_with_the_whole_batch():
-    from tr_mlir.lowering.cupy_backend import CudaBackend
+    from tr_mlir.lowering.cuda.backend import CudaBackend
 
     rng = np.random.default_rng(1)
     x = rng.standard_normal((32, 8, 8, 1)).astype(np.float32)

@@ -6,8 +6,8 @@
   roles, params, workspace rules per target) -- the compiler plans a cuda plan's workspaces from
   its ``cuda`` rules, and each case gives the launcher only what they declare.
 * Every registry kernel, in fp32 and AMP dtypes, run by the CUDA backend over the emulated device
-  (the same kernel text compiled for the host, :mod:`tr_mlir.lowering.cuda_emulator`) agrees with
-  the NumPy kernel (:mod:`tr_mlir.lowering.cuda_checks`); dropout's mask is bit-identical (the
+  (the same kernel text compiled for the host, :mod:`tr_mlir.lowering.cuda.emulator`) agrees with
+  the NumPy kernel (:mod:`tr_mlir.lowering.cuda.checks`); dropout's mask is bit-identical (the
   kernel reproduces NumPy's Philox stream).
 * Launch checks: wrong argument counts or kinds and pointers outside the arena are refused.
 """
@@ -21,10 +21,10 @@ import subprocess
 import numpy as np
 import pytest
 
-from tr_mlir.lowering import cuda_emulator as emu
-from tr_mlir.lowering import cuda_sources
-from tr_mlir.lowering.cuda_checks import cases, error, run_case
-from tr_mlir.lowering.kernels import CUDA, KERNELS
+from tr_mlir.lowering.cuda import emulator as emu
+from tr_mlir.lowering.cuda import sources as cuda_sources
+from tr_mlir.lowering.cuda.checks import cases, error, run_case
+from tr_mlir.lowering.cpu import CUDA, KERNELS
 
 needs_cxx = pytest.mark.skipif(emu.host_compiler() is None, reason="no host C++ compiler for the kernel emulator")
 needs_nvrtc = pytest.mark.skipif(emu.nvrtc_library() is None,
@@ -35,7 +35,7 @@ needs_nvrtc = pytest.mark.skipif(emu.nvrtc_library() is None,
 def backend():
     if emu.host_compiler() is None:
         pytest.skip("no host C++ compiler for the kernel emulator")
-    from tr_mlir.lowering.cupy_backend import CudaBackend
+    from tr_mlir.lowering.cuda.backend import CudaBackend
 
     return CudaBackend(emu.EmulatedDevice())
 

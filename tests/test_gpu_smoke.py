@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tr_mlir.lowering.cupy_backend import cuda_available
+from tr_mlir.lowering.cuda.backend import cuda_available
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu_smoke.py"
@@ -37,11 +37,11 @@ TINY = gs.TimingModel("tiny", "mlp_digits", (8, 8, 1), 10, (8, 16), amp=False, f
 
 
 def _emulator():
-    from tr_mlir.lowering import cuda_emulator as emu
+    from tr_mlir.lowering.cuda import emulator as emu
 
     if emu.host_compiler() is None:
         pytest.skip("no host C++ compiler for the kernel emulator")
-    from tr_mlir.lowering.cupy_backend import CudaBackend
+    from tr_mlir.lowering.cuda.backend import CudaBackend
 
     return lambda: CudaBackend(emu.EmulatedDevice())
 
@@ -243,8 +243,8 @@ def test_timing_section_on_the_cpu(monkeypatch):
 
 @pytest.mark.gpu
 def test_gpu_kernels_match_numpy():
-    from tr_mlir.lowering.cuda_checks import cases, run_case
-    from tr_mlir.lowering.cupy_backend import CudaBackend
+    from tr_mlir.lowering.cuda.checks import cases, run_case
+    from tr_mlir.lowering.cuda.backend import CudaBackend
 
     backend = CudaBackend()
     bad = [(c.label, r.errors) for c in cases() if not (r := run_case(c, backend)).ok]
@@ -272,7 +272,7 @@ def test_gpu_training_matches_cpu(amp):
 def test_gpu_capture_refuses_allocation():
     import cupy
 
-    from tr_mlir.lowering.cupy_backend import CaptureAllocationError, CudaBackend
+    from tr_mlir.lowering.cuda.backend import CaptureAllocationError, CudaBackend
 
     backend = CudaBackend()
     with pytest.raises(CaptureAllocationError):

@@ -1,4 +1,4 @@
-"""The fast paths of the conv kernels (lowering/kernels/conv.py) against one-chunk runs and torch:
+"""The fast paths of the conv kernels (lowering/cpu/conv.py) against one-chunk runs and torch:
 im2col in batch chunks (one strided window copy, padded through the col workspace's tail),
 forward, weight gradient (both GEMM orientations, fp32 and fp16 dw) and input gradient (as a
 convolution of the padded dy with rotated weights for stride 1, col2im otherwise), strided,
@@ -14,8 +14,8 @@ import torch.nn.functional as F
 
 from threadpoolctl import threadpool_limits
 
-from tr_mlir.lowering.kernels import KERNELS, _parallel
-from tr_mlir.lowering.kernels import conv as C
+from tr_mlir.lowering.cpu import KERNELS, _parallel
+from tr_mlir.lowering.cpu import conv as C
 
 torch.set_num_threads(1)
 
@@ -147,7 +147,7 @@ def test_one_channel_conv_tap_major_matches_torch(s, p):
 def test_batch_norm_split_across_threads_matches_float64(threads):
     """BN on an activation large enough to be split among the kernel threads (per-thread partial
     sums): forward, running statistics and backward against a float64 reference."""
-    from tr_mlir.lowering.kernels import norm
+    from tr_mlir.lowering.cpu import norm
 
     rng = np.random.default_rng(3)
     c = 64
@@ -204,7 +204,7 @@ def test_pool_and_relu_split_by_threads_equal_serial():
 def test_activation_split_by_threads_equals_serial():
     """tanh forward/backward on an array large enough to be split among the kernel threads
     equals the serial result and torch."""
-    from tr_mlir.lowering.kernels import activation
+    from tr_mlir.lowering.cpu import activation
 
     rng = np.random.default_rng(5)
     x = rng.standard_normal(activation.SPLIT_ELEMENTS + 1000).astype(np.float32).reshape(-1, 1, 1, 8)

@@ -20,9 +20,9 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tr_mlir.lowering.kernels import KERNELS
-from tr_mlir.lowering.kernels.dropout import dropout_rng_state
-from tr_mlir.lowering.kernels.fused import BLOCKS
+from tr_mlir.lowering.cpu import KERNELS
+from tr_mlir.lowering.cpu.dropout import dropout_rng_state
+from tr_mlir.lowering.cpu.fused import BLOCKS
 
 torch.set_num_threads(1)
 
@@ -1163,7 +1163,7 @@ def test_kernel_errors_name_the_problem():
 
 
 def test_seed_op_names_resolve():
-    from tr_mlir.lowering.kernels import kernel_name, lookup
+    from tr_mlir.lowering.cpu import kernel_name, lookup
 
     assert kernel_name("CONV_AMP_BWD_FIRST_LAYER") == "conv_bwd_first_layer"
     for op in ("CONV_FP32_FWD", "BN2D_AMP_BWD", "RELU_FP32_INF", "SOFTMAX_CE_AMP_FWD", "GRAD_ACCUM_FP32",

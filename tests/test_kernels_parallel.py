@@ -1,4 +1,4 @@
-"""Thread use of the NumPy kernels (lowering/kernels/_parallel.py) and the kernels that rely on
+"""Thread use of the NumPy kernels (lowering/cpu/_parallel.py) and the kernels that rely on
 it most: FC forward/backward strategies (dense.py), the compiled SGD update (optim.py) and the
 compiled NaN/Inf check (ranges.py). Every strategy must give the same bits as the serial code."""
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from tr_mlir.lowering.kernels import KERNELS, _cc, _parallel, dense, optim, ranges
+from tr_mlir.lowering.cpu import KERNELS, _cc, _parallel, dense, optim, ranges
 
 F32 = np.float32
 two_threads = pytest.mark.skipif(not _parallel._controller(), reason="needs OpenBLAS + threadpoolctl for 2 threads")
@@ -527,7 +527,7 @@ def test_c_worker_can_be_switched_off():
     import subprocess
     import sys
 
-    code = "from tr_mlir.lowering.kernels import _parallel as P; print(P.c_gemm())"
+    code = "from tr_mlir.lowering.cpu import _parallel as P; print(P.c_gemm())"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, _parallel.ENV_C_GEMM: "0"},
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
@@ -684,7 +684,7 @@ def test_numpy_openblas_haswell_kernels_split_with_the_serial_bits():
     code = """
 import numpy as np
 from threadpoolctl import threadpool_limits
-from tr_mlir.lowering.kernels import KERNELS, _parallel as P
+from tr_mlir.lowering.cpu import KERNELS, _parallel as P
 lib = P._numpy_openblas()
 if lib is None or str(lib.architecture).lower() != "haswell":
     print("SKIP", None if lib is None else lib.architecture); raise SystemExit

@@ -158,11 +158,11 @@ def test_reuse_is_bit_identical_on_the_numpy_path(monkeypatch, model, shape, kw)
 
 
 def test_reuse_is_bit_identical_on_the_cuda_emulator():
-    from tr_mlir.lowering import cuda_emulator as emu
+    from tr_mlir.lowering.cuda import emulator as emu
 
     if emu.host_compiler() is None:
         pytest.skip("no host C++ compiler for the kernel emulator")
-    from tr_mlir.lowering.cupy_backend import CudaBackend
+    from tr_mlir.lowering.cuda.backend import CudaBackend
 
     for kw in ({}, {"fuse": True, "amp": True}):
         a = _train("resnet_tiny", (8, 8, 1), False, device=CudaBackend(emu.EmulatedDevice()), steps=2, **kw)

@@ -23,7 +23,7 @@ from tr_mlir.blueprint import bn, conv, dropout, elu, fc, flatten, maxpool, relu
 from tr_mlir.compile import compile as compile_model
 from tr_mlir.dialects.memplan import WORKSPACE_PREFIX, GraphId
 from tr_mlir.lowering.executable import DTYPES, find_program, graph_params
-from tr_mlir.lowering.kernels import CUDA, KERNELS, lookup, register
+from tr_mlir.lowering.cpu import CUDA, KERNELS, lookup, register
 from tr_mlir.lowering.operands import operands_for
 from tr_mlir.zoo import MODELS
 
@@ -120,11 +120,11 @@ def test_a_workspace_rule_for_an_unknown_target_is_refused():
 
 
 def test_a_cuda_plan_with_pooling_and_fused_amp_trains_on_the_emulator_as_on_the_cpu():
-    from tr_mlir.lowering import cuda_emulator as emu
+    from tr_mlir.lowering.cuda import emulator as emu
 
     if emu.host_compiler() is None:
         pytest.skip("no host C++ compiler for the kernel emulator")
-    from tr_mlir.lowering.cupy_backend import CudaBackend
+    from tr_mlir.lowering.cuda.backend import CudaBackend
 
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((16, 8, 8, 3)).astype(np.float32), rng.integers(0, 10, 16)

@@ -101,7 +101,7 @@ def test_every_atlas_key_is_captured_node_for_node(exe):
 
 
 def test_operand_table_names_real_kernel_arguments():
-    from tr_mlir.lowering.kernels import KERNELS
+    from tr_mlir.lowering.cpu import KERNELS
 
     for name, ops in OPERANDS.items():
         spec = KERNELS[name]

@@ -48,7 +48,7 @@ def digits():
     (dict(amp=1), TaskError, "amp must be a bool"),
     (dict(device="tpu"), TaskError, "device must be 'cpu', 'auto' or 'gpu'"),
     pytest.param(dict(device="gpu"), TaskError, r"device='gpu' needs a CUDA GPU with CuPy, but .*; use device='cpu'",
-                 marks=pytest.mark.skipif(__import__("tr_mlir.lowering.cupy_backend", fromlist=["x"]).cuda_available()[0],
+                 marks=pytest.mark.skipif(__import__("tr_mlir.lowering.cuda.backend", fromlist=["x"]).cuda_available()[0],
                                           reason="a GPU is present")),
     (dict(model="resnet9000"), TaskError, "unknown zoo model 'resnet9000'"),
     (dict(model=42), TaskError, "model must be a BluePrint layer"),

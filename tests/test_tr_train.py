@@ -84,7 +84,7 @@ def test_explicit_flags_tells_given_from_defaulted():
 
 
 def _gpu() -> bool:
-    from tr_mlir.lowering.cupy_backend import cuda_available
+    from tr_mlir.lowering.cuda.backend import cuda_available
 
     return cuda_available()[0]
 
@@ -95,7 +95,7 @@ def test_device_resolution(monkeypatch):
     monkeypatch.setenv("TR_MLIR_CC", "0")
     assert tr_train.resolve_device("cpu")[1] == "CPU (NumPy backend, compiled C kernels off: disabled by TR_MLIR_CC=0)"
     monkeypatch.delenv("TR_MLIR_CC")
-    from tr_mlir.lowering.kernels import _cc
+    from tr_mlir.lowering.cpu import _cc
 
     if _cc.compiler() is not None:
         assert "compiled C kernels on (" in tr_train.resolve_device("cpu")[1]

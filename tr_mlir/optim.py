@@ -3,7 +3,7 @@
 An optimizer here is a description: the compiler plans its state (momentum ``M_*``, Adam
 ``V_*``, LARS ``N_*`` buffers) from :attr:`Optimizer.kind`, the runtime writes its hyper-parameters
 into the arena scalars (:meth:`Optimizer.scalars`) and the update kernels
-(:mod:`tr_mlir.lowering.kernels.optim`) apply them to every parameter at once. Per element, with
+(:mod:`tr_mlir.lowering.cpu.optim`) apply them to every parameter at once. Per element, with
 ``g`` the gradient (divided by the AMP loss scale) and ``wd`` the weight decay:
 
 * :class:`SGD`: ``d = g + wd*w``; with momentum ``m = mu*m + d`` (no dampening; the first step

@@ -295,7 +295,7 @@ class Task:
         amp: fp16 activations and working weights, fp32 master weights, loss scaling.
         fuse: compile with fused blocks (same numerics as unfused in one precision).
         device: ``'cpu'``, ``'gpu'`` (``'cuda'``: the CUDA backend,
-            :mod:`tr_mlir.lowering.cupy_backend`; launched by ``torchrun`` with several processes
+            :mod:`tr_mlir.lowering.cuda.backend`; launched by ``torchrun`` with several processes
             it trains data-parallel, each rank on its shard of the data), ``'auto'`` (the GPU when
             CuPy imports and a CUDA device answers, else the CPU), or a backend object (tests:
             the CUDA backend over the CPU emulator).
@@ -334,7 +334,7 @@ class Task:
             if device not in ("cpu", "auto", "gpu", "cuda"):
                 raise TaskError(f"Task: device must be 'cpu', 'auto' or 'gpu', got {device!r}")
             if device != "cpu":
-                from tr_mlir.lowering.cupy_backend import cuda_available
+                from tr_mlir.lowering.cuda.backend import cuda_available
 
                 ok, why = cuda_available()
                 if not ok and device != "auto":
@@ -441,7 +441,7 @@ class Task:
         ``torchrun`` launch)."""
         if self._backend is None:
             if self.device == "gpu":
-                from tr_mlir.lowering.cupy_backend import CudaBackend
+                from tr_mlir.lowering.cuda.backend import CudaBackend
 
                 self._backend = CudaBackend()
             else:

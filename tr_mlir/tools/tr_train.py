@@ -372,15 +372,15 @@ def _check_args(a: argparse.Namespace) -> None:
 
 def resolve_device(requested: str) -> tuple[str, str]:
     """``--device`` -> (the device used, ``cpu`` or ``gpu``; in words, for the CPU with whether its
-    kernels compile C: :func:`tr_mlir.lowering.kernels._cc.describe`). ``auto`` is the GPU when the
+    kernels compile C: :func:`tr_mlir.lowering.cpu._cc.describe`). ``auto`` is the GPU when the
     CUDA backend can run (CuPy imports and a CUDA device answers:
-    :func:`tr_mlir.lowering.cupy_backend.cuda_available`), else the CPU; ``gpu`` without one is a
+    :func:`tr_mlir.lowering.cuda.backend.cuda_available`), else the CPU; ``gpu`` without one is a
     :class:`TrainError` saying why."""
-    from tr_mlir.lowering.kernels import _cc
+    from tr_mlir.lowering.cpu import _cc
 
     if requested == "cpu":
         return "cpu", f"CPU (NumPy backend, {_cc.describe()})"
-    from tr_mlir.lowering.cupy_backend import cuda_available
+    from tr_mlir.lowering.cuda.backend import cuda_available
 
     ok, why = cuda_available()
     if ok:

@@ -1,0 +1,1138 @@
+"""Thread use of the NumPy kernels: work split across the BLAS threads, BLAS single-threaded inside.
+
+OpenBLAS parallelizes one GEMM internally, with a synchronization per block. On a small machine
+shared with other processes that goes badly wrong for the medium GEMMs of a training step (a
+200x784 @ 784x1024 FC GEMM measured 8x *slower* on 2 threads than on 1 while other processes
+kept the cores busy; only multi-GFLOP GEMMs kept their 2x), and it leaves everything around the
+GEMM (im2col copies, col2im adds) on one core. The kernels therefore split their work
+themselves: :func:`run` hands ``T`` independent pieces (row blocks of a GEMM, image chunks of a
+conv) to ``T`` threads (the calling thread and a small pool) while OpenBLAS is held at one thread;
+NumPy releases the GIL inside copies, ufuncs and BLAS calls, so the pieces run in parallel.
+
+``T`` is the OpenBLAS thread count in force when the kernel runs (what
+``threadpoolctl.threadpool_limits`` or ``OPENBLAS_NUM_THREADS`` set), capped at :data:`MAX_WORKERS`
+(the planner sizes per-worker workspaces for that many). With one thread, or too little work to
+split (:data:`MIN_SPLIT_FLOPS`), a kernel runs exactly its serial code. The split is fixed by the
+shapes and ``T``, so results are reproducible run to run.
+
+Every GEMM of the kernels runs with OpenBLAS at one thread, split or not: an OpenBLAS call on
+several threads leaves its worker threads spinning for a while afterwards (OpenBLAS's thread
+timeout, about 0.1 s), which takes a core from the next kernel, and from any other process.
+
+Three ways to run pieces, all giving the same bits (each GEMM output element comes from one
+OpenBLAS call over all of ``k``; element-wise pieces are independent):
+
+* :func:`run`: Python callables, the first on the calling thread, the others on persistent
+  Python threads (a lock hand-off; a waiting thread needs a futex wake-up and the GIL: 10-40 us).
+* :func:`run_dynamic`: any number of callables, each thread taking the next; used for GEMMs cut
+  into more blocks while :func:`contended` (another process slowing one of the threads).
+* :func:`run_jobs`: two C jobs (:func:`gemm_job`: a ``cblas_sgemm`` of NumPy's OpenBLAS with a
+  bias add or a column sum after it; :func:`call_job`: a compiled element-wise kernel), one on
+  the calling thread and one on a C worker thread that never touches the GIL. :func:`matmul`
+  and :func:`split_jobs` use it when available (:func:`c_gemm`; ``TR_MLIR_C_GEMM=0`` turns it
+  off); on the MLP step it saved 0.3 ms of 10.5 against the Python threads.
+
+:func:`matmul` with ``own_blas=True`` (the FC layers) runs its GEMMs with the kernels' own
+OpenBLAS instance when :func:`own_blas_core` names a core type (Haswell kernels on AMD CPUs
+where NumPy's OpenBLAS picked an Intel AVX-512 type: 10-14% faster here), cut only where that
+instance gives the same bits (:data:`OWN_ROW_ALIGN`), so one and two threads agree.
+
+"The same bits" holds only where the BLAS kernels give each output element the same sums
+wherever the GEMM is cut: NumPy's OpenBLAS with its SkylakeX kernels does; with its Haswell
+kernels (the core type of Zen 1-3 and Intel AVX2 CPUs, or any CPU under
+``OPENBLAS_CORETYPE=Haswell``) only row cuts at multiples of :data:`OWN_ROW_ALIGN` do. A probe
+(:func:`numpy_cut_align`) decides which cuts the kernels make with NumPy's OpenBLAS; a
+BLAS that keeps its bits under neither runs every GEMM whole.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+MAX_WORKERS = 2
+"""Most threads a kernel uses (and per-worker workspace slots the planner reserves): the cores of
+the machines this runs on."""
+
+MIN_SPLIT_FLOPS = 4e6
+"""Smallest GEMM (2*m*n*k) worth splitting across threads: below it the hand-off costs more
+(tens of microseconds) than the second core saves."""
+
+_lock = threading.Lock()
+_workers: list[_Worker] | None = None
+_blas = None  # (get_num_threads, set_num_threads) of OpenBLAS, False when there is none
+
+
+class _Worker:
+    """One persistent kernel thread, handed a task through two locks used as binary semaphores
+    (``go``: a task is ready, ``done``: it finished). A hand-off is a lock release and a
+    lock acquire on each side: about half the latency of a ``ThreadPoolExecutor`` submit and
+    ``Future.result`` (which build a future, a queue entry and a condition per call)."""
+
+    def __init__(self, index: int):
+        self._go = threading.Lock()
+        self._go.acquire()
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._task: Callable[[], None] | None = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._loop, name=f"tr-mlir-kernel-{index}", daemon=True).start()
+
+    def _loop(self) -> None:
+        _inside.depth = 1  # a kernel thread only ever runs pieces of a split
+        while True:
+            self._go.acquire()
+            task, self._task = self._task, None
+            try:
+                task()
+            except BaseException as e:  # noqa: BLE001 - handed back to the caller by wait()
+                self._error = e
+            self._done.release()
+
+    def start(self, task: Callable[[], None]) -> None:
+        """Hand ``task`` to the thread (it must not hold one: :meth:`wait` came first)."""
+        self._task = task
+        self._go.release()
+
+    def wait(self) -> BaseException | None:
+        """Block until the task handed over has finished; returns its exception (or None). An
+        exception raised while waiting (a signal handler's: Ctrl-C) is re-raised only once the
+        task has finished: the task uses the caller's arrays (raw pointers in C kernels), and an
+        unconsumed ``done`` would let the next hand-off return before its own task ended."""
+        interrupted: BaseException | None = None
+        while True:
+            try:
+                self._done.acquire()
+                break
+            except BaseException as e:  # noqa: BLE001 - re-raised below, after the task
+                interrupted = interrupted or e
+        err, self._error = self._error, None
+        if interrupted is not None:
+            raise interrupted
+        return err
+
+
+class _BlasHold:
+    """OpenBLAS held at one thread while any kernel is inside ``with _one_thread:``.
+
+    Nested and concurrent holders share one save and one restore of the thread count, so two
+    Python threads running kernels at once (data-parallel ranks in one process) cannot leave
+    OpenBLAS at one thread for good, as a save/restore per call did (the second caller saved the
+    first's 1). While held, :meth:`user_threads` is the saved count, so :func:`workers` (and with
+    it every split) does not depend on whether another thread is inside a kernel."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+        self.saved = 1
+
+    def __enter__(self) -> "_BlasHold":
+        _inside.depth = getattr(_inside, "depth", 0) + 1
+        blas = _controller()
+        if blas:
+            with self.lock:
+                if self.count == 0:
+                    self.saved = int(blas[0]())
+                    if self.saved > 1:
+                        blas[1](1)
+                self.count += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _inside.depth -= 1
+        blas = _controller()
+        if blas:
+            with self.lock:
+                self.count -= 1
+                if self.count == 0 and self.saved > 1:
+                    blas[1](self.saved)
+
+    def user_threads(self, blas) -> int:
+        """The OpenBLAS thread count the user set (the saved one while held)."""
+        with self.lock:
+            return self.saved if self.count else int(blas[0]())
+
+
+_one_thread = _BlasHold()
+
+_inside = threading.local()
+"""``depth`` > 0 on a thread that is running a piece of a split (the caller inside
+``_one_thread``, and every kernel thread): :func:`workers` is then 1, so a piece never splits
+again (nested splits would wait on each other)."""
+
+
+def _after_fork() -> None:
+    """A forked child has none of the parent's threads: make it start its own (and give
+    OpenBLAS back the user's thread count if the fork came while a kernel held it at one)."""
+    global _lock, _workers, _one_thread
+    _lock = threading.Lock()
+    _workers = None
+    held, _one_thread = _one_thread, _BlasHold()
+    blas = _controller() if held.count else None
+    if blas and held.saved > 1:
+        blas[1](held.saved)
+    if _cgemm:
+        _cgemm[1]()  # the C worker thread is gone too
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def _numpy_openblas():
+    """threadpoolctl's controller of NumPy's own OpenBLAS (the one in ``numpy.libs``), else of
+    the first OpenBLAS loaded, else None. Other wheels bring their own OpenBLAS (scipy, loaded
+    by scikit-learn); which one threadpoolctl lists first depends on import order, so the
+    kernels pick NumPy's by its directory (they call it through ``np.matmul``)."""
+    from threadpoolctl import ThreadpoolController
+
+    libs = [c for c in ThreadpoolController().lib_controllers if c.internal_api == "openblas"]
+    ours = [c for c in libs if "numpy" in os.path.basename(os.path.dirname(c.filepath))]
+    return (ours or libs or [None])[0]
+
+
+def _controller():
+    """OpenBLAS's ``openblas_get_num_threads`` / ``openblas_set_num_threads``, found once through
+    threadpoolctl (the C functions themselves: a call allocates nothing and costs ~1 us)."""
+    global _blas
+    if _blas is None:
+        try:
+            lib = _numpy_openblas()
+            if lib is not None:
+                get, put = lib._get_symbol("openblas_get_num_threads"), lib._get_symbol("openblas_set_num_threads")
+                _blas = (get, put) if get is not None and put is not None else (lib.get_num_threads,
+                                                                                  lib.set_num_threads)
+            else:
+                _blas = False
+        except Exception:  # noqa: BLE001 - no threadpoolctl or an unknown BLAS: serial kernels
+            _blas = False
+    return _blas
+
+
+def workers() -> int:
+    """Threads a kernel may use now: the OpenBLAS thread count the user set, at most
+    :data:`MAX_WORKERS`; 1 without OpenBLAS or threadpoolctl, and 1 inside a piece of a split
+    (``_inside``: pieces do not split again)."""
+    blas = _controller()
+    if not blas:
+        return 1
+    if getattr(_inside, "depth", 0):
+        return 1
+    return max(1, min(MAX_WORKERS, _one_thread.user_threads(blas)))
+
+
+def run(tasks: Sequence[Callable[[], None]]) -> None:
+    """Run ``tasks`` concurrently, OpenBLAS held at one thread; the first runs on the calling
+    thread, the others on persistent kernel threads (more than :data:`MAX_WORKERS` tasks: each
+    thread takes the next one, :func:`run_dynamic`). Returns when all have finished; the first
+    exception raised (calling thread first) then propagates."""
+    global _workers
+    if len(tasks) <= 1:
+        for t in tasks:
+            t()
+        return
+    if len(tasks) > MAX_WORKERS:  # more tasks than threads: each thread takes the next one
+        run_dynamic(tasks)
+        return
+    with _lock, _one_thread:
+        if _workers is None:
+            _workers = [_Worker(i + 1) for i in range(MAX_WORKERS - 1)]
+        helpers = _workers[:len(tasks) - 1]
+        for w, t in zip(helpers, tasks[1:]):
+            w.start(t)
+        error: BaseException | None = None
+        try:
+            tasks[0]()
+        except BaseException as e:  # noqa: BLE001 - raised once the helpers are done
+            error = e
+        for w in helpers:  # always wait: the helpers' tasks use the caller's arrays
+            try:
+                err = w.wait()
+            except BaseException as e:  # noqa: BLE001 - interrupted (after its task): the rest too
+                err = e
+            error = error or err
+        if error is not None:
+            raise error
+
+
+def run_dynamic(tasks: Sequence[Callable[[], None]]) -> None:
+    """Run any number of independent ``tasks`` on up to :func:`workers` threads (the calling
+    thread and the kernel threads, OpenBLAS held at one thread), each thread taking the next
+    task not yet started: a thread slowed down by another process on its core simply does
+    fewer of them, where a fixed share per thread would make everyone wait for it. Which thread
+    runs a task varies; what a task computes must not depend on that. Exceptions propagate as
+    in :func:`run` (the other thread finishes the remaining tasks first)."""
+    t = min(workers(), len(tasks))
+    if t <= 1:
+        with _one_thread:
+            for task in tasks:
+                task()
+        return
+    counter = itertools.count()  # next() is atomic under the GIL
+    n = len(tasks)
+
+    def loop() -> None:
+        while True:
+            i = next(counter)
+            if i >= n:
+                return
+            tasks[i]()
+
+    run([loop] * t)
+
+
+BLOCK_FLOPS = 60e6
+"""While the kernel threads run unequally fast (:func:`contended`), split GEMMs of at least this
+many FLOPs per thread are cut into two blocks per thread and scheduled dynamically
+(:func:`run_dynamic`), so the slowed thread does fewer."""
+
+IMBALANCE = 1.3
+"""A static split whose slowest piece took this many times its fastest (pieces of at least
+:data:`PROBE_SECONDS`) marks the threads as contended for :data:`CONTENDED_CALLS` GEMMs."""
+
+PROBE_SECONDS = 2e-4
+"""Shortest piece of a static split that counts as a measurement for :data:`IMBALANCE`."""
+
+CONTENDED_CALLS = 32
+"""Split GEMMs run with dynamic blocks after an unbalanced static split, before the next static
+split measures again."""
+
+_contended = 0  # split GEMMs left to run with dynamic blocks
+
+
+def contended() -> bool:
+    """Whether a recent static split found one kernel thread much slower than the other.
+
+    On this project's 2-core machine, shared with other processes, another process often took
+    half of one core: the calling thread's half of an MLP GEMM then took 2x the worker's (3.8 vs
+    1.9 ms), and with one fixed half per thread every split waited for it. Two blocks per thread
+    scheduled dynamically let the faster thread take three of four; but each extra block costs
+    one more packing of the shared operand (about 20 us on the MLP's GEMMs; the whole step on
+    an idle machine went from 10.39 to 10.60 ms with them always on). So the blocks are used
+    only while the threads are measured to be unequal. The result has the same bits either way
+    (every output element comes from one OpenBLAS call over all of ``k``)."""
+    return _contended > 0
+
+
+def note_dynamic_call() -> None:
+    """Count one split GEMM run with dynamic blocks (towards the next static measurement)."""
+    global _contended
+    if _contended > 0:
+        _contended -= 1
+
+
+def note_split(durations: Sequence[float]) -> None:
+    """Record the piece times of a static split (see :func:`contended`)."""
+    global _contended
+    lo, hi = min(durations), max(durations)
+    if lo >= PROBE_SECONDS and hi > IMBALANCE * lo:
+        _contended = CONTENDED_CALLS
+
+
+GEMM_C_SOURCE = r"""
+/* Split GEMMs on a persistent C worker thread: the calling thread runs one job, a pthread the
+   other; hand-off and completion by a short spin on atomics, then a condition variable. No
+   Python and no GIL on the worker, so a hand-off costs about a microsecond where a Python
+   thread needs a futex wake-up and the GIL (tens of microseconds). */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TR_PAUSE() _mm_pause()
+#else
+#define TR_PAUSE() ((void)0)
+#endif
+
+typedef void (*sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                          const float *, int64_t, float, float *, int64_t);
+typedef void (*sgemm32_t)(int, int, int, int32_t, int32_t, int32_t, float, const float *, int32_t,
+                          const float *, int32_t, float, float *, int32_t);
+
+typedef struct tr_job_s {
+    int64_t ta, tb;              /* CblasNoTrans (111) or CblasTrans (112) */
+    int64_t m, n, k, lda, ldb, ldc;
+    const float *a, *b;
+    float *c;
+    const float *bias;           /* optional: c[i, j] += bias[j] */
+    const float *sum_src;        /* optional: sum_dst[j] = sum over i < sum_rows of sum_src[i * sum_ld + j] */
+    float *sum_dst;
+    int64_t sum_ld, sum_n, sum_rows;
+    double seconds;              /* out: how long the job took */
+    void (*call)(const int64_t *, const double *);  /* optional: call(iargs, fargs) instead */
+    int64_t iargs[8];
+    double fargs[8];
+    struct tr_job_s *next;       /* optional: run right after, on the same thread */
+    int64_t own;                 /* 1: the GEMM with the kernels' own OpenBLAS instance (tr_setup_own) */
+} tr_job;
+
+static void *g_sgemm, *g_sgemm_own;
+static int g_ilp64, g_ilp64_own;
+static tr_job *g_list;
+static int g_count;
+static atomic_int g_next;
+static atomic_int g_posted, g_done, g_sleeping;
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t g_cv_done = PTHREAD_COND_INITIALIZER;
+static int g_started;
+static int64_t g_idle_spin_ns = 20000, g_wait_spin_ns = 1000000;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void run_one(tr_job *j);
+
+static void run_job(tr_job *j) {
+    for (; j; j = j->next) run_one(j);
+}
+
+static void run_one(tr_job *j) {
+    double t0 = now();
+    if (j->call) {
+        j->call(j->iargs, j->fargs);
+        j->seconds = now() - t0;
+        return;
+    }
+    void *sgemm = j->own && g_sgemm_own ? g_sgemm_own : g_sgemm;
+    int ilp64 = j->own && g_sgemm_own ? g_ilp64_own : g_ilp64;
+    if (j->m > 0 && j->n > 0) {
+        if (ilp64)
+            ((sgemm64_t)sgemm)(101, (int)j->ta, (int)j->tb, j->m, j->n, j->k, 1.0f, j->a, j->lda, j->b, j->ldb,
+                                 0.0f, j->c, j->ldc);
+        else
+            ((sgemm32_t)sgemm)(101, (int)j->ta, (int)j->tb, (int32_t)j->m, (int32_t)j->n, (int32_t)j->k, 1.0f,
+                                 j->a, (int32_t)j->lda, j->b, (int32_t)j->ldb, 0.0f, j->c, (int32_t)j->ldc);
+    }
+    if (j->bias) {
+        for (int64_t i = 0; i < j->m; i++) {
+            float *row = j->c + i * j->ldc;
+            for (int64_t q = 0; q < j->n; q++) row[q] = row[q] + j->bias[q];
+        }
+    }
+    if (j->sum_dst && j->sum_rows > 0) {
+        for (int64_t q = 0; q < j->sum_n; q++) j->sum_dst[q] = j->sum_src[q];
+        for (int64_t i = 1; i < j->sum_rows; i++) {
+            const float *row = j->sum_src + i * j->sum_ld;
+            for (int64_t q = 0; q < j->sum_n; q++) j->sum_dst[q] = j->sum_dst[q] + row[q];
+        }
+    }
+    j->seconds = now() - t0;
+}
+
+static int spin_until(atomic_int *v, int want_diff_from, int want_eq, int mode, int64_t spin_ns) {
+    /* mode 0: wait while *v == want_diff_from; mode 1: wait until *v == want_eq.
+       Spins up to spin_ns; returns 1 when satisfied, 0 on timeout. */
+    double limit = now() + 1e-9 * (double)spin_ns;
+    for (int64_t it = 0;; it++) {
+        int x = atomic_load_explicit(v, memory_order_acquire);
+        if (mode == 0 ? x != want_diff_from : x == want_eq) return 1;
+        if ((it & 63) == 63 && now() > limit) return 0;
+        TR_PAUSE();
+    }
+}
+
+/* Run jobs of the posted list until none is left (each thread takes the next one). */
+static void drain(void) {
+    for (;;) {
+        int i = atomic_fetch_add_explicit(&g_next, 1, memory_order_acq_rel);
+        if (i >= g_count) return;
+        run_job(&g_list[i]);
+    }
+}
+
+static void *worker_main(void *arg) {
+    (void)arg;
+    int seen = 0;
+    for (;;) {
+        if (!spin_until(&g_posted, seen, 0, 0, g_idle_spin_ns)) {
+            pthread_mutex_lock(&g_mu);
+            atomic_store(&g_sleeping, 1);
+            while (atomic_load(&g_posted) == seen) pthread_cond_wait(&g_cv, &g_mu);
+            atomic_store(&g_sleeping, 0);
+            pthread_mutex_unlock(&g_mu);
+        }
+        seen = atomic_load_explicit(&g_posted, memory_order_acquire);
+        drain();
+        pthread_mutex_lock(&g_mu);
+        atomic_store_explicit(&g_done, seen, memory_order_release);
+        pthread_cond_broadcast(&g_cv_done);
+        pthread_mutex_unlock(&g_mu);
+    }
+    return 0;
+}
+
+int tr_setup(void *sgemm, int ilp64, int64_t idle_spin_ns, int64_t wait_spin_ns) {
+    g_sgemm = sgemm;
+    g_ilp64 = ilp64;
+    g_idle_spin_ns = idle_spin_ns;
+    g_wait_spin_ns = wait_spin_ns;
+    return 0;
+}
+
+/* The kernels' own OpenBLAS instance (jobs with own = 1). */
+int tr_setup_own(void *sgemm, int ilp64) {
+    g_sgemm_own = sgemm;
+    g_ilp64_own = ilp64;
+    return 0;
+}
+
+/* Run one job (and its chain) on the calling thread. */
+void tr_run_here(tr_job *j) {
+    run_job(j);
+}
+
+/* After fork(): the child has no worker thread; reset the state so the next call starts one. */
+void tr_after_fork(void) {
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER, cv2 = PTHREAD_COND_INITIALIZER;
+    g_mu = mu;
+    g_cv = cv;
+    g_cv_done = cv2;
+    atomic_store(&g_posted, 0);
+    atomic_store(&g_done, 0);
+    atomic_store(&g_sleeping, 0);
+    g_started = 0;
+}
+
+/* Run the `count` jobs of `jobs` on this thread and the worker thread, each taking the next
+   job not yet started (the calling thread starts with the first); return when all are done (0),
+   or -1 when the worker thread cannot be started (nothing was run). One caller at a time. */
+int tr_run_list(tr_job *jobs, int count) {
+    if (!g_started) {
+        pthread_t th;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&th, &at, worker_main, 0);
+        pthread_attr_destroy(&at);
+        if (rc != 0) return -1;
+        g_started = 1;
+    }
+    pthread_mutex_lock(&g_mu);
+    g_list = jobs;
+    g_count = count;
+    atomic_store_explicit(&g_next, 0, memory_order_release);
+    int seq = atomic_load(&g_posted) + 1;
+    atomic_store_explicit(&g_posted, seq, memory_order_release);
+    if (atomic_load(&g_sleeping)) pthread_cond_signal(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    drain();
+    if (!spin_until(&g_done, 0, seq, 1, g_wait_spin_ns)) {
+        pthread_mutex_lock(&g_mu);
+        while (atomic_load(&g_done) != seq) pthread_cond_wait(&g_cv_done, &g_mu);
+        pthread_mutex_unlock(&g_mu);
+    }
+    return 0;
+}
+"""
+
+"""C source of the split-GEMM worker (:func:`run_jobs`); compiled through :mod:`._cc`."""
+
+IDLE_SPIN_NS = 20_000
+"""How long (ns) the C worker spins for its next job before sleeping on a condition variable.
+A spinning thread takes a core another process could use, and waking the sleeping C thread
+(no GIL involved) measured no slower in the MLP step: idle spins of 0, 50 and 200 us gave the
+same step time (10.2, 10.2, 10.1 ms, interleaved), all below the Python threads' 10.6."""
+
+WAIT_SPIN_NS = 1_000_000
+"""How long (ns) the calling thread, its own job done, spins for the worker's before sleeping
+(the two halves of a split take about the same time)."""
+
+ENV_C_GEMM = "TR_MLIR_C_GEMM"
+"""Environment variable: ``0`` keeps split GEMMs on the Python kernel threads (no C worker)."""
+
+_NO_TRANS, _TRANS = 111, 112  # CBLAS_TRANSPOSE
+
+
+class _Job(ctypes.Structure):
+    """One ``tr_job`` of :data:`GEMM_C_SOURCE`: ``c = a @ b`` (cblas row-major), then an optional
+    bias add over the rows of ``c`` and an optional column sum."""
+
+    _fields_ = [("ta", ctypes.c_int64), ("tb", ctypes.c_int64), ("m", ctypes.c_int64), ("n", ctypes.c_int64),
+                ("k", ctypes.c_int64), ("lda", ctypes.c_int64), ("ldb", ctypes.c_int64), ("ldc", ctypes.c_int64),
+                ("a", ctypes.c_void_p), ("b", ctypes.c_void_p), ("c", ctypes.c_void_p), ("bias", ctypes.c_void_p),
+                ("sum_src", ctypes.c_void_p), ("sum_dst", ctypes.c_void_p), ("sum_ld", ctypes.c_int64),
+                ("sum_n", ctypes.c_int64), ("sum_rows", ctypes.c_int64), ("seconds", ctypes.c_double),
+                ("call", ctypes.c_void_p), ("iargs", ctypes.c_int64 * 8), ("fargs", ctypes.c_double * 8),
+                ("next", ctypes.c_void_p), ("own", ctypes.c_int64)]
+
+
+_cgemm: tuple | None | bool = None  # (tr_run_list, tr_after_fork) once loaded, False when unavailable
+_jobs_cache: dict = {}
+
+
+def _find_sgemm():
+    """(address of NumPy's OpenBLAS ``cblas_sgemm``, ILP64?) from the library :func:`_controller`
+    controls, or None (another BLAS, or a library that is not NumPy's)."""
+    try:
+        lib = _numpy_openblas()
+        if lib is None or "numpy" not in os.path.basename(os.path.dirname(lib.filepath)):
+            return None
+        for name, ilp64 in (("scipy_cblas_sgemm64_", True), ("cblas_sgemm64_", True), ("scipy_cblas_sgemm", False),
+                            ("cblas_sgemm", False)):
+            fn = getattr(lib.dynlib, name, None)
+            if fn is not None:
+                return ctypes.cast(fn, ctypes.c_void_p).value, ilp64
+    except Exception:  # noqa: BLE001 - no threadpoolctl or an unexpected library: no C worker
+        return None
+    return None
+
+
+def c_gemm() -> bool:
+    """Whether split GEMMs can run on the C worker (:func:`run_jobs`): a C compiler
+    (:func:`._cc.available`), NumPy's OpenBLAS ``cblas_sgemm`` found, ``TR_MLIR_C_GEMM`` not ``0``.
+    The two switches are read on every call; the worker is set up once, at the first call with
+    both on (a first call under ``TR_MLIR_CC=0`` used to turn it off for the whole process)."""
+    global _cgemm
+    if os.environ.get(ENV_C_GEMM, "1").strip() == "0":
+        return False
+    if _cgemm is None:
+        from . import _cc
+
+        if not _cc.available():  # no compiler, or switched off for now: asked again next call
+            return False
+        _cgemm = False
+        if _controller():
+            found = _find_sgemm()
+            if found is not None:
+                try:
+                    lib = _cc.load(GEMM_C_SOURCE)
+                except (RuntimeError, OSError):
+                    lib = None
+                if lib is not None:
+                    setup = lib.tr_setup
+                    setup.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+                    setup.restype = ctypes.c_int
+                    setup(found[0], int(found[1]), IDLE_SPIN_NS, WAIT_SPIN_NS)
+                    run2 = lib.tr_run_list
+                    run2.argtypes = [ctypes.c_void_p, ctypes.c_int]
+                    run2.restype = ctypes.c_int
+                    after = lib.tr_after_fork
+                    after.argtypes = []
+                    after.restype = None
+                    here = lib.tr_run_here
+                    here.argtypes = [ctypes.c_void_p]
+                    here.restype = None
+                    own = _load_own_blas()
+                    if own:
+                        lib.tr_setup_own.argtypes = [ctypes.c_void_p, ctypes.c_int]
+                        lib.tr_setup_own(own[0], int(own[1]))
+                    _cgemm = (run2, after, here, own)
+                    if own and not _own_cuts_keep_bits():
+                        lib.tr_setup_own(None, 0)  # jobs with own=1 then take NumPy's sgemm too
+                        _cgemm = (run2, after, here, False)
+    return bool(_cgemm)
+
+
+def _own_cuts_keep_bits() -> bool:
+    """Whether the own OpenBLAS instance gives the same bits for row blocks cut at multiples of
+    :data:`OWN_ROW_ALIGN`, plain or transposed operands, as for the whole GEMM (a probe when it
+    is loaded; if not, it is not used)."""
+    return _row_cuts_keep_bits(lambda a, b, out: run_here(gemm_job(a, b, out, own=True)))
+
+
+def _row_cuts_keep_bits(gemm: Callable[[np.ndarray, np.ndarray, np.ndarray], None]) -> bool:
+    """Whether ``gemm(a, b, out)`` (``out = a @ b`` on one thread) gives the same bits for row
+    blocks cut at multiples of :data:`OWN_ROW_ALIGN`, plain or transposed operands, as for the
+    whole GEMM."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((200, 131)).astype(np.float32)
+    b = rng.standard_normal((131, 203)).astype(np.float32)
+    for lhs in (a, np.ascontiguousarray(a.T).T):
+        for rhs in (b, np.ascontiguousarray(b.T).T):
+            whole = np.empty((200, 203), np.float32)
+            gemm(lhs, rhs, whole)
+            for cuts in ((0, 96, 200), (0, 48, 120, 200)):
+                part = np.empty_like(whole)
+                for lo, hi in zip(cuts, cuts[1:]):
+                    gemm(lhs[lo:hi], rhs, part[lo:hi])
+                if not np.array_equal(part, whole):
+                    return False
+    return True
+
+
+ENV_OWN_BLAS = "TR_MLIR_OWN_BLAS_CORETYPE"
+"""Environment variable: the OpenBLAS core type of the kernels' own OpenBLAS instance
+(:func:`own_blas_core`), or ``0`` / ``native`` for none (NumPy's OpenBLAS everywhere)."""
+
+_AVX512_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+
+
+def own_blas_core() -> str | None:
+    """The OpenBLAS core type whose kernels the FC GEMMs use (through :func:`matmul` with
+    ``own_blas=True``), or None for NumPy's OpenBLAS as it is.
+
+    ``TR_MLIR_OWN_BLAS_CORETYPE`` when set; otherwise ``Haswell`` (AVX2 kernels) on an AMD CPU
+    where NumPy's OpenBLAS chose one of Intel's AVX-512 core types: on this project's AMD EPYC
+    (Zen 4, AVX-512 executed in two 256-bit halves) OpenBLAS 0.3.31 picks SkylakeX, and its
+    Haswell kernels ran the MLP's GEMMs 10-14% faster on one thread (200x784 @ 784x512:
+    1.52 vs 1.68 ms, 200x1024 @ 1024x256: 0.99 vs 1.14, 200x512 @ 512x128: 0.25 vs 0.28;
+    OPENBLAS_CORETYPE=Zen gave the same as Haswell, Cooperlake and SapphireRapids the same as
+    SkylakeX). A fixed rule on the machine, not a timing, so a process's results do not depend
+    on a measurement."""
+    env = os.environ.get(ENV_OWN_BLAS)
+    if env is not None:
+        env = env.strip()
+        return None if env in ("", "0", "native") else env
+    try:
+        lib = _numpy_openblas()
+        arch = str(lib.architecture or "").lower() if lib is not None else ""
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            vendor = next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), "")
+    except (OSError, IndexError, AttributeError):
+        return None
+    return "Haswell" if vendor == "AuthenticAMD" and arch in _AVX512_CORES else None
+
+
+def _load_own_blas() -> tuple[int, bool, str] | bool:
+    """A second instance of NumPy's OpenBLAS with the core type :func:`own_blas_core`, one
+    thread: (address of its ``cblas_sgemm``, ILP64?, core name), or False. The library file is
+    copied once into the compiled-kernel cache (:func:`._cc.cache_dir`; a second file makes a
+    second instance, which reads ``OPENBLAS_CORETYPE`` and ``OPENBLAS_NUM_THREADS`` when it is
+    loaded; both are set only around that load; a cache that cannot be written gives a copy in
+    the process's private directory, :func:`._cc.cached_file`). NumPy's own OpenBLAS is left as
+    it is."""
+    core = own_blas_core()
+    if not core:
+        return False
+    try:
+        import hashlib
+        import shutil
+
+        from . import _cc
+
+        lib = _numpy_openblas()
+        if lib is None or "numpy" not in os.path.basename(os.path.dirname(lib.filepath)):
+            return False
+        src = lib.filepath
+        st = os.stat(src)
+        tag = hashlib.sha256(f"{src}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+        # not named like an OpenBLAS: threadpoolctl must not find (and re-thread) this instance;
+        # an unwritable cache gives a private copy (the same instance, so the same bits)
+        target = _cc.cached_file(f"tr-mlir-blas-{tag}.so", lambda path: shutil.copyfile(src, path))
+        saved = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS")}
+        try:
+            os.environ["OPENBLAS_CORETYPE"] = core
+            os.environ["OPENBLAS_NUM_THREADS"] = "1"
+            lib = ctypes.CDLL(str(target), mode=os.RTLD_LOCAL | os.RTLD_NOW)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        name = None
+        for sym in ("scipy_openblas_get_corename64_", "openblas_get_corename64_", "scipy_openblas_get_corename",
+                    "openblas_get_corename"):
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn.restype = ctypes.c_char_p
+                name = (fn() or b"").decode()
+                break
+        if name is None or name.lower() != core.lower():
+            return False  # the copy did not take the core type (an OpenBLAS without DYNAMIC_ARCH)
+        for sym, ilp64 in (("scipy_cblas_sgemm64_", True), ("cblas_sgemm64_", True), ("scipy_cblas_sgemm", False),
+                           ("cblas_sgemm", False)):
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                _own_lib.append(lib)  # keep it loaded
+                return ctypes.cast(fn, ctypes.c_void_p).value, ilp64, name
+    except Exception:  # noqa: BLE001 - any failure: NumPy's OpenBLAS for everything
+        return False
+    return False
+
+
+_own_lib: list = []
+
+
+def own_blas() -> str | None:
+    """The core name of the kernels' own OpenBLAS instance in use, or None (see :func:`own_blas_core`)."""
+    return _cgemm[3][2] if c_gemm() and _cgemm[3] else None
+
+
+def _operand(x: np.ndarray) -> tuple[int, int] | None:
+    """(CBLAS transpose flag, leading dimension) of a 2-D fp32 operand in row-major cblas terms,
+    or None when its strides do not fit BLAS."""
+    if x.dtype != np.float32 or x.ndim != 2 or x.ctypes.data % 4:
+        return None
+    (r, c), (s0, s1) = x.shape, x.strides
+    if s1 == 4 and s0 % 4 == 0 and s0 // 4 >= max(1, c):
+        return _NO_TRANS, s0 // 4
+    if s0 == 4 and s1 % 4 == 0 and s1 // 4 >= max(1, r):
+        return _TRANS, s1 // 4
+    return None
+
+
+def gemm_job(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, bias: np.ndarray | None = None,
+             sum_src: np.ndarray | None = None, sum_dst: np.ndarray | None = None, own: bool = False) -> _Job | None:
+    """A job for :func:`run_jobs`: ``out = a @ b`` (2-D fp32 views, ``out`` with unit column
+    stride), then ``out[i, :] += bias`` when given (fp32, ``n`` contiguous), then
+    ``sum_dst = sum_src.sum(axis=0)`` (rows added in order, as ``np.add.reduce``) when given.
+    None when a layout does not fit (the caller then uses NumPy). ``own``: the GEMM with the
+    kernels' own OpenBLAS instance (:func:`own_blas`) when there is one."""
+    (m, k), n = a.shape, b.shape[1]
+    if b.shape[0] != k or out.shape != (m, n) or k < 1:
+        return None
+    oa, ob, oc = _operand(a), _operand(b), _operand(out)
+    if oa is None or ob is None or oc is None or oc[0] != _NO_TRANS:
+        return None
+    job = _Job(oa[0], ob[0], m, n, k, oa[1], ob[1], oc[1], a.ctypes.data, b.ctypes.data, out.ctypes.data)
+    job.own = int(own)
+    if bias is not None:
+        if bias.dtype != np.float32 or bias.shape != (n,) or bias.strides != (4,):
+            return None
+        job.bias = bias.ctypes.data
+    if sum_dst is not None:
+        os_ = _operand(sum_src)
+        if (os_ is None or os_[0] != _NO_TRANS or sum_dst.dtype != np.float32 or sum_dst.ndim != 1
+                or sum_dst.strides != (4,) or sum_dst.shape[0] != sum_src.shape[1]):
+            return None
+        job.sum_src, job.sum_dst = sum_src.ctypes.data, sum_dst.ctypes.data
+        job.sum_ld, job.sum_n, job.sum_rows = os_[1], sum_src.shape[1], sum_src.shape[0]
+    return job
+
+
+def call_job(fn: int, ints: Sequence[int] = (), floats: Sequence[float] = ()) -> _Job:
+    """A job for :func:`run_jobs` that calls the compiled function at address ``fn`` as
+    ``fn(const int64_t *ints, const double *floats)`` (at most 8 of each): element-wise kernels
+    (pointers and sizes in ``ints``) run on the C worker this way."""
+    if len(ints) > 8 or len(floats) > 8:
+        raise ValueError(f"expected at most 8 int and 8 float arguments, got {len(ints)} and {len(floats)}")
+    job = _Job()
+    job.call = fn
+    for i, v in enumerate(ints):
+        job.iargs[i] = int(v)
+    for i, v in enumerate(floats):
+        job.fargs[i] = float(v)
+    return job
+
+
+def split_jobs(n: int, make: Callable[[int, int], _Job]) -> bool:
+    """Element-wise work over ``range(n)`` as :func:`call_job` blocks, ``make(lo, hi)``, on the
+    calling thread and the C worker, when :func:`split` would use two threads and the C worker
+    is there: two blocks per thread (at least :data:`MIN_SPLIT_ELEMENTS` / 2 elements each),
+    taken dynamically, so a thread slowed by another process does fewer (a block costs a call
+    of a few microseconds, no packing). False: nothing was run (use :func:`split`)."""
+    if n < MIN_SPLIT_ELEMENTS or workers() != 2 or not c_gemm():
+        return False
+    count = max(2, min(4, n // (MIN_SPLIT_ELEMENTS // 2)))
+    run_jobs(*[make(lo, hi) for lo, hi in blocks(n, count)])
+    return True
+
+
+def chain(first: _Job, then: _Job) -> _Job:
+    """Make ``then`` run right after ``first`` on the same thread (``first`` alone goes into
+    the list of :func:`run_jobs`; ``then`` must stay alive as long as ``first`` is used)."""
+    first.next = ctypes.addressof(then)
+    return first
+
+
+def run_jobs(*jobs: _Job) -> tuple[float, ...]:
+    """Run :func:`gemm_job` / :func:`call_job` jobs on the calling thread and the C worker
+    thread, OpenBLAS held at one thread, each thread taking the next job not yet started (the
+    calling thread starts with the first); returns the seconds each job took. With two jobs of
+    equal size that is one per thread; with more, a thread slowed by another process takes
+    fewer. Needs :func:`c_gemm`. (No exception can come from the C side; bad layouts were
+    refused by :func:`gemm_job`.)"""
+    run_list = _cgemm[0]
+    arr = (_Job * len(jobs))(*jobs)
+    with _lock, _one_thread:
+        if run_list(ctypes.addressof(arr), len(jobs)) != 0:
+            raise RuntimeError("could not start the C kernel thread (pthread_create failed)")
+    return tuple(j.seconds for j in arr)
+
+
+def run_here(job: _Job) -> None:
+    """Run one job (and its :func:`chain`) on the calling thread, without the GIL. Needs
+    :func:`c_gemm`; for jobs of the kernels' own OpenBLAS (one thread) or element-wise calls."""
+    if job.own:  # the kernels' own OpenBLAS instance runs at one thread anyway
+        _cgemm[2](ctypes.addressof(job))
+        return
+    with _one_thread:
+        _cgemm[2](ctypes.addressof(job))
+
+
+def cached_jobs(key: tuple, make: Callable[[], tuple | None]) -> tuple | None:
+    """Jobs for a call site, made once by ``make()`` and kept under ``key`` (which must hold
+    every pointer, shape and stride the jobs use): a kernel replays the same arrays every step."""
+    jobs = _jobs_cache.get(key, _jobs_cache)
+    if jobs is _jobs_cache:
+        if len(_jobs_cache) > 1024:
+            _jobs_cache.clear()
+        jobs = _jobs_cache[key] = make()
+    return jobs
+
+
+def array_key(*arrays: np.ndarray | None) -> tuple:
+    """Pointer, shape, strides and dtype of each array (None kept): a :func:`cached_jobs` key."""
+    return tuple(None if x is None else (x.ctypes.data, x.shape, x.strides, x.dtype.char) for x in arrays)
+
+
+def serial_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``np.matmul(a, b, out=out)`` on the calling thread with OpenBLAS at one thread (module
+    doc: a threaded OpenBLAS call leaves its threads spinning)."""
+    with _one_thread:
+        np.matmul(a, b, out=out)
+
+
+def split_axis(m: int, n: int) -> int:
+    """The axis a split GEMM with an ``m x n`` output is cut along: ``-2`` (row blocks) when
+    ``m >= n``, else ``-1`` (column blocks): each thread then keeps the whole of the smaller
+    side (1.8-1.9x on 2 threads for the MLP's 200-row GEMMs split by columns, 1.7x by rows)."""
+    return -2 if m >= n else -1
+
+
+def blocks(size: int, t: int, align: int = 1) -> list[tuple[int, int]]:
+    """``t`` contiguous blocks ``(lo, hi)`` covering ``range(size)``, sizes differing by at most
+    1 (``align`` > 1: inner cuts at multiples of ``align``, sizes differing by at most ``align``;
+    needs ``size >= t * align``)."""
+    if align > 1:
+        units = size // align
+        bounds = [units * i // t * align for i in range(t)] + [size]
+    else:
+        bounds = [size * i // t for i in range(t + 1)]
+    return list(zip(bounds, bounds[1:]))
+
+
+OWN_COL_BLOCKS = 2
+"""Column blocks of a GEMM with the kernels' own OpenBLAS instance and no Python epilogue (the
+FC forward): a fixed cut, the same on one or two threads."""
+
+OWN_ROW_ALIGN = 24
+"""Row cut granularity of GEMMs with the kernels' own OpenBLAS instance (Haswell kernels), and
+with NumPy's OpenBLAS where it runs Haswell kernels too (:func:`numpy_cut_align`): their
+results change when a GEMM is cut into column blocks, or into row blocks at other multiples
+(their row unroll is 24), and stay the same bits at multiples of 24 (checked for the MLP's
+shapes, tests/test_kernels_parallel.py)."""
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = None,
+           epilogue: Callable[[slice, slice], None] | None = None, bias: np.ndarray | None = None,
+           own_blas: bool = False) -> None:
+    """``np.matmul(a, b, out=out)`` for ``a`` (..., m, k), ``b`` (..., k, n), ``out`` (..., m, n),
+    split across :func:`workers` threads when large enough (:data:`MIN_SPLIT_FLOPS`): into row
+    blocks of ``m`` (``axis=-2``) or column blocks of ``n`` (``axis=-1``); ``None`` chooses by
+    :func:`split_axis`. Each output element is computed by one OpenBLAS call over all of ``k``
+    either way, and the blocks are cut only where NumPy's OpenBLAS keeps its bits
+    (:func:`numpy_cut_align`: row blocks at multiples of :data:`OWN_ROW_ALIGN` whatever ``axis``
+    says, or no split, where cuts anywhere would change them), so the split does not change the
+    result.
+
+    ``epilogue(rows, cols)``, when given, runs on the thread that computed the output block
+    ``out[..., rows, cols]`` right after it (while the block is in cache). It must touch only
+    that block; unsplit, it is called once with the whole output. ``bias`` (``n`` values) is
+    added to every row of ``out`` the same way (after the GEMM, before ``epilogue``).
+
+    2-D fp32 operands split in two without ``epilogue`` run on the C worker (:func:`c_gemm`,
+    :func:`run_jobs`): the same ``cblas_sgemm`` calls NumPy makes, without a Python thread
+    hand-off. ``own_blas``: every 2-D GEMM that fits, split or not, runs with the kernels' own
+    OpenBLAS instance (:func:`own_blas`) when there is one: results agree with NumPy's to
+    float rounding, and are the same bits on one or two threads (FC layers use it)."""
+    user = epilogue  # a Python epilogue keeps the split on the Python threads
+    if bias is not None:
+        bias1 = bias.reshape(-1)
+
+        def epilogue(rows: slice, cols: slice) -> None:
+            out[..., rows, cols] += bias1[cols]
+            if user is not None:
+                user(rows, cols)
+    m, k = a.shape[-2], a.shape[-1]
+    n = b.shape[-1]
+    t = workers()
+    flops = 2.0 * m * n * k * (int(np.prod(a.shape[:-2])) if a.ndim > 2 else 1)
+    if axis is None:
+        axis = split_axis(m, n)
+    if axis not in (-2, -1):
+        raise ValueError(f"expected split axis -2 (rows) or -1 (columns), got {axis}")
+    size = m if axis == -2 else n
+    whole = slice(None)
+    # small GEMMs (a rule on the shape, so one and two threads agree) keep NumPy's OpenBLAS:
+    # its small-matrix path was faster there (the MLP's 200x10 layer: 64 vs 96 us backward)
+    own = own_blas and flops >= MIN_SPLIT_FLOPS and a.ndim == 2 and b.ndim == 2 and c_gemm() and bool(_cgemm[3])
+    if own and user is None and n >= 2 * OWN_COL_BLOCKS:
+        # fixed column blocks, whatever the thread count (its bits depend on the cut): equal
+        # halves, where row cuts at multiples of 24 split the MLP's 200 rows 96 / 104
+        jobs = cached_jobs(("own-cols",) + array_key(a, b, out, bias), lambda: _split_jobs(
+            a, b, out, -1, None if bias is None else bias.reshape(-1), OWN_COL_BLOCKS, True))
+        if jobs is not None:
+            if t >= 2:
+                run_jobs(*jobs)
+            else:
+                for job in jobs:
+                    run_here(job)
+            return
+    align = 1  # cuts anywhere keep the bits
+    if own:
+        align = OWN_ROW_ALIGN
+    elif t > 1 and flops >= MIN_SPLIT_FLOPS:
+        align = numpy_cut_align()  # 0: no cut keeps NumPy's bits, the GEMM runs whole
+    if align != 1:  # row blocks at multiples of align: the only other cuts that keep the bits
+        axis, size = -2, m // align if align else 0
+    if t == 1 or flops < MIN_SPLIT_FLOPS or size < 2 * t:
+        if own:
+            job = cached_jobs(("one",) + array_key(a, b, out, bias),
+                              lambda: gemm_job(a, b, out, bias=None if bias is None else bias.reshape(-1), own=True))
+            if job is not None:
+                run_here(job)
+                if user is not None:
+                    user(whole, whole)
+                return
+        serial_matmul(a, b, out)
+        if epilogue is not None:
+            epilogue(whole, whole)
+        return
+
+    count = gemm_blocks(flops, size, t)
+    if t == 2 and user is None and a.ndim == 2 and b.ndim == 2 and c_gemm():
+        jobs = cached_jobs(("mm", axis, count, own, align) + array_key(a, b, out, bias),
+                           lambda: _split_jobs(a, b, out, axis, None if bias is None else bias.reshape(-1), count, own,
+                                               align))
+        if jobs is not None:
+            if count > t:
+                note_dynamic_call()
+                run_jobs(*jobs)
+            else:
+                note_split(run_jobs(*jobs))
+            return
+    tasks = matmul_tasks(a, b, out, axis, count, epilogue, align)
+    if count > t:
+        note_dynamic_call()
+        run_dynamic(tasks)
+        return
+    times = [0.0] * len(tasks)
+
+    def timed(i: int) -> None:
+        t0 = time.perf_counter()
+        tasks[i]()
+        times[i] = time.perf_counter() - t0
+
+    run([(lambda i=i: timed(i)) for i in range(len(tasks))])
+    note_split(times)
+
+
+def _split_jobs(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, bias: np.ndarray | None,
+                count: int = 2, own: bool = False, align: int = 1) -> tuple | None:
+    """``count`` :func:`gemm_job` blocks of ``out = a @ b (+ bias)`` along ``axis``, cut at
+    multiples of ``align`` (None: a layout the C worker cannot take)."""
+    jobs = []
+    for lo, hi in blocks(out.shape[axis], count, align):
+        s = slice(lo, hi)
+        if axis == -2:
+            job = gemm_job(a[s], b, out[s], bias=bias, own=own)
+        else:
+            job = gemm_job(a, b[:, s], out[:, s], bias=None if bias is None else bias[s], own=own)
+        if job is None:
+            return None
+        jobs.append(job)
+    return tuple(jobs)
+
+
+_invariant: list[bool] = []
+
+
+def cuts_keep_bits() -> bool:
+    """Whether NumPy's OpenBLAS gives the same bits for a GEMM cut into row or column blocks at
+    arbitrary places as for the whole (a probe, once per process, on one thread). True for its
+    SkylakeX kernels; the Haswell kernels, for one, sum differently in column tails. When False
+    the number of blocks of a split never depends on timing (:func:`contended` is ignored),
+    so a run's results depend only on the shapes and the thread count."""
+    if not _invariant:
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((97, 131)).astype(np.float32)
+        b = rng.standard_normal((131, 203)).astype(np.float32)
+        whole = np.empty((97, 203), np.float32)
+        serial_matmul(a, b, whole)
+        ok = True
+        for cut in (37, 48):
+            part = np.empty_like(whole)
+            serial_matmul(a[:cut], b, part[:cut])
+            serial_matmul(a[cut:], b, part[cut:])
+            ok = ok and np.array_equal(part, whole)
+        for cut in (64, 101):
+            part = np.empty_like(whole)
+            serial_matmul(a, b[:, :cut], part[:, :cut])
+            serial_matmul(a, b[:, cut:], part[:, cut:])
+            ok = ok and np.array_equal(part, whole)
+        _invariant.append(bool(ok))
+    return _invariant[0]
+
+
+_numpy_align: list[int] = []
+
+
+def numpy_cut_align() -> int:
+    """Where a GEMM of NumPy's OpenBLAS may be cut and keep the bits of the whole (probes, once
+    per process, on one thread): 1, anywhere, into row or column blocks (:func:`cuts_keep_bits`:
+    its SkylakeX kernels); :data:`OWN_ROW_ALIGN`, into row blocks at its multiples only (its
+    Haswell kernels, which sum column tails and other row cuts differently: the core type
+    OpenBLAS picks on Zen 1-3 and AVX2 Intel CPUs, and on any CPU under
+    ``OPENBLAS_CORETYPE=Haswell``); 0, nowhere found (its split GEMMs run whole)."""
+    if not _numpy_align:
+        if cuts_keep_bits():
+            _numpy_align.append(1)
+        else:
+            _numpy_align.append(OWN_ROW_ALIGN if _row_cuts_keep_bits(serial_matmul) else 0)
+    return _numpy_align[0]
+
+
+def gemm_blocks(flops: float, size: int, t: int) -> int:
+    """Blocks a split GEMM of ``flops`` is cut into along an axis of ``size``, on ``t`` threads:
+    ``t``, or ``2 t`` while :func:`contended` from :data:`BLOCK_FLOPS` per thread on (each block
+    at least 2 wide)."""
+    per = 2 if _contended > 0 and flops >= BLOCK_FLOPS * t and cuts_keep_bits() else 1
+    return max(1, min(t * per, size // 2))
+
+
+def matmul_tasks(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, count: int,
+                 epilogue: Callable[[slice, slice], None] | None = None, align: int = 1) -> list[Callable[[], None]]:
+    """``np.matmul(a, b, out=out)`` as ``count`` independent tasks: row blocks (``axis=-2``) or
+    column blocks (``axis=-1``) of ``out``, cut at multiples of ``align``, each followed by
+    ``epilogue(rows, cols)`` of its block (see :func:`matmul`). For :func:`run` / :func:`run_dynamic`."""
+    size = out.shape[axis]
+    whole = slice(None)
+
+    def piece(lo: int, hi: int) -> None:
+        s = slice(lo, hi)
+        if axis == -2:
+            np.matmul(a[..., s, :], b, out=out[..., s, :])
+        else:
+            np.matmul(a, b[..., s], out=out[..., s])
+        if epilogue is not None:
+            epilogue(s, whole) if axis == -2 else epilogue(whole, s)
+
+    return [(lambda lo=lo, hi=hi: piece(lo, hi)) for lo, hi in blocks(size, count, align)]
+
+
+MIN_SPLIT_ELEMENTS = 1 << 18
+"""Smallest element-wise job (elements) worth splitting across threads (1 MiB of fp32)."""
+
+
+def split(n: int, fn: Callable[[int, int, int], None], *, per_worker: int = 1) -> None:
+    """Run ``fn(lo, hi, share)`` over contiguous blocks ``[lo, hi)`` of ``range(n)``, one block per
+    kernel thread (one block under :data:`MIN_SPLIT_ELEMENTS`). ``share`` is the number of
+    threads: a kernel that works in chunk temporaries divides its chunk size by it, so the
+    temporaries alive at once stay what they are on one thread. For element-wise work only
+    (each element's result independent of the split).
+
+    ``per_worker > 1``: that many blocks per thread, scheduled dynamically (:func:`run_dynamic`:
+    a thread slowed by another process takes fewer); ``fn`` may then run several blocks on one
+    thread, one at a time."""
+    t = workers() if n >= MIN_SPLIT_ELEMENTS else 1
+    if t > 1 and per_worker > 1:
+        count = max(t, min(t * per_worker, n // (MIN_SPLIT_ELEMENTS // 2)))
+        run_dynamic([(lambda lo=lo, hi=hi: fn(lo, hi, t)) for lo, hi in blocks(n, count)])
+        return
+    bounds = [n * i // t for i in range(t + 1)]
+    run([lambda w=w: fn(bounds[w], bounds[w + 1], t) for w in range(t)])

@@ -1,0 +1,714 @@
+"""2-D convolution: NHWC activations, KRSC weights ``(K, k, k, C/groups)``, no bias.
+
+Convolutions with few channels (LeNet's, a 3 -> 64 stem; the rule and its measured basis are
+:func:`compiled` / :func:`cc_geometry`) run as C kernels generated for their exact shapes
+(:mod:`._cconv`, through :mod:`._cc`; ``TR_MLIR_CC=0`` or no C compiler: the NumPy code below).
+Everything else, and AMP's fp16 operands, use the NumPy methods.
+
+Three NumPy methods, chosen from the geometry:
+
+* ``pointwise`` (1x1, stride 1, no padding, dense): one GEMM on the NHWC matrix, no im2col;
+* ``depthwise`` (``groups = C = K``): a multiply-add per tap over the output, using a ``tmp``
+  workspace of the output's size instead of a k*k times larger im2col matrix;
+* ``im2col`` (everything else, grouped included): the windows are copied into ``col`` laid out
+  ``(G, n, Ho, Wo, k, k, C/G)`` by one NumPy copy from a strided window view of the input (of a
+  zero-padded copy of it, kept in the tail of the ``col`` workspace, when p > 0), then one
+  batched ``np.matmul(..., out=...)`` over the G groups writes straight into the NHWC output. The
+  single strided copy is 3-20x faster than one copy per tap (small C worst). The batch
+  is processed in chunks of ``n`` images (:func:`chunk_images`: about :data:`COL_CHUNK` elements
+  of ``col``, at least :data:`COL_MIN_ROWS` GEMM rows), so ``col`` stays in the L2/L3 cache
+  between its write and the GEMM's read instead of going through memory (1.3-1.8x faster on the
+  large early layers of a ResNet, and the shared ``col`` workspace shrinks accordingly). The
+  chunks are shared out among the kernel threads (:mod:`._parallel`), each with its own slot of
+  the ``col`` workspace (and, for the weight gradient, its own partial sum in ``wbuf``), so the
+  copies run in parallel too.
+
+Input gradient: for stride 1 without groups (:func:`dgrad_geom`), dX is itself a convolution:
+``dy`` zero-padded by ``k - 1 - p``, with the weights rotated by 180 degrees and their channel
+axes swapped (``(C, k, k, K)``, formed in ``wbuf``), through the same im2col + GEMM path. That
+replaces ``dcol = dy @ w`` followed by the k*k strided scatter-adds of ``col2im``. Strided and
+grouped convolutions keep ``col2im``. Convolutions with few input channels (:func:`dgrad_tap_major`,
+C < 16: LeNet's) form dcol tap-major instead, ``(k*k, n*Ho*Wo, C)`` by k*k small GEMMs, so each
+tap's scatter-add moves whole (Wo, C) rows rather than C floats at a time (1.8x on LeNet's second
+conv).
+
+Precision: fp32 arrays compute directly. When any of x, w, y is fp16 (AMP), the fp16 operands
+are cast into fp32 workspaces (``col`` for x, ``wbuf`` for w, ``ybuf`` for y or dy, ``xbuf`` for
+the dX accumulator), the GEMM and every accumulation run in fp32, and the result is rounded to
+fp16 once. The weight gradient may be formed transposed in ``wbuf`` (the fast GEMM
+orientation), then copied into dw. :func:`conv_workspace_sizes` gives the sizes. (These are the
+CPU kernels' workspaces; the CUDA kernels need only ``wbuf``, for an fp16 dw: :func:`_ws_bwd_cuda`.)
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import _cc, _cconv, _parallel
+from ._util import F32, nhwc, take
+from ._util import as32 as _as32
+from ._util import finish as _finish
+from ._util import out32 as _out32
+from .registry import CUDA, ArrayInfo, kernel
+from .window import Window, window
+
+WORKSPACES = ("col", "wbuf", "ybuf", "xbuf", "tmp")
+
+COL_CHUNK = 1 << 20
+"""Target elements of one im2col chunk (4 MiB of fp32: inside the L3 cache, mostly in L2)."""
+
+COL_MIN_ROWS = 512
+"""Fewest GEMM rows (output pixels) per chunk: below this the GEMM itself loses efficiency."""
+
+
+@dataclass(frozen=True)
+class ConvGeom:
+    """Shapes of one conv: input (N, H, W, C), K output channels, window, G groups."""
+
+    n: int
+    c: int
+    k_out: int
+    groups: int
+    win: Window
+
+    @property
+    def cg(self) -> int:
+        return self.c // self.groups
+
+    @property
+    def kg(self) -> int:
+        return self.k_out // self.groups
+
+    @property
+    def m(self) -> int:
+        """Output pixels N*Ho*Wo (the GEMM's row count)."""
+        return self.n * self.win.ho * self.win.wo
+
+    @property
+    def kkc(self) -> int:
+        return self.win.k * self.win.k * self.cg
+
+    @property
+    def x_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.win.h, self.win.w, self.c)
+
+    @property
+    def y_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.win.ho, self.win.wo, self.k_out)
+
+    @property
+    def w_shape(self) -> tuple[int, int, int, int]:
+        return (self.k_out, self.win.k, self.win.k, self.cg)
+
+    @property
+    def method(self) -> str:
+        w = self.win
+        if w.k == 1 and w.s == 1 and w.p == 0 and self.groups == 1:
+            return "pointwise"
+        if self.groups == self.c == self.k_out and self.groups > 1:
+            return "depthwise"
+        return "im2col"
+
+
+@functools.lru_cache(maxsize=4096)
+def conv_geom(x_shape: tuple[int, ...], w_shape: tuple[int, ...], k: int, s: int, p: int, groups: int) -> ConvGeom:
+    """Validate and describe a conv. Raises ``ValueError`` naming the mismatch."""
+    n, h, w, c = nhwc(x_shape, "conv input")
+    if groups < 1 or c % groups:
+        raise ValueError(f"expected input channels ({c}) divisible by groups ({groups})")
+    kk = int(w_shape[0])
+    if kk % groups:
+        raise ValueError(f"expected out channels ({kk}) divisible by groups ({groups})")
+    expect = (kk, k, k, c // groups)
+    if tuple(w_shape) != expect:
+        raise ValueError(f"expected conv weight of shape (K, k, k, C/groups) = {expect}, got {tuple(w_shape)}")
+    return ConvGeom(n, c, kk, groups, window(h, w, k, s, p))
+
+
+def chunk_images(g: ConvGeom) -> int:
+    """Images per im2col chunk for geometry ``g`` (module doc): enough for
+    :data:`COL_MIN_ROWS` output pixels, else as many as fit in :data:`COL_CHUNK` col elements,
+    and at most a :data:`~._parallel.MAX_WORKERS`-th of the batch (every worker gets a chunk)."""
+    pixels = g.win.ho * g.win.wo
+    rows = max(COL_MIN_ROWS, COL_CHUNK // max(g.groups * g.kkc, 1))
+    share = -(-g.n // _parallel.MAX_WORKERS)
+    return max(1, min(share, rows // max(pixels, 1)))
+
+
+def col_slots(g: ConvGeom) -> int:
+    """Worker slots of the ``col`` workspace (and weight-gradient partial sums) for ``g``."""
+    return min(_parallel.MAX_WORKERS, -(-g.n // chunk_images(g)))
+
+
+def pad_elements(g: ConvGeom, n: int) -> int:
+    """fp32 elements of the zero-padded copy of ``n`` input images (0 when p = 0)."""
+    win = g.win
+    return n * (win.h + 2 * win.p) * (win.w + 2 * win.p) * g.c if win.p else 0
+
+
+def col_elements(g: ConvGeom) -> int:
+    """Elements of one worker's slot of the ``col`` workspace for ``g``: the column matrix of
+    one chunk plus the padded input copy behind it."""
+    n = chunk_images(g)
+    return g.groups * n * g.win.ho * g.win.wo * g.kkc + pad_elements(g, n)
+
+
+DGRAD_AS_CONV_MIN_PIXELS = 65
+"""Smallest output map (Ho*Wo) whose dX runs as a convolution: below it the padded copy of dy and
+the rotated weights cost more than col2im's scatter-adds (measured: 8x8 and 4x4 maps lose 10-20%,
+16x16 and larger gain 5-25%)."""
+
+
+def dgrad_tap_major(g: ConvGeom) -> bool:
+    """Whether dX of ``g`` is formed tap-major (module doc): an im2col conv without groups and
+    with fewer than 16 input channels."""
+    return g.method == "im2col" and g.groups == 1 and g.c < 16
+
+
+def dgrad_geom(g: ConvGeom) -> ConvGeom | None:
+    """The forward geometry computing dX of ``g`` as a convolution (module doc), or ``None``
+    where that does not apply (stride > 1, groups > 1, padding beyond k - 1) or does not pay
+    (fewer than 4 input channels: a GEMM that narrow is memory-bound; small maps, see
+    :data:`DGRAD_AS_CONV_MIN_PIXELS`)."""
+    win = g.win
+    if (win.s != 1 or g.groups != 1 or win.p > win.k - 1 or g.c < 4 or dgrad_tap_major(g)
+            or win.ho * win.wo < DGRAD_AS_CONV_MIN_PIXELS):
+        return None
+    return ConvGeom(g.n, g.k_out, g.c, 1, window(win.ho, win.wo, win.k, 1, win.k - 1 - win.p))
+
+
+CC_MAX_C = 32
+"""Most input channels of a compiled conv (:func:`cc_geometry`)."""
+
+CC_MAX_K_EXPANDED = 16
+"""Most output channels of a compiled conv whose K is not a multiple of 16 (the expanded-weight
+kernels of :mod:`._cconv`; K = 20 and 24 measured no faster than NumPy)."""
+
+CC_MAX_CK = 512
+"""Most C*K of a compiled conv whose K is a multiple of 16 and above 16 (the broadcast-input
+kernels: 3 -> 64, 8 -> 64, 4 -> 48 and 16 -> 32 measured faster; 32 -> 32 no faster in its input
+gradient, 16 -> 64 and 32 -> 48 slower)."""
+
+
+def cc_geometry(g: ConvGeom) -> bool:
+    """The geometric half of :func:`compiled`: an im2col conv (k > 1, or strided or padded;
+    groups = 1) with few channels: C <= :data:`CC_MAX_C` and either K <= :data:`CC_MAX_K_EXPANDED`
+    or K a multiple of 16 with C*K <= :data:`CC_MAX_CK`; and the per-thread scratch within
+    :data:`COL_CHUNK` elements.
+
+    Measured basis: NumPy path / compiled, ms for the batch and speed-up, 2 kernel threads, best
+    of 12 per kernel, both interleaved in one process on the benchmark's 2-core AMD EPYC (Zen 4,
+    AVX-512), with the final kernels (load average about 1.2-1.7: other jobs on the cores);
+    N, H=W, C -> K, k, s, p:
+
+    =====================================  ==============  ==============  ==============
+    geometry                               forward         weight grad     input grad
+    =====================================  ==============  ==============  ==============
+    LeNet conv1 128, 32, 1 -> 6, 5, 1, 0   1.04/0.34 3.1x  1.63/0.35 4.6x  4.21/0.68 6.2x
+    LeNet conv2 128, 14, 6 -> 16, 5, 1, 0  0.75/0.39 1.9x  0.78/0.36 2.2x  1.48/0.42 3.5x
+    64, 32, 3 -> 16, 3, 1, 1               1.14/0.36 3.2x  1.86/0.35 5.3x  2.06/0.41 5.0x
+    64, 32, 16 -> 16, 3, 1, 1              3.74/1.46 2.6x  3.86/1.44 2.7x  3.73/2.29 1.6x
+    64, 16, 16 -> 6, 3, 1, 1               1.00/0.39 2.6x  1.01/0.63 1.6x  0.60/0.33 1.8x
+    64, 16, 16 -> 12, 3, 1, 1              1.14/0.57 2.0x  1.20/1.03 1.2x  0.81/0.49 1.7x
+    64, 16, 8 -> 8, 3, 1, 1                0.83/0.34 2.4x  0.88/0.36 2.4x  1.00/0.66 1.5x
+    64, 16, 16 -> 16, 3, 2, 1              0.49/0.22 2.2x  0.52/0.23 2.3x  1.04/0.29 3.6x
+    64, 32, 16 -> 16, 1, 2, 0              0.34/0.22 1.5x  0.36/0.22 1.7x  0.51/0.26 2.0x
+    64, 32, 24 -> 16, 3, 1, 1              4.62/2.13 2.2x  4.72/2.10 2.2x  4.51/2.33 1.9x
+    64, 32, 32 -> 16, 3, 1, 1              6.10/2.84 2.1x  6.49/2.84 2.3x  5.25/4.51 1.2x
+    64, 32, 16 -> 32, 3, 1, 1              5.27/3.74 1.4x  5.58/2.82 2.0x  6.22/3.16 2.0x
+    64, 32, 3 -> 64, 3, 1, 1               2.57/1.56 1.6x  3.54/1.96 1.8x  6.10/1.29 4.7x
+    64, 32, 8 -> 64, 3, 1, 1               5.33/3.17 1.7x  5.64/3.40 1.7x  8.74/3.93 2.2x
+    64, 32, 4 -> 48, 3, 1, 1               2.76/1.11 2.5x  3.14/1.22 2.6x  6.17/1.20 5.1x
+    excluded: 64, 16, 16 -> 24, 3, 1, 1    1.28/1.40 0.9x  1.34/1.41 1.0x  1.30/1.33 1.0x
+    excluded: 64, 16, 16 -> 20, 3, 1, 1    1.25/1.04 1.2x  1.21/1.58 0.8x  1.29/1.11 1.2x
+    excluded: 64, 16, 32 -> 32, 3, 1, 1    4.47/3.55 1.3x  4.63/2.64 1.8x  4.46/5.21 0.9x
+    excluded: 64, 32, 16 -> 64, 3, 1, 1    8.71/7.02 1.2x  9.24/9.40 1.0x  11.3/12.3 0.9x
+    excluded: 64, 16, 64 -> 32, 3, 1, 1    8.75/3.83 2.3x  5.08/3.33 1.5x  7.76/10.3 0.8x
+    excluded: 64, 32, 64 -> 64, 3, 1, 1    28.6/26.5 1.1x  29.4/37.3 0.8x  28.7/54.8 0.5x
+    excluded: 64, 16, 16 -> 16, 1, 1, 0    0.16/0.13 1.2x  0.23/0.14 1.6x  0.16/0.23 0.7x
+    =====================================  ==============  ==============  ==============
+
+    The last row is a pointwise conv (1x1, stride 1, no padding): NumPy runs it as one GEMM
+    without im2col, which the compiled input gradient does not beat; pointwise and depthwise
+    convs keep their NumPy methods. An earlier run of the same table (first kernel version,
+    while another job held one core, so both sides ran on about one core) gave the same picture
+    up to 16 channels (1.0-9x) and 0.9-1.1x for 16 -> 32 and 32 -> 16: with one core free
+    the NumPy path's BLAS and the compiled kernels gain alike, so these borderline cases are
+    about even there.
+
+    Memory bound (not a speed rule): a compiled kernel's scratch per thread
+    (:func:`._cconv.slot_elements`: K copies of one padded image when K is not a multiple of 16)
+    must fit in :data:`COL_CHUNK` elements, the budget of one im2col chunk, so large images with
+    K = 6 or 12 stay on the NumPy path rather than growing the ``tmp`` workspace past ``col``'s.
+    """
+    if g.groups != 1 or g.method != "im2col" or g.c > CC_MAX_C:
+        return False
+    k = g.k_out
+    if k > CC_MAX_K_EXPANDED and (k % 16 or g.c * k > CC_MAX_CK):
+        return False
+    return _cconv.slot_elements(g) <= COL_CHUNK
+
+
+def compiled(g: ConvGeom, *arrays: np.ndarray, accumulate: bool = False) -> bool:
+    """THE dispatch rule between the compiled kernels of :mod:`._cconv` and the NumPy code of this
+    module, for every conv phase (forward, weight gradient, input gradient).
+
+    The compiled path runs when all of these hold:
+
+    * :func:`cc_geometry`: groups = 1 and few channels (see below for the measured basis);
+    * every array is fp32 and C-contiguous (AMP's fp16 operands keep the NumPy path, which
+      converts them into fp32 workspaces);
+    * the input gradient overwrites dx (``accumulate`` adds into it: NumPy path);
+    * :func:`._cc.available`: a working C compiler and ``TR_MLIR_CC`` not ``0`` (re-read on
+      every call, so ``TR_MLIR_CC=0`` switches back to NumPy at once).
+
+    Everything else runs exactly the NumPy code. The ``tmp`` workspace the compiled kernels use
+    is requested by :func:`conv_workspace_sizes` for every geometry passing :func:`cc_geometry`
+    (fp32), whether or not a compiler is there, so either path can run on the same plan.
+    """
+    if accumulate or not cc_geometry(g):
+        return False
+    if not all(a.dtype == F32 and a.flags.c_contiguous for a in arrays):
+        return False
+    return _cc.available()
+
+
+def conv_workspace_sizes(g: ConvGeom, *, x16: bool, w16: bool, y16: bool, dw16: bool = False,
+                         phases: tuple[str, ...] = ("fwd",), accumulate: bool = False) -> dict[str, int]:
+    """fp32 workspace element counts for the phases ``fwd``, ``wgrad``, ``dgrad`` of one conv.
+
+    ``x16``/``w16``/``y16``/``dw16``: whether x (and dx), w, y (and dy), dw are fp16.
+    ``accumulate``: dgrad adds into dx instead of overwriting it.
+    """
+    sizes: dict[str, int] = {}
+
+    def need(name: str, n: int) -> None:
+        sizes[name] = max(sizes.get(name, 0), n)
+
+    mc, mk, xs, ws = g.m * g.c, g.m * g.k_out, int(np.prod(g.x_shape)), int(np.prod(g.w_shape))
+    meth = g.method
+    if cc_geometry(g) and not (x16 or w16 or y16 or dw16):
+        need("tmp", _cconv.workspace_elements(g))  # the compiled kernels' per-thread scratch
+    for ph in phases:
+        if w16 or (ph == "wgrad" and (dw16 or meth != "depthwise")):
+            need("wbuf", ws)
+        if y16:
+            need("ybuf", mk)
+        if meth == "pointwise":
+            if x16 and ph in ("fwd", "wgrad"):
+                need("col", mc)
+            if ph == "dgrad" and (x16 or y16 or w16 or accumulate):
+                need("col", mc)
+        elif meth == "depthwise":
+            need("tmp", mk)
+            if ph == "dgrad" and x16:
+                need("xbuf", xs)
+        else:
+            gd = dgrad_geom(g) if ph == "dgrad" and not accumulate else None
+            if ph != "dgrad":
+                need("col", col_slots(g) * col_elements(g))
+            elif gd is None:
+                need("col", col_slots(g) * col_elements(g))
+                if dgrad_tap_major(g):
+                    need("wbuf", ws)  # the weights reordered (k, k, K, C)
+            else:
+                need("col", col_slots(gd) * col_elements(gd))
+                need("wbuf", ws)  # the rotated, channel-swapped weights
+            if ph == "wgrad" and chunk_images(g) < g.n:
+                need("wbuf", 2 * col_slots(g) * ws)  # per worker: the sum and one chunk's product
+            if ph == "dgrad" and x16:
+                need("xbuf", xs)
+    return sizes
+
+
+def tap_major(g: ConvGeom) -> bool:
+    """Whether ``col`` is laid out tap-major, ``(k*k, n*Ho*Wo)``, for ``g``: for one input
+    channel (an image's first conv), where the pixel-major layout would copy one float at a time
+    (each window row is k floats) and tap-major copies whole output rows (2-3x faster)."""
+    return g.c == 1 and g.groups == 1
+
+
+def col_matrix(col: np.ndarray, g: ConvGeom) -> np.ndarray:
+    """The column matrix of ``col`` as (G, n*Ho*Wo, kkc), a transposed view when tap-major."""
+    if tap_major(g):
+        return col.reshape(-1)[:g.kkc * g.m].reshape(g.kkc, g.m).T[None]
+    return col.reshape(g.groups, g.m, g.kkc)
+
+
+def im2col(x: np.ndarray, col: np.ndarray, g: ConvGeom, pad: np.ndarray | None = None) -> None:
+    """Copy the windows of ``x`` (n, H, W, C) into ``col`` (G, n, Ho, Wo, k, k, C/G), zeros
+    outside the input: one copy from a strided window view (module doc); tap-major
+    (:func:`tap_major`) for one input channel, read it with :func:`col_matrix`. ``pad``: fp32
+    scratch of :func:`pad_elements` elements for the zero-padded copy (needed when p > 0)."""
+    win = g.win
+    n = x.shape[0]
+    src = x
+    if win.p:
+        if pad is None:
+            raise ValueError(f"expected a padding buffer of {pad_elements(g, n)} elements for p = {win.p}")
+        hp, wp, p = win.h + 2 * win.p, win.w + 2 * win.p, win.p
+        src = pad[:n * hp * wp * g.c].reshape(n, hp, wp, g.c)
+        src[:, :p].fill(0)
+        src[:, hp - p:].fill(0)
+        src[:, p:hp - p, :p].fill(0)
+        src[:, p:hp - p, wp - p:].fill(0)
+        np.copyto(src[:, p:hp - p, p:wp - p], x, casting="same_kind")
+    sn, sh, sw, sc = src.strides
+    s = win.s
+    view = np.ndarray((g.groups, n, win.ho, win.wo, win.k, win.k, g.cg), src.dtype, buffer=src,
+                      strides=(g.cg * sc, sn, s * sh, s * sw, sh, sw, sc))
+    if tap_major(g):
+        dst = col.reshape(-1)[:g.kkc * n * win.ho * win.wo].reshape(win.k, win.k, n, win.ho, win.wo)
+        np.copyto(dst, view[0, ..., 0].transpose(3, 4, 0, 1, 2), casting="same_kind")
+        return
+    np.copyto(col, view, casting="same_kind")
+
+
+def col2im(col: np.ndarray, acc: np.ndarray, g: ConvGeom) -> None:
+    """Add the taps of ``col`` (G, N, Ho, Wo, k, k, C/G) into ``acc`` (N, H, W, C)."""
+    win = g.win
+    ag = acc.reshape(g.n, win.h, win.w, g.groups, g.cg).transpose(3, 0, 1, 2, 4)
+    for tap in win.taps:
+        if not tap.empty:
+            dst = ag[:, :, tap.ih, tap.iw, :]
+            np.add(dst, col[:, :, tap.oh, tap.ow, tap.i, tap.j, :], out=dst)
+
+
+def _col(g: ConvGeom, ws: dict[str, np.ndarray], n: int | None = None) -> np.ndarray:
+    """The col workspace as (G, n, Ho, Wo, k, k, C/G) for a chunk of ``n`` images (default all)."""
+    win = g.win
+    return take(ws.get("col"), (g.groups, g.n if n is None else n, win.ho, win.wo, win.k, win.k, g.cg))
+
+
+def _col_pad(g: ConvGeom, gc: ConvGeom, ws: dict[str, np.ndarray], slot: int = 0
+             ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The col matrix of chunk ``gc`` (of ``g``) in worker slot ``slot`` and the padding scratch
+    behind it."""
+    win = gc.win
+    size = col_elements(g)
+    m = gc.groups * gc.n * win.ho * win.wo * gc.kkc
+    buf = take(ws.get("col"), ((slot + 1) * size,))[slot * size:]
+    col = buf[:m].reshape(gc.groups, gc.n, win.ho, win.wo, win.k, win.k, gc.cg)
+    return col, (buf[m:m + pad_elements(gc, gc.n)] if win.p else None)
+
+
+def _chunks(g: ConvGeom) -> list[tuple[int, int, ConvGeom]]:
+    """``(start, count, geometry of the chunk)`` over the batch, :func:`chunk_images` at a time."""
+    step = chunk_images(g)
+    out = []
+    for s in range(0, g.n, step):
+        n = min(step, g.n - s)
+        out.append((s, n, g if n == g.n else ConvGeom(n, g.c, g.k_out, g.groups, g.win)))
+    return out
+
+
+def _for_chunks(g: ConvGeom, body) -> int:
+    """Run ``body(start, count, chunk geometry, slot, first)`` over the chunks of ``g``, shared
+    round-robin among the kernel threads (``first``: the worker's first chunk). Returns the
+    number of workers used."""
+    pieces = _chunks(g)
+    t = min(_parallel.workers(), len(pieces), col_slots(g))
+
+    def worker(w: int) -> None:
+        for i, (s, n, gc) in enumerate(pieces[w::t]):
+            body(s, n, gc, w, i == 0)
+
+    _parallel.run([lambda w=w: worker(w) for w in range(t)])
+    return t
+
+
+def _im2col_gemm(x: np.ndarray, w3t: np.ndarray, y4: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray]) -> None:
+    """``y4`` (N, Ho, Wo, K) fp32 = conv of ``x`` with ``w3t`` (G, kkc, K/G) fp32, chunk by chunk."""
+
+    def body(s: int, n: int, gc: ConvGeom, slot: int, first: bool) -> None:
+        col, pad = _col_pad(g, gc, ws, slot)
+        im2col(x[s:s + n], col, gc, pad)
+        _parallel.matmul(col_matrix(col, gc), w3t,
+                         out=y4[s:s + n].reshape(gc.m, g.groups, g.kg).transpose(1, 0, 2))
+
+    _for_chunks(g, body)
+
+
+def conv_forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray]) -> None:
+    """y = conv(x, w) for geometry ``g`` with workspaces ``ws`` (see the module doc)."""
+    if compiled(g, x, w, y):
+        _cconv.forward(x, w, y, g, ws.get("tmp"))
+        return
+    meth = g.method
+    if meth == "pointwise":
+        x2 = _as32(x, ws, "col", (g.m, g.c))
+        w2 = _as32(w, ws, "wbuf", (g.k_out, g.c))
+        y2 = _out32(y, ws, "ybuf", (g.m, g.k_out))
+        _parallel.matmul(x2, w2.T, out=y2)
+        _finish(y, y2)
+    elif meth == "depthwise":
+        win = g.win
+        acc = _out32(y, ws, "ybuf", g.y_shape)
+        tmp = take(ws.get("tmp"), g.y_shape)
+        wt = _as32(w, ws, "wbuf", (g.c, win.k * win.k))
+        acc.fill(0)
+        for tap in win.taps:
+            if tap.empty:
+                continue
+            tv = tmp[:, tap.oh, tap.ow, :]
+            np.multiply(x[:, tap.ih, tap.iw, :], wt[:, tap.t], out=tv)
+            a = acc[:, tap.oh, tap.ow, :]
+            np.add(a, tv, out=a)
+        _finish(y, acc)
+    else:
+        w3 = _as32(w, ws, "wbuf", (g.groups, g.kg, g.kkc)).transpose(0, 2, 1)
+        y4 = _out32(y, ws, "ybuf", g.y_shape)
+        _im2col_gemm(x, w3, y4, g, ws)
+        _finish(y, y4)
+
+
+def _gemm_tn(a: np.ndarray, b: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray]) -> None:
+    """dw[g] = b[g].T @ a[g] for a (G, M, kkc), b (G, M, Kg): the weight-gradient GEMM.
+
+    Both operands are transposed along the long M axis. OpenBLAS runs such a GEMM several
+    times faster when the output has more rows than columns, so the larger of Kg and kkc is
+    made the row count: dw directly, or dw.T in ``wbuf`` followed by a transposed copy.
+    """
+    if g.kg >= g.kkc and dw.dtype == F32:
+        _parallel.matmul(b.transpose(0, 2, 1), a, out=dw.reshape(g.groups, g.kg, g.kkc))
+        return
+    wt = take(ws.get("wbuf"), (g.groups, g.kkc, g.kg))
+    _parallel.matmul(a.transpose(0, 2, 1), b, out=wt)
+    np.copyto(dw.reshape(g.groups, g.kg, g.kkc), wt.transpose(0, 2, 1), casting="same_kind")
+
+
+def conv_wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray]) -> None:
+    """dw = dL/dw from the output gradient ``dy`` and the input ``x`` (overwrites dw)."""
+    if compiled(g, dy, x, dw):
+        _cconv.wgrad(dy, x, dw, g, ws.get("tmp"))
+        return
+    meth = g.method
+    dy2 = _as32(dy, ws, "ybuf", (g.m, g.k_out))
+    if meth == "pointwise":
+        x2 = _as32(x, ws, "col", (g.m, g.c))
+        _gemm_tn(x2.reshape(1, g.m, g.c), dy2.reshape(1, g.m, g.k_out), dw, g, ws)
+    elif meth == "depthwise":
+        win = g.win
+        dy4 = dy2.reshape(g.y_shape)
+        tmp = take(ws.get("tmp"), g.y_shape)
+        dwt = _out32(dw, ws, "wbuf", (g.c, win.k * win.k))
+        for tap in win.taps:
+            if tap.empty:
+                dwt[:, tap.t] = 0
+                continue
+            tv = tmp[:, tap.oh, tap.ow, :]
+            np.multiply(dy4[:, tap.oh, tap.ow, :], x[:, tap.ih, tap.iw, :], out=tv)
+            np.add.reduce(tv, axis=(0, 1, 2), out=dwt[:, tap.t])
+        _finish(dw, dwt)
+    elif chunk_images(g) == g.n:
+        col, pad = _col_pad(g, g, ws)
+        im2col(x, col, g, pad)
+        _gemm_tn(col_matrix(col, g), dy2.reshape(g.m, g.groups, g.kg).transpose(1, 0, 2), dw, g, ws)
+    else:
+        _wgrad_chunked(dy2.reshape(g.y_shape), x, dw, g, ws)
+
+
+def _wgrad_chunked(dy4: np.ndarray, x: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray]) -> None:
+    """im2col weight gradient over batch chunks: dw = sum over chunks of col.T @ dy.
+
+    Each chunk's product is formed in the fast orientation of :func:`_gemm_tn` (more rows than
+    columns). Worker ``w`` sums its chunks in its own pair of ``wbuf`` blocks (the sum, one
+    chunk's product); worker 0 sums into dw itself when that is fp32 and in the same
+    orientation. The workers' sums are added in worker order and copied into dw.
+    """
+    wn = g.groups * g.kg * g.kkc
+    slots = col_slots(g)
+    buf = take(ws.get("wbuf"), (2 * slots * wn,))
+    direct = g.kg >= g.kkc
+    shape = (g.groups, g.kg, g.kkc) if direct else (g.groups, g.kkc, g.kg)
+    in_place = direct and dw.dtype == F32
+    accs = [dw.reshape(shape) if in_place and w == 0 else buf[2 * w * wn:(2 * w + 1) * wn].reshape(shape)
+            for w in range(slots)]
+    parts = [buf[(2 * w + 1) * wn:(2 * w + 2) * wn].reshape(shape) for w in range(slots)]
+
+    def body(s: int, n: int, gc: ConvGeom, slot: int, first: bool) -> None:
+        col, pad = _col_pad(g, gc, ws, slot)
+        im2col(x[s:s + n], col, gc, pad)
+        a = col_matrix(col, gc)
+        b = dy4[s:s + n].reshape(gc.m, g.groups, g.kg).transpose(1, 0, 2)
+        out = accs[slot] if first else parts[slot]
+        if direct:
+            _parallel.matmul(b.transpose(0, 2, 1), a, out=out)
+        else:
+            _parallel.matmul(a.transpose(0, 2, 1), b, out=out)
+        if not first:
+            np.add(accs[slot], parts[slot], out=accs[slot])
+
+    used = _for_chunks(g, body)
+    for w in range(1, used):
+        np.add(accs[0], accs[w], out=accs[0])
+    if not in_place:
+        np.copyto(dw.reshape(g.groups, g.kg, g.kkc), accs[0] if direct else accs[0].transpose(0, 2, 1),
+                  casting="same_kind")
+
+
+def _dgrad_tap_major(dy4: np.ndarray, w: np.ndarray, acc: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray]) -> None:
+    """acc += dX of ``g`` (module doc), chunk by chunk: ``dcol[t] = dy @ w[:, i, j, :]`` for every
+    tap t = (i, j) in the chunk's ``col`` slot, then each tap's (n, Ho, Wo, C) block added into
+    acc (through the zeroed padded copy behind dcol when p > 0)."""
+    win = g.win
+    kk, c, kout = win.k * win.k, g.c, g.k_out
+    wt = take(ws.get("wbuf"), (kk, kout, c))
+    np.copyto(wt.reshape(win.k, win.k, kout, c), w.transpose(1, 2, 0, 3), casting="same_kind")
+    size = col_elements(g)
+    hp, wp, p, s_ = win.h + 2 * win.p, win.w + 2 * win.p, win.p, win.s
+
+    def body(s: int, n: int, gc: ConvGeom, slot: int, first: bool) -> None:
+        m = n * win.ho * win.wo
+        buf = take(ws.get("col"), ((slot + 1) * size,))[slot * size:]
+        dcol = buf[:kk * m * c].reshape(kk, m, c)
+        _parallel.matmul(dy4[s:s + n].reshape(1, m, kout), wt, out=dcol)
+        if p:
+            dst = buf[kk * m * c:kk * m * c + n * hp * wp * c].reshape(n, hp, wp, c)
+            dst.fill(0)
+        else:
+            dst = acc[s:s + n]
+        for tap in range(kk):
+            i, j = divmod(tap, win.k)
+            d = dst[:, i:i + s_ * (win.ho - 1) + 1:s_, j:j + s_ * (win.wo - 1) + 1:s_, :]
+            np.add(d, dcol[tap].reshape(n, win.ho, win.wo, c), out=d)
+        if p:
+            a = acc[s:s + n]
+            np.add(a, dst[:, p:p + win.h, p:p + win.w, :], out=a)
+
+    _for_chunks(g, body)
+
+
+def conv_dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray],
+               accumulate: bool = False) -> None:
+    """dx = dL/dx (or dx += dL/dx when ``accumulate``). ``dx`` may be x's buffer: x is not read."""
+    if compiled(g, dy, w, dx, accumulate=accumulate):
+        _cconv.dgrad(dy, w, dx, g, ws.get("tmp"))
+        return
+    meth = g.method
+    dy2 = _as32(dy, ws, "ybuf", (g.m, g.k_out))
+    if meth == "pointwise":
+        w2 = _as32(w, ws, "wbuf", (g.k_out, g.c))
+        if dx.dtype == F32 and not accumulate:
+            _parallel.matmul(dy2, w2, out=dx.reshape(g.m, g.c))
+            return
+        buf = take(ws.get("col"), (g.m, g.c))
+        _parallel.matmul(dy2, w2, out=buf)
+        d2 = dx.reshape(g.m, g.c)
+        if accumulate:
+            np.add(d2, buf, out=d2, casting="same_kind")
+        else:
+            np.copyto(d2, buf, casting="same_kind")
+        return
+    acc = _out32(dx, ws, "xbuf", g.x_shape)
+    gd = None if accumulate or meth == "depthwise" else dgrad_geom(g)
+    if accumulate:
+        if acc.dtype == F32 and dx.dtype != F32:
+            np.copyto(acc, dx)
+    elif gd is None:
+        acc.fill(0)
+    if meth == "depthwise":
+        win = g.win
+        dy4 = dy2.reshape(g.y_shape)
+        tmp = take(ws.get("tmp"), g.y_shape)
+        wt = _as32(w, ws, "wbuf", (g.c, win.k * win.k))
+        for tap in win.taps:
+            if tap.empty:
+                continue
+            tv = tmp[:, tap.oh, tap.ow, :]
+            np.multiply(dy4[:, tap.oh, tap.ow, :], wt[:, tap.t], out=tv)
+            a = acc[:, tap.ih, tap.iw, :]
+            np.add(a, tv, out=a)
+    elif dgrad_tap_major(g):
+        _dgrad_tap_major(dy2.reshape(g.y_shape), w, acc, g, ws)
+    elif gd is not None:  # dX as a convolution (module doc); overwrites acc
+        win = g.win
+        wf = take(ws.get("wbuf"), (g.c, win.k, win.k, g.k_out))
+        np.copyto(wf, w.transpose(3, 1, 2, 0)[:, ::-1, ::-1, :], casting="same_kind")
+        _im2col_gemm(dy2.reshape(g.y_shape), wf.reshape(1, g.c, gd.kkc).transpose(0, 2, 1), acc, gd, ws)
+    else:
+        w3 = _as32(w, ws, "wbuf", (g.groups, g.kg, g.kkc))
+        dy4 = dy2.reshape(g.y_shape)
+
+        def body(s: int, n: int, gc: ConvGeom, slot: int, first: bool) -> None:
+            col, _ = _col_pad(g, gc, ws, slot)
+            _parallel.matmul(dy4[s:s + n].reshape(gc.m, g.groups, g.kg).transpose(1, 0, 2), w3,
+                             out=col.reshape(g.groups, gc.m, g.kkc))
+            col2im(col, acc[s:s + n], gc)
+
+        _for_chunks(g, body)
+    _finish(dx, acc)
+
+
+# --------------------------------------------------------------------------------------
+# Registered kernels
+# --------------------------------------------------------------------------------------
+
+
+def _geom_from(arrays: dict[str, ArrayInfo], k: int, s: int, p: int, groups: int) -> ConvGeom:
+    return conv_geom(arrays["x"][0], arrays["w"][0], k, s, p, groups)
+
+
+def _is16(arrays: dict[str, ArrayInfo], name: str) -> bool:
+    return name in arrays and arrays[name][1] != F32
+
+
+def _ws_fwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int, groups: int) -> dict[str, ArrayInfo]:
+    g = _geom_from(arrays, k, s, p, groups)
+    sizes = conv_workspace_sizes(g, x16=_is16(arrays, "x"), w16=_is16(arrays, "w"), y16=_is16(arrays, "y"))
+    return {n: ((v,), F32) for n, v in sizes.items()}
+
+
+def _ws_bwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int, groups: int) -> dict[str, ArrayInfo]:
+    g = _geom_from(arrays, k, s, p, groups)
+    phases = ("wgrad", "dgrad") if "dx" in arrays else ("wgrad",)
+    sizes = conv_workspace_sizes(g, x16=_is16(arrays, "x"), w16=_is16(arrays, "w"), y16=_is16(arrays, "dy"),
+                                 dw16=_is16(arrays, "dw"), phases=phases)
+    return {n: ((v,), F32) for n, v in sizes.items()}
+
+
+def _ws_bwd_cuda(arrays: dict[str, ArrayInfo], **_: Any) -> dict[str, ArrayInfo]:
+    """The CUDA backward's one workspace (``GpuOps.conv_wgrad`` of
+    :mod:`tr_mlir.lowering.cuda.backend`): ``wbuf``, the fp32 accumulator of an fp16 dw (the AMP
+    G16 copy). Its forward, input gradient and fp32 weight gradient are implicit GEMMs or direct
+    kernels reading the operands in place: no columns, padded copies or fp32 casts."""
+    return {"wbuf": (arrays["dw"][0], F32)} if _is16(arrays, "dw") else {}
+
+
+def _ws(**kw: Any) -> dict[str, np.ndarray]:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+@kernel("conv_fwd", writes=("y",), workspaces=WORKSPACES, workspace_fn=_ws_fwd,
+        target_workspace_fns={CUDA: None}, also=("conv_inf",))
+def conv_fwd(x, w, y, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1, p: int = 0,
+             groups: int = 1) -> None:
+    """Convolution forward (and inference): ``y = conv2d(x, w, stride s, padding p, groups)``.
+
+    x (N, H, W, C), w (K, k, k, C/groups) KRSC, y (N, (H+2p-k)//s+1, (W+2p-k)//s+1, K); fp32, or
+    fp16 x/w/y with fp32 accumulation. No bias (every conv is followed by BN or nothing).
+    """
+    g = conv_geom(x.shape, w.shape, k, s, p, groups)
+    if y.shape != g.y_shape:
+        raise ValueError(f"expected conv output of shape {g.y_shape}, got {y.shape}")
+    conv_forward(x, w, y, g, _ws(col=col, wbuf=wbuf, ybuf=ybuf, xbuf=xbuf, tmp=tmp))
+
+
+@kernel("conv_bwd", writes=("dx", "dw"), workspaces=WORKSPACES, workspace_fn=_ws_bwd,
+        target_workspace_fns={CUDA: _ws_bwd_cuda}, also=("conv_bwd_first_layer",))
+def conv_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1,
+             p: int = 0, groups: int = 1) -> None:
+    """Convolution backward: ``dw`` (overwritten) from dy and x, then ``dx`` from dy and w.
+
+    dW is computed first, so ``dx`` may be x's own buffer (the seed writes dX over X). ``dx``
+    None (``conv_bwd_first_layer``): weight gradient only. dw may be fp16 (the AMP G16 copy).
+    """
+    g = conv_geom(x.shape, w.shape, k, s, p, groups)
+    ws = _ws(col=col, wbuf=wbuf, ybuf=ybuf, xbuf=xbuf, tmp=tmp)
+    conv_wgrad(dy, x, dw, g, ws)
+    if dx is not None:
+        conv_dgrad(dy, w, dx, g, ws)

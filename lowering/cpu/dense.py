@@ -1,0 +1,320 @@
+"""Fully connected layers, reshapes (flatten, channel padding), residual add and plain copies.
+
+FC: x (N, H, W, C) read as the (N, H*W*C) NHWC-flattened matrix, weight (out, H*W*C) (any
+shape of that size, e.g. the seed's (out, 1, 1, F)), optional bias (out), y (N, 1, 1, out):
+``y = x @ w.T + b``. fp16 operands (AMP) are cast into fp32 workspaces (``xbuf``, ``wbuf``,
+``ybuf``) for the GEMM; results are rounded once. (The CUDA GEMM reads fp16 in place: no workspace.)
+
+Threads (:mod:`._parallel`): the forward GEMM is split in two column blocks, each thread adding
+the bias to its block; the backward gives each thread a column block of dw and then the same
+columns of dx (safe when dx is x's buffer), or splits dw alone (the first layer) in row blocks
+each with its db sums. The C worker
+of :mod:`._parallel` runs the second thread's part when it is there. GEMMs of at least
+:data:`._parallel.MIN_SPLIT_FLOPS` use the kernels' own OpenBLAS instance when there is one
+(:func:`._parallel.own_blas`: results agree with NumPy's to float rounding); the blocks are then
+fixed by the shapes. With NumPy's OpenBLAS, the cuts are those that keep its bits
+(:func:`._parallel.numpy_cut_align`: where only row cuts at multiples of 24 do, no column
+blocks and no one-section backward). Every strategy gives the same bits on one or two threads,
+contended or not (tests/test_kernels_parallel.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from . import _parallel
+from ._util import F32, as32, chunks, copy_into, finish, flat, out32, scalar
+from .registry import CUDA, ArrayInfo, kernel
+
+
+def _fc_dims(x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> tuple[int, int, int]:
+    n = int(x_shape[0])
+    f = math.prod(int(d) for d in x_shape[1:])  # math.prod: ~20x cheaper than np.prod on a tuple
+    o = int(w_shape[0])
+    if math.prod(int(d) for d in w_shape) != o * f:
+        raise ValueError(f"expected fc weight of {o} x {f} (out x H*W*C of input {tuple(x_shape)}), "
+                         f"got shape {tuple(w_shape)}")
+    return n, f, o
+
+
+def _ws_fc(arrays: dict[str, ArrayInfo], **_: object) -> dict[str, ArrayInfo]:
+    xs, ws = arrays["x"][0], arrays["w"][0]
+    n, f, o = _fc_dims(xs, ws)
+    half = {k for k, (_, d) in arrays.items() if d != F32}
+    out: dict[str, ArrayInfo] = {}
+    if half & {"x", "dx"}:
+        out["xbuf"] = ((n * f,), F32)
+    if half & {"w", "dw"}:
+        out["wbuf"] = ((o * f,), F32)
+    if half & {"y", "dy"}:
+        out["ybuf"] = ((n * o,), F32)
+    return out
+
+
+def concurrent_backward(n: int, f: int, o: int) -> bool:
+    """Whether an fp32 FC backward of batch ``n``, ``f`` inputs and ``o`` outputs runs as one
+    parallel section, each thread computing a column block of dw and then the same columns of
+    dx (:func:`_backward_concurrently`), instead of one split GEMM after the other: when each
+    GEMM is large enough to split (:data:`._parallel.MIN_SPLIT_FLOPS`). One hand-off instead of
+    two, no wait between the GEMMs. (Measured first with dw and dx one per thread on Python
+    threads, n = 200: f x o = 1024 x 512: 2.43 ms vs 2.60 split; under load the MLP step fell
+    by 1.1 ms.) A static rule on the shapes; every way computes each element with the same
+    OpenBLAS call over the whole ``k``, so the result is the same bits."""
+    return 2.0 * n * f * o >= _parallel.MIN_SPLIT_FLOPS and min(n, f, o) >= 2
+
+
+def fc_forward(x, w, b, y, ws: dict[str, np.ndarray]) -> None:
+    """``y = x @ w.T (+ b)`` (see the module doc). The GEMM is split across the kernel threads
+    (:func:`._parallel.matmul`); each thread adds the bias to the block it computed."""
+    n, f, o = _fc_dims(x.shape, w.shape)
+    if y.size != n * o:
+        raise ValueError(f"expected fc output of {n} x {o} elements, got shape {y.shape}")
+    x2, w2, y2 = as32(x, ws, "xbuf", (n, f)), as32(w, ws, "wbuf", (o, f)), out32(y, ws, "ybuf", (n, o))
+    _parallel.matmul(x2, w2.T, out=y2, bias=None if b is None else b.reshape(o), own_blas=True)
+    finish(y, y2)
+
+
+def fc_backward(dy, w, x, dw, db, dx, ws: dict[str, np.ndarray]) -> None:
+    """dw = dy.T @ x, db = sum(dy), then dx = dy @ w (dx may be x's buffer; None: skipped).
+
+    fp32 with dx wanted and :func:`concurrent_backward`: one parallel section, each thread a
+    column block of dw (with a block of the db sums) and then the same columns of dx
+    (:func:`_backward_concurrently`; dx may be x's buffer). Otherwise each GEMM is split
+    across the kernel threads (:func:`._parallel.matmul`) and the thread that computed rows
+    ``r`` of dw also sums ``db[r]``. db is always the column sums of dy over the batch in
+    order (one ``np.add.reduce`` over axis 0 or its column blocks: the same sums)."""
+    n, f, o = _fc_dims(x.shape, w.shape)
+    if dx is not None and _backward_concurrently(dy, w, x, dw, db, dx, ws, n, f, o):
+        return
+    dy2 = as32(dy, ws, "ybuf", (n, o))
+    x2 = as32(x, ws, "xbuf", (n, f))
+    dw2 = out32(dw, ws, "wbuf", (o, f))
+    db2 = None if db is None else db.reshape(o)
+    if not _weight_grad_c(dy2, x2, dw2, db2, n, f, o):
+        _parallel.matmul(dy2.T, x2, out=dw2, epilogue=None if db2 is None else _db_epilogue(dy2, db2), own_blas=True)
+    finish(dw, dw2)
+    if dx is not None:
+        w2 = as32(w, ws, "wbuf", (o, f))
+        dx2 = out32(dx, ws, "xbuf", (n, f))
+        _parallel.matmul(dy2, w2, out=dx2, own_blas=True)
+        finish(dx, dx2)
+
+
+def _weight_grad_jobs(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.ndarray | None, axis: int,
+                      count: int, align: int = 1) -> tuple | None:
+    """C jobs for dw = dy.T @ x and db in ``count`` blocks along ``axis`` (cuts at multiples of
+    ``align``): row blocks of dw each with the db sums of its rows, or column blocks with db in
+    the first (None: a layout the C worker cannot take)."""
+    size = dw2.shape[axis]
+    jobs = []
+    for lo, hi in _parallel.blocks(size, count, align):
+        s = slice(lo, hi)
+        if axis == -2:
+            jobs.append(_parallel.gemm_job(dy2.T[s], x2, dw2[s], sum_src=None if db2 is None else dy2[:, s],
+                                           sum_dst=None if db2 is None else db2[s], own=True))
+        else:
+            first = lo == 0 and db2 is not None
+            jobs.append(_parallel.gemm_job(dy2.T, x2[:, s], dw2[:, s], sum_src=dy2 if first else None,
+                                           sum_dst=db2 if first else None, own=True))
+    return None if None in jobs else tuple(jobs)
+
+
+def _weight_grad_c(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.ndarray | None,
+                   n: int, f: int, o: int) -> bool:
+    """dw = dy.T @ x and db split across this thread and the C worker
+    (:func:`._parallel.run_jobs`), as :func:`._parallel.matmul` splits it (:func:`_weight_grad_jobs`).
+    False (nothing done) when the split does not apply."""
+    flops = 2.0 * n * f * o
+    t = _parallel.workers()
+    if t != 2 or flops < _parallel.MIN_SPLIT_FLOPS or db2 is not None and db2.dtype != F32 or not _parallel.c_gemm():
+        return False
+    own = _parallel.own_blas() is not None
+    # own OpenBLAS: row cuts at multiples of 24 only; NumPy's: where its probe says they keep its bits
+    align = _parallel.OWN_ROW_ALIGN if own else _parallel.numpy_cut_align()
+    if not align:
+        return False
+    axis = -2 if align > 1 else _parallel.split_axis(o, f)
+    size = (o // align) if axis == -2 else f
+    if size < 2 * t:
+        return False
+    count = _parallel.gemm_blocks(flops, size, t)
+    jobs = _parallel.cached_jobs(("dw", axis, count, align) + _parallel.array_key(dy2, x2, dw2, db2),
+                                 lambda: _weight_grad_jobs(dy2, x2, dw2, db2, axis, count, align))
+    if jobs is None:
+        return False
+    if count > t:
+        _parallel.note_dynamic_call()
+        _parallel.run_jobs(*jobs)
+    else:
+        _parallel.note_split(_parallel.run_jobs(*jobs))
+    return True
+
+
+def _db_epilogue(dy2: np.ndarray, db: np.ndarray):
+    """The epilogue of a dw block (rows, cols): ``db[rows]`` = column sums of ``dy2[:, rows]``,
+    by the block holding column 0 of dw (so once per row block)."""
+    def epilogue(rows: slice, cols: slice) -> None:
+        if cols.start is None or cols.start == 0:
+            np.add.reduce(dy2[:, rows], axis=0, out=db[rows])
+    return epilogue
+
+
+def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> bool:
+    """The concurrent fp32 path of :func:`fc_backward`; False (nothing done) when it does not
+    apply. Column blocks ``c`` of the ``f`` inputs: each thread computes ``dw[:, c] = dy.T @
+    x[:, c]`` and then ``dx[:, c] = dy @ w[:, c]``, so when dx is x's buffer a thread overwrites
+    only the columns of x it has itself finished reading; the db sums are split by blocks of
+    the ``o`` outputs, one block with each dw block."""
+    arrays = (dy, w, x, dw, dx) if db is None else (dy, w, x, dw, db, dx)
+    own = _parallel.own_blas() is not None  # fixed blocks on any thread count (its bits depend on the cut)
+    threads = _parallel.workers()
+    if any(a.dtype != F32 for a in arrays) or not concurrent_backward(n, f, o) or threads > 2 or \
+            threads == 1 and not own:
+        return False
+    dy2, w2, x2, dw2, dx2 = dy.reshape(n, o), w.reshape(o, f), x.reshape(n, f), dw.reshape(o, f), dx.reshape(n, f)
+    db2 = None if db is None else db.reshape(o)
+    writes = (dw2,) if db2 is None else (dw2, db2)
+    if not own and _parallel.numpy_cut_align() != 1:
+        return False  # NumPy's OpenBLAS changes its bits under column cuts here (its Haswell kernels)
+    if any(np.may_share_memory(a, b) for a in writes for b in (dy2, w2, x2, dx2)) or \
+            np.may_share_memory(dx2, dy2) or np.may_share_memory(dx2, w2):
+        return False
+    in_place = np.may_share_memory(dx2, x2)
+    if in_place and (dx2.ctypes.data != x2.ctypes.data or dx2.strides != x2.strides):
+        return False  # overlapping some other way: one GEMM after the other
+    count = 2  # column blocks: one per thread, two per thread while the threads run unequally fast
+    if not own and _parallel.contended() and 2.0 * n * f * o >= _parallel.BLOCK_FLOPS and _parallel.cuts_keep_bits():
+        count = 4
+        _parallel.note_dynamic_call()
+    count = min(count, f // 2)
+    cols = [slice(lo, hi) for lo, hi in _parallel.blocks(f, count)]
+    outs = [slice(lo, hi) for lo, hi in _parallel.blocks(o, count)]
+    if _parallel.c_gemm():  # the jobs on this thread and the C worker (no Python hand-off)
+        def make():
+            heads, tails = [], []
+            for c, r in zip(cols, outs):
+                head = _parallel.gemm_job(dy2.T, x2[:, c], dw2[:, c], sum_src=None if db2 is None else dy2[:, r],
+                                          sum_dst=None if db2 is None else db2[r], own=True)
+                tail = _parallel.gemm_job(dy2, w2[:, c], dx2[:, c], own=True)
+                if head is None or tail is None:
+                    return None
+                heads.append(_parallel.chain(head, tail))
+                tails.append(tail)
+            return tuple(heads), tuple(tails)  # the tails stay alive with the heads
+
+        jobs = _parallel.cached_jobs(("fc_bwd", count) + _parallel.array_key(dy2, x2, dw2, db2, w2, dx2), make)
+        if jobs is not None:
+            if threads == 1:
+                for head in jobs[0]:
+                    _parallel.run_here(head)
+            else:
+                _parallel.run_jobs(*jobs[0])
+            return True
+        if threads == 1:
+            return False
+
+    def block(c: slice, r: slice) -> None:
+        np.matmul(dy2.T, x2[:, c], out=dw2[:, c])
+        if db2 is not None:
+            np.add.reduce(dy2[:, r], axis=0, out=db2[r])
+        np.matmul(dy2, w2[:, c], out=dx2[:, c])
+
+    _parallel.run_dynamic([(lambda c=c, r=r: block(c, r)) for c, r in zip(cols, outs)])
+    return True
+
+
+@kernel("fc_fwd", writes=("y",), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=_ws_fc,
+        target_workspace_fns={CUDA: None}, also=("fc_inf",))
+def fc_fwd(x, w, y, b=None, xbuf=None, wbuf=None, ybuf=None) -> None:
+    """Fully connected forward: ``y = x_flat @ w.T + b`` (b None: no bias)."""
+    fc_forward(x, w, b, y, {k: v for k, v in (("xbuf", xbuf), ("wbuf", wbuf), ("ybuf", ybuf)) if v is not None})
+
+
+@kernel("fc_bwd", writes=("dx", "dw", "db"), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=_ws_fc,
+        target_workspace_fns={CUDA: None}, also=("fc_bwd_first_layer",))
+def fc_bwd(dy, w, x, dw, db=None, dx=None, xbuf=None, wbuf=None, ybuf=None) -> None:
+    """Fully connected backward: dw (out, F) and db (out) overwritten, then dx (may be x's
+    buffer; None skips it, e.g. when x is the model input). dw, db fp32 even in AMP."""
+    fc_backward(dy, w, x, dw, db, dx,
+                {k: v for k, v in (("xbuf", xbuf), ("wbuf", wbuf), ("ybuf", ybuf)) if v is not None})
+
+
+@kernel("flatten_fwd", writes=("y",), also=("flatten_inf",))
+def flatten_fwd(x, y) -> None:
+    """(N, H, W, C) -> (N, 1, 1, H*W*C) in NHWC order: a copy, skipped when y is x's buffer."""
+    copy_into(y, x)
+
+
+@kernel("flatten_bwd", writes=("dx",))
+def flatten_bwd(dy, dx) -> None:
+    """dx = dy reshaped back (a copy, skipped when they share a buffer)."""
+    copy_into(dx, dy)
+
+
+@kernel("noop", writes=(), also=("flatten_bwd_first_layer", "channel_padding_bwd_first_layer"))
+def noop() -> None:
+    """Nothing to do (the backward of a reshape of the model input: no gradient is wanted)."""
+
+
+@kernel("channel_padding_fwd", writes=("y",), also=("channel_padding_inf",))
+def channel_padding_fwd(x, y) -> None:
+    """Zero-pad channels at the tail: y[..., :C] = x, y[..., C:] = 0."""
+    c = x.shape[-1]
+    y[..., :c] = x
+    y[..., c:] = 0
+
+
+@kernel("channel_padding_bwd", writes=("dx",))
+def channel_padding_bwd(dy, dx) -> None:
+    """Drop the padded channels: dx = dy[..., :C]."""
+    dx[...] = dy[..., : dx.shape[-1]]
+
+
+@kernel("add_fwd", writes=("y",))
+def add_fwd(a, b, y) -> None:
+    """Residual join ``y = a + b`` (same shapes); y may be a's or b's buffer."""
+    np.add(a, b, out=y)
+
+
+@kernel("add_bwd", writes=("da", "db"))
+def add_bwd(dy, da=None, db=None) -> None:
+    """Gradient of ``a + b``: ``da = dy`` and ``db = dy`` (copies, skipped where the gradient
+    slot is dy's own buffer; None: that operand needs no gradient)."""
+    for d in (da, db):
+        if d is not None:
+            copy_into(d, dy)
+
+
+@kernel("add_bwd_acc", writes=("da", "db"))
+def add_bwd_acc(dy, da=None, db=None) -> None:
+    """Gradient of ``a + b`` accumulated: ``da += dy``, ``db += dy`` (slots summing several uses)."""
+    for d in (da, db):
+        if d is not None:
+            np.add(d, dy, out=d, casting="same_kind")
+
+
+@kernel("grad_acc", writes=("dx",), also=("grad_accum",))
+def grad_acc(dy, dx) -> None:
+    """``dx += dy``: add one use's gradient into a value's gradient slot."""
+    np.add(dx, dy, out=dx, casting="same_kind")
+
+
+@kernel("identity_fwd", writes=("y",), also=("identity_bwd", "identity_inf", "dtensor_copy", "dropout_inf"))
+def identity_fwd(x, y) -> None:
+    """``y = x`` (copy with cast, skipped when y is x's buffer). Also ``dtensor_copy`` (labels)
+    and ``dropout_inf`` (dropout is the identity at inference)."""
+    copy_into(y, x)
+
+
+@kernel("axpy_fwd", writes=("y",))
+def axpy_fwd(x, y, a) -> None:
+    """``y += a * x`` (``a`` a scalar operand), in chunks."""
+    alpha = scalar(a)
+    xf, yf = flat(x), flat(y)
+    for sl in chunks(xf.size):
+        yf[sl] += alpha * xf[sl].astype(F32, copy=False)
+
+

@@ -1,0 +1,199 @@
+"""Batch normalization over the last (channel) axis: NHWC ``bn2d``, and ``bn1d`` on (N, 1, 1, C).
+
+Statistics are per channel over every other axis (M = N*H*W values). PyTorch semantics
+(``BatchNorm2d`` / ``BatchNorm1d``, training mode):
+
+* ``y = (x - mean) * inv_std * gamma + beta`` with the biased batch variance,
+  ``inv_std = 1 / sqrt(var + eps)``;
+* running statistics updated **in place**: ``rm = (1 - momentum) * rm + momentum * mean``,
+  ``rv = (1 - momentum) * rv + momentum * var * M / (M - 1)`` (unbiased; M = 1 keeps the biased 0);
+* the batch ``mean`` and ``inv_std`` are saved for the backward pass.
+
+Inference uses the folded ``eq_scale = gamma / sqrt(rv + eps)``, ``eq_bias = beta - rm * eq_scale``
+(``bn_update_eq_params``). Every reduction and the normalization run in fp32 over row chunks, so
+fp16 (AMP) activations get fp32 statistics and no temporary of activation size exists. Large
+activations (:data:`SPLIT_ELEMENTS`) are shared out among the kernel threads by blocks of rows,
+each reduction keeping one C-element partial per thread, summed in thread order. Parameters,
+running statistics and saved statistics are fp32 arrays of C elements (any shape, e.g. (1, 1, 1, C)).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _parallel
+from ._util import CHUNK, F32, chunks, row_chunks, rows2d, scalar
+from .registry import kernel
+
+SPLIT_ELEMENTS = 1 << 20
+"""Activations of at least this many elements are normalized by all kernel threads, each over
+its block of rows in chunks of about :data:`SPLIT_CHUNK` elements (long NumPy calls: with short
+ones the threads spend their time handing the GIL back and forth); smaller ones run serially in
+:data:`._util.CHUNK` chunks."""
+
+SPLIT_CHUNK = 1 << 18
+
+
+def _vec(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1)
+
+
+def _blocks(m: int, c: int, fn) -> None:
+    """``fn(lo, hi, w, rows_per_chunk)`` over row blocks: one per kernel thread for a large
+    activation, else one block with :data:`._util.CHUNK`-sized chunks."""
+    if m * c < SPLIT_ELEMENTS:
+        fn(0, m, 0, max(1, CHUNK // max(c, 1)))
+        return
+    step = max(1, SPLIT_CHUNK // max(c, 1))
+    t = max(1, min(_parallel.workers(), m))
+    bounds = [m * i // t for i in range(t + 1)]
+    _parallel.run([lambda w=w: fn(bounds[w], bounds[w + 1], w, step) for w in range(t)])
+
+
+def _reduce(m: int, c: int, body, *outs: np.ndarray) -> None:
+    """``outs`` = sums over row blocks of what ``body(lo, hi, acc, rows_per_chunk)`` adds into
+    the zeroed C-element arrays ``acc`` (the first block sums into ``outs`` itself)."""
+    parts: dict[int, tuple[np.ndarray, ...]] = {}
+
+    def run(lo: int, hi: int, w: int, step: int) -> None:
+        acc = outs if w == 0 else tuple(np.empty_like(o) for o in outs)
+        for o in acc:
+            o.fill(0)
+        body(lo, hi, acc, step)
+        if w:
+            parts[w] = acc
+
+    _blocks(m, c, run)
+    for w in sorted(parts):
+        for o, a in zip(outs, parts[w]):
+            np.add(o, a, out=o)
+
+
+def bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps, momentum) -> None:
+    """Training-mode batch norm (see the module doc); ``y`` may be ``x``'s buffer."""
+    x2, y2 = rows2d(x), rows2d(y)
+    m, c = x2.shape
+    mean, istd = _vec(save_mean), _vec(save_istd)
+
+    def total(lo: int, hi: int, acc, step: int) -> None:
+        np.add.reduce(x2[lo:hi], axis=0, dtype=F32, out=acc[0])
+
+    _reduce(m, c, total, mean)
+    mean *= 1.0 / m
+
+    def squares(lo: int, hi: int, acc, step: int) -> None:
+        for r in chunks(hi - lo, step):
+            t = x2[lo + r.start:lo + r.stop] - mean
+            t *= t
+            np.add(acc[0], t.sum(axis=0, dtype=F32), out=acc[0])
+
+    _reduce(m, c, squares, istd)
+    var = istd * (1.0 / m)
+    mom = scalar(momentum)
+    rm, rv = _vec(running_mean), _vec(running_var)
+    rm *= 1.0 - mom
+    rm += mom * mean
+    rv *= 1.0 - mom
+    rv += (mom * (m / (m - 1) if m > 1 else 1.0)) * var
+    var += scalar(eps)
+    np.sqrt(var, out=istd)
+    np.reciprocal(istd, out=istd)
+    scale = _vec(gamma) * istd
+    shift = _vec(beta) - mean * scale
+
+    def normalize(lo: int, hi: int, w: int, step: int) -> None:
+        for r in chunks(hi - lo, step):
+            sl = slice(lo + r.start, lo + r.stop)
+            t = x2[sl] * scale
+            t += shift
+            y2[sl] = t
+
+    _blocks(m, c, normalize)
+
+
+def bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta) -> None:
+    """Batch-norm backward from the saved mean / inv_std; ``dx`` may alias ``x`` or ``dy``.
+
+    dbeta = sum(dy); dgamma = sum(dy * xhat); dx = gamma * inv_std * (dy - dbeta/M - xhat * dgamma/M).
+    ``dx`` None: parameter gradients only.
+    """
+    x2, dy2 = rows2d(x), rows2d(dy)
+    m, c = x2.shape
+    mean, istd = _vec(save_mean), _vec(save_istd)
+    dg, db = _vec(dgamma), _vec(dbeta)
+
+    def grads(lo: int, hi: int, acc, step: int) -> None:
+        for r in chunks(hi - lo, step):
+            sl = slice(lo + r.start, lo + r.stop)
+            xh = x2[sl] - mean
+            xh *= istd
+            d = dy2[sl].astype(F32, copy=False)
+            np.add(acc[1], d.sum(axis=0, dtype=F32), out=acc[1])
+            xh *= d
+            np.add(acc[0], xh.sum(axis=0, dtype=F32), out=acc[0])
+
+    _reduce(m, c, grads, dg, db)
+    if dx is None:
+        return
+    dx2 = rows2d(dx)
+    k = _vec(gamma) * istd
+    mdb, mdg = db * (1.0 / m), dg * (1.0 / m)
+
+    def input_grad(lo: int, hi: int, w: int, step: int) -> None:
+        for r in chunks(hi - lo, step):
+            sl = slice(lo + r.start, lo + r.stop)
+            xh = x2[sl] - mean
+            xh *= istd
+            xh *= mdg
+            t = dy2[sl] - mdb
+            t -= xh
+            t *= k
+            dx2[sl] = t
+
+    _blocks(m, c, input_grad)
+
+
+def bn_affine(x, scale, bias, y) -> None:
+    """``y = x * scale + bias`` per channel (fp32 math); ``y`` may be ``x``'s buffer."""
+    x2, y2 = rows2d(x), rows2d(y)
+    m, c = x2.shape
+    sc, bi = _vec(scale), _vec(bias)
+    for r in row_chunks(m, c):
+        t = x2[r] * sc
+        t += bi
+        y2[r] = t
+
+
+@kernel("bn2d_fwd", writes=("y", "running_mean", "running_var", "save_mean", "save_istd"), also=("bn1d_fwd",))
+def bn_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps=None, momentum=None) -> None:
+    """Batch norm, training mode. x, y (N, H, W, C) (bn1d: (N, 1, 1, C)); gamma, beta, running and
+    saved statistics C-element fp32. Running statistics are updated in place (PyTorch momentum,
+    unbiased variance); saves the batch mean and inv_std = 1/sqrt(var + eps). ``eps`` and
+    ``momentum`` are scalar operands (the ``bn_epsilon`` / ``bn_momentum`` scalars, or numbers;
+    None: PyTorch's 1e-5 and 0.1)."""
+    bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd,
+                     1e-5 if eps is None else eps, 0.1 if momentum is None else momentum)
+
+
+@kernel("bn2d_bwd", writes=("dx", "dgamma", "dbeta"), also=("bn1d_bwd",))
+def bn_bwd(dy, x, gamma, save_mean, save_istd, dgamma, dbeta, dx=None) -> None:
+    """Batch norm backward: dgamma, dbeta (overwritten) and dx, which may be x's buffer."""
+    bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta)
+
+
+@kernel("bn2d_inf", writes=("y",), also=("bn1d_inf",))
+def bn_inf(x, eq_scale, eq_bias, y) -> None:
+    """Batch norm, inference: ``y = x * eq_scale + eq_bias`` (folded running statistics)."""
+    bn_affine(x, eq_scale, eq_bias, y)
+
+
+@kernel("bn_update_eq_params", writes=("eq_scale", "eq_bias"))
+def bn_update_eq_params(gamma, beta, running_mean, running_var, eq_scale, eq_bias, eps=None) -> None:
+    """Fold BN for inference: ``eq_scale = gamma / sqrt(rv + eps)``, ``eq_bias = beta - rm * eq_scale``
+    (``eps`` a scalar operand; None: 1e-5)."""
+    sc, bi = _vec(eq_scale), _vec(eq_bias)
+    np.add(_vec(running_var), 1e-5 if eps is None else scalar(eps), out=sc)
+    np.sqrt(sc, out=sc)
+    np.divide(_vec(gamma), sc, out=sc)
+    np.multiply(_vec(running_mean), sc, out=bi)
+    np.subtract(_vec(beta), bi, out=bi)

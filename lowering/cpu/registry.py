@@ -1,0 +1,233 @@
+"""The kernel registry: one :class:`KernelSpec` per compute/range op name, in :data:`KERNELS`.
+
+A kernel is a plain function. Its positional-or-keyword parameters are **arrays** (views into
+the arena, or small 1-element "scalar" arrays read at call time); its keyword-only parameters
+are **static params** (Python ints/floats fixed at compile time). It writes its outputs in place
+and allocates nothing whose size grows with an activation (at most fixed-size chunk temporaries,
+see :mod:`._util`). Scratch memory a kernel needs is passed in as **workspace** arrays whose sizes
+come from :meth:`KernelSpec.workspace_shapes`, so the compiler can plan them.
+
+A kernel has one implementation per target (:data:`TARGETS`): the function registered here runs
+on the CPU, the CUDA backend (:mod:`tr_mlir.lowering.cuda.backend`) binds the same spec to its own
+launcher. The implementations take the same arguments but need different scratch memory (the CUDA
+convolutions are implicit GEMMs: no im2col columns, no padded copies, no fp32 casts of fp16
+operands), so a kernel family declares its workspace rule per target (``target_workspace_fns``)
+and a plan holds only what its target's kernels use.
+
+The runtime binds a node once (:meth:`KernelSpec.bind`) and replays the returned zero-argument
+closure every step.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+ArrayInfo = tuple[tuple[int, ...], np.dtype]
+"""(shape, dtype) of one array, as a planner knows it before the arena exists."""
+
+WorkspaceFn = Callable[..., dict[str, ArrayInfo]]
+"""``fn(arrays: dict[str, ArrayInfo], **params) -> {workspace name: (shape, dtype)}``."""
+
+CPU, CUDA = "cpu", "cuda"
+TARGETS = (CPU, CUDA)
+"""The targets a kernel has implementations for: the values of
+:class:`tr_mlir.dialects.memplan.Target` (a plan's ``target``, a backend's ``target``)."""
+
+
+def _info(value: Any) -> ArrayInfo:
+    """(shape, dtype) of an array, or of a ``(shape, dtype)`` pair."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return tuple(int(d) for d in value.shape), np.dtype(value.dtype)
+    shape, dtype = value
+    return tuple(int(d) for d in shape), np.dtype(dtype)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel: its function and the roles of its arguments.
+
+    ``arrays`` are the array arguments in signature order; ``writes`` the subset it writes
+    (outputs, in-place updated state such as running statistics or optimizer moments);
+    ``workspaces`` the call-scoped scratch arrays (contents undefined before and after a call);
+    ``optional`` the arrays that may be passed as ``None``; ``params`` the static keyword
+    parameters, with ``defaults`` for the optional ones. ``kind`` is ``"compute"`` or
+    ``"range"`` (range kernels take flat 1-D views over contiguous region spans).
+
+    ``workspace_fn`` sizes the workspaces of the CPU implementation (``fn``);
+    ``target_workspace_fns`` those of the implementations on other targets (target name -> rule,
+    ``None``: that implementation uses none of them). A target it does not name uses
+    ``workspace_fn`` (see :meth:`workspace_rule`).
+    """
+
+    name: str
+    fn: Callable[..., None]
+    arrays: tuple[str, ...]
+    writes: frozenset[str]
+    workspaces: tuple[str, ...] = ()
+    optional: frozenset[str] = frozenset()
+    params: tuple[str, ...] = ()
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    kind: str = "compute"
+    workspace_fn: WorkspaceFn | None = None
+    target_workspace_fns: Mapping[str, WorkspaceFn | None] = field(default_factory=dict)
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Arrays read and not written (inputs and scalar operands)."""
+        return tuple(a for a in self.arrays if a not in self.writes and a not in self.workspaces)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Arrays written (outputs and updated state), in signature order."""
+        return tuple(a for a in self.arrays if a in self.writes)
+
+    @property
+    def doc(self) -> str:
+        return inspect.getdoc(self.fn) or ""
+
+    def workspace_rule(self, target: str = CPU) -> WorkspaceFn | None:
+        """The workspace rule of the implementation on ``target`` (one of :data:`TARGETS`):
+        its entry in ``target_workspace_fns``, else ``workspace_fn``; ``None``: no workspaces."""
+        if target not in TARGETS:
+            raise ValueError(f"kernel '{self.name}': unknown target '{target}', expected one of {list(TARGETS)}")
+        return self.target_workspace_fns.get(target, self.workspace_fn)
+
+    def workspace_shapes(self, arrays: Mapping[str, Any], *, target: str = CPU, **params: Any) -> dict[str, ArrayInfo]:
+        """Shapes and dtypes of the workspaces for one call of the implementation on ``target``.
+
+        ``arrays`` maps the kernel's non-workspace array names to arrays or ``(shape, dtype)``
+        pairs (optional ones may be left out or ``None``); ``params`` are the static params.
+        Workspaces are flat: a kernel accepts any contiguous array of the returned dtype with
+        at least that many elements, so a planner may share one temporary among kernels.
+        Returns ``{}`` for a kernel without workspaces (on that target).
+        """
+        rule = self.workspace_rule(target)
+        if rule is None:
+            return {}
+        infos = {k: _info(v) for k, v in arrays.items() if v is not None and k not in self.workspaces}
+        full = {**self.defaults, **{k: v for k, v in params.items() if k in self.params}}
+        out = rule(infos, **full)
+        # exact (Python ints): an int64 product overflows for absurd sizes, which the planner reports
+        return {k: ((math.prod(int(x) for x in s),), np.dtype(d)) for k, (s, d) in out.items()}
+
+    def allocate_workspaces(self, arrays: Mapping[str, Any], *, target: str = CPU,
+                            **params: Any) -> dict[str, np.ndarray]:
+        """Fresh zeroed workspaces (for tests and eager use; the runtime plans them instead)."""
+        return {k: np.zeros(s, d) for k, (s, d) in self.workspace_shapes(arrays, target=target, **params).items()}
+
+    def bind(self, arrays: Mapping[str, Any], params: Mapping[str, Any] | None = None) -> Callable[[], None]:
+        """A zero-argument closure running the kernel on fixed arrays.
+
+        ``arrays`` must name every non-optional array except workspaces (a workspace left out is
+        passed as ``None``: the target's rule asked for none); ``params`` may hold more keys than
+        the kernel takes (a layer op's whole param dict): only :attr:`params` are passed on.
+        Raises ``KeyError`` naming a missing array or param and the kernel.
+        """
+        params = dict(params or {})
+        missing = [a for a in self.arrays if a not in arrays and a not in self.optional and a not in self.workspaces]
+        if missing:
+            raise KeyError(f"kernel '{self.name}' expected arrays {missing}, got {sorted(arrays)}")
+        unknown = sorted(set(arrays) - set(self.arrays))
+        if unknown:
+            raise KeyError(f"kernel '{self.name}' takes no arrays {unknown}; it takes {list(self.arrays)}")
+        chosen = {k: params[k] for k in self.params if k in params}
+        absent = [k for k in self.params if k not in chosen and k not in self.defaults]
+        if absent:
+            raise KeyError(f"kernel '{self.name}' expected params {absent}, got {sorted(params)}")
+        bound = {a: arrays.get(a) for a in self.arrays}
+        return functools.partial(self.fn, **bound, **chosen)
+
+    def __call__(self, **kwargs: Any) -> None:
+        """Run eagerly with keyword arrays and params (tests)."""
+        self.fn(**kwargs)
+
+
+KERNELS: dict[str, KernelSpec] = {}
+"""Every kernel, keyed by compute/range op name (snake_case, precision-free: the dtypes of the
+bound arrays decide between fp32 and AMP)."""
+
+
+def register(spec: KernelSpec) -> KernelSpec:
+    """Add ``spec`` to :data:`KERNELS`; a second kernel of one name, or a workspace rule for a
+    target not in :data:`TARGETS`, is an error."""
+    if spec.name in KERNELS:
+        raise ValueError(f"kernel '{spec.name}' registered twice")
+    bad = sorted(set(spec.target_workspace_fns) - set(TARGETS))
+    if bad:
+        raise ValueError(f"kernel '{spec.name}': workspace rules for unknown targets {bad}, expected {list(TARGETS)}")
+    KERNELS[spec.name] = spec
+    return spec
+
+
+def kernel(
+    name: str,
+    *,
+    writes: Sequence[str],
+    workspaces: Sequence[str] = (),
+    workspace_fn: WorkspaceFn | None = None,
+    target_workspace_fns: Mapping[str, WorkspaceFn | None] | None = None,
+    kind: str = "compute",
+    also: Sequence[str] = (),
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Decorator registering a kernel function under ``name`` (and the names in ``also``).
+
+    Array arguments are the function's positional-or-keyword parameters (a default of ``None``
+    makes one optional); static params are its keyword-only parameters. ``workspace_fn``: the
+    CPU function's workspace rule; ``target_workspace_fns``: the other targets' (see
+    :class:`KernelSpec`).
+    """
+
+    def deco(fn: Callable[..., None]) -> Callable[..., None]:
+        sig = inspect.signature(fn)
+        arrays, optional, params, defaults = [], set(), [], {}
+        for p in sig.parameters.values():
+            if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
+                arrays.append(p.name)
+                if p.default is None:
+                    optional.add(p.name)
+            elif p.kind is inspect.Parameter.KEYWORD_ONLY:
+                params.append(p.name)
+                if p.default is not inspect.Parameter.empty:
+                    defaults[p.name] = p.default
+        bad = [w for w in (*writes, *workspaces) if w not in arrays]
+        if bad:
+            raise ValueError(f"kernel '{name}': {bad} are not array arguments of {fn.__name__}")
+        for n in (name, *also):
+            register(KernelSpec(
+                name=n, fn=fn, arrays=tuple(arrays), writes=frozenset(writes),
+                workspaces=tuple(workspaces), optional=frozenset(optional), params=tuple(params),
+                defaults=defaults, kind=kind, workspace_fn=workspace_fn,
+                target_workspace_fns=dict(target_workspace_fns or {}),
+            ))
+        return fn
+
+    return deco
+
+
+PRECISION_TOKENS = ("fp32", "amp")
+
+
+def kernel_name(op: str) -> str:
+    """The registry key of a compute/range op name as the seed (and the descriptors) spell it:
+    lower case without its precision token, e.g. ``CONV_AMP_BWD_FIRST_LAYER`` ->
+    ``conv_bwd_first_layer``, ``GRAD_ACCUM_FP32`` -> ``grad_accum``, ``RANGE_CLEAR`` -> ``range_clear``.
+    The precision is carried by the dtypes of the bound arrays instead."""
+    low = op.lower()
+    if "_to_" in low:  # casts name their dtypes: RANGE_CAST_FP16_TO_FP32
+        return low
+    return "_".join(t for t in low.split("_") if t not in PRECISION_TOKENS)
+
+
+def lookup(op: str) -> KernelSpec:
+    """The kernel of op ``op`` (either spelling); ``KeyError`` naming the op when none exists."""
+    name = kernel_name(op)
+    if name not in KERNELS:
+        raise KeyError(f"no kernel for op '{op}' (looked up '{name}'); see python -m tr_mlir.lowering.cpu")
+    return KERNELS[name]
