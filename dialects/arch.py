@@ -16,12 +16,18 @@ Op knowledge lives on the op: every layer op has ``verify_params`` (the property
 ``infer_hwc`` (its NHWC shape rule, from the seed's ``recompute_shapes_from``, facts sheet
 section 4, with geometry errors as diagnostics instead of clamping, DESIGN section 7), and a
 ``LAYER_KIND`` class attribute holding the seed's LayerKind name (used by the YAML export).
+``arch.add`` shares that interface (:class:`ArchLayerOp`: ``layer_inputs``, ``infer_hwc``,
+``channels_after`` over all its inputs). What a pass must know about an op beyond its shape
+(bn1d/bn2d rule, flatten rule, AMP input alignment, tree form, ...) is an op trait declared in
+the op's ``traits`` (section "Op traits"), so a new op, also one defined in a plugin outside
+this package, declares it once and every pass learns it from the op.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import (
@@ -54,7 +60,7 @@ from xdsl.irdl import (
     result_def,
     traits_def,
 )
-from xdsl.traits import HasParent, IsTerminator, Pure, SymbolOpInterface
+from xdsl.traits import HasParent, IsTerminator, OpTrait, Pure, SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
 
 HWC = tuple[int, int, int]
@@ -235,6 +241,92 @@ def _bn_params(op: Operation, eps: float, momentum: float) -> None:
 
 
 # --------------------------------------------------------------------------------------
+# Op traits: what passes and tools ask an op instead of keeping lists of op classes
+# --------------------------------------------------------------------------------------
+#
+# A new op (in this file or in a plugin) declares what it is once, in its ``traits``; the passes
+# query ``op.has_trait(T)`` / ``op.get_trait(T)`` (classmethods, so the op class answers too).
+# ``traits_def`` of base classes are merged into their subclasses' traits.
+
+
+@dataclass(frozen=True)
+class IsActivation(OpTrait):
+    """An element-wise, shape-preserving activation layer (``arch.relu``, ``arch.tanh``, ...).
+
+    Carried by every op built on the activation base class. Classifies ops; it does not change
+    what a pass does by itself (``arch-rename-bn`` sees through an activation only when it also
+    carries :class:`BnRenameSeeThrough`)."""
+
+
+@dataclass(frozen=True)
+class IsFused(OpTrait):
+    """A fused kind produced by the ArchPlan fusion passes (``arch.cbr``, ``arch.cbrp``,
+    ``arch.gap_fc``, the fused residual blocks): one op standing for a chain of primitives."""
+
+
+@dataclass(frozen=True)
+class IsTreeForm(OpTrait):
+    """An op of the BluePrint tree form (``arch.seq``, ``arch.repeat``, ``arch.add2``,
+    ``arch.yield``, ``arch.block``) that ``arch-expand`` removes. The passes after it need the
+    flat graph: ``require_flat`` (``passes/_model.py``) fails at the first op with this trait."""
+
+
+@dataclass(frozen=True)
+class BnRenameSeeThrough(OpTrait):
+    """``arch-rename-bn`` walks backwards from an ``arch.bn`` over layers with this trait to
+    decide bn1d vs bn2d (the seed's list: ReLU, Tanh, Identity, ChannelPadding; other
+    activations and dropout stop the walk). The op must have one input (``input``)."""
+
+
+@dataclass(frozen=True)
+class FeatureProducer(OpTrait):
+    """A layer whose result is a feature vector rather than a feature map (fc, flatten, gap,
+    gap_fc): ``arch-rename-bn`` makes a BN reading it (through :class:`BnRenameSeeThrough`
+    layers) an ``arch.bn1d``."""
+
+
+@dataclass(frozen=True)
+class ReadsSpatialMap(OpTrait):
+    """A layer whose weights (or output size) depend on the H x W of the map it reads, because
+    it flattens that map (fc, flatten; not gap_fc, which averages first). ``tr-train``'s resize
+    rule (``reads_fixed_map``) keeps a model's native input size when such a layer other than
+    the first reads an H x W > 1 map (LeNet-5, VGG)."""
+
+
+@dataclass(frozen=True)
+class AlignsAmpInput(OpTrait):
+    """A layer that, as the reader of the model input, wants the input channels rounded up to a
+    multiple of 4 under AMP (the seed's "layer 0 is a Conv or CBR"; conv, cbr):
+    ``arch-align-amp-input`` consults :meth:`aligns`."""
+
+    def aligns(self, op: Operation) -> bool:
+        """Whether this instance of the op asks for aligned channels: not when it has a
+        ``groups`` property other than 1 (extra channels would change a grouped conv)."""
+        groups = op.properties.get("groups")
+        return not isinstance(groups, IntegerAttr) or groups.value.data == 1
+
+
+@dataclass(frozen=True)
+class NeedsFlatInput(OpTrait):
+    """A layer that reads a flat feature vector (fc, softmax_ce): ``arch-normalize-flatten``
+    puts one ``arch.flatten`` before the first such op of the lowest ``priority`` (the first fc,
+    else the first softmax_ce) when its input is spatial (H > 1 or W > 1), unless
+    ``map_align`` > 0 and the input's C is a multiple of it (an fc reads an HWC map directly
+    when C % 8 == 0). ``arch.gap_fc`` averages first and has no such trait."""
+
+    priority: int = 0
+    map_align: int = 0
+
+    def needs_flatten(self, hwc: HWC) -> bool:
+        """Whether an input of shape ``hwc`` must be flattened first."""
+        h, w, c = hwc
+        spatial = h > 1 or w > 1
+        if self.map_align > 0:
+            return spatial and c % self.map_align != 0
+        return spatial
+
+
+# --------------------------------------------------------------------------------------
 # Base classes
 # --------------------------------------------------------------------------------------
 
@@ -268,7 +360,42 @@ class ArchOp(IRDLOperation):
         return self.params()[name]
 
 
-class LayerOp(ArchOp):
+class ArchLayerOp(ArchOp):
+    """The interface of every layer of a flat ArchPlan: :class:`LayerOp` (one input) and
+    ``arch.add`` (two inputs). Passes that need a layer's shape or channel rule ask it here
+    instead of telling one-input layers and joins apart:
+
+    * :attr:`layer_inputs`: the NHWC values the layer reads, in operand order;
+    * :attr:`main_input`: the input the seed's running channel count and plan table follow (the
+      only input of a one-input layer, the main branch of an add);
+    * :meth:`infer_hwc` ``(*input_hwcs)``: the result's (H, W, C) from the inputs' (one per
+      input), ``VerifyException`` on bad geometry (read by ``arch-deduce-shapes``);
+    * :meth:`channels_after` ``(*input_cs)``: the seed's running channel count after the layer
+      (read by ``arch-expand``).
+    """
+
+    LAYER_KIND: ClassVar[str] = ""
+
+    @property
+    def layer_inputs(self) -> tuple[SSAValue, ...]:
+        """The NHWC values the layer reads, in operand order."""
+        return tuple(self.operands)
+
+    @property
+    def main_input(self) -> SSAValue:
+        """The input whose shape the plan table shows and whose channel count continues."""
+        return self.layer_inputs[-1]
+
+    def infer_hwc(self, *input_hwcs: HWC) -> HWC:
+        """Output (H, W, C) for static input shapes, one per :attr:`layer_inputs`."""
+        raise NotImplementedError(f"{type(self).__name__} has no NHWC shape rule")
+
+    def channels_after(self, *input_cs: int) -> int:
+        """The running channel count after this layer given each input's."""
+        raise NotImplementedError(f"{type(self).__name__} has no channel rule")
+
+
+class LayerOp(ArchLayerOp):
     """A layer with one NHWC input and one NHWC output.
 
     Subclasses set ``name``, ``LAYER_KIND`` (the seed's LayerKind name), their properties,
@@ -301,14 +428,22 @@ class LayerOp(ArchOp):
             properties=props,
         )
 
+    @property
+    def layer_inputs(self) -> tuple[SSAValue, ...]:
+        return (self.input,)
+
+    @property
+    def main_input(self) -> SSAValue:
+        return self.input
+
     def verify_params(self) -> None:
         """Check the properties alone; raise ``VerifyException`` with the rule broken."""
 
-    def infer_hwc(self, hwc: HWC) -> HWC:
+    def infer_hwc(self, hwc: HWC) -> HWC:  # type: ignore[override]
         """Output (H, W, C) for a static input (H, W, C). Default: shape-preserving."""
         return hwc
 
-    def channels_after(self, c: int) -> int:
+    def channels_after(self, c: int) -> int:  # type: ignore[override]
         """The seed's running channel count (``current_c``, facts sheet section 2.2) after
         this layer, given ``c`` before it. Only layers that set channels change it; like the
         seed, flatten, gap and pooling leave it unchanged. Default: ``c``."""
@@ -361,6 +496,7 @@ class ConvOp(LayerOp):
     assembly_format = _fmt(
         "`out_ch` `=` $out_ch `k` `=` $k (`s` `=` $s^)? (`p` `=` $p^)? (`groups` `=` $groups^)?"
     )
+    traits = traits_def(AlignsAmpInput())
 
     def channels_after(self, c: int) -> int:
         return self.param("out_ch")
@@ -429,20 +565,19 @@ class _ActivationBase(LayerOp):
     """Element-wise activation, shape-preserving (PyTorch default parameters)."""
 
     assembly_format = _fmt("")
+    traits = traits_def(IsActivation())
 
 
-def _activation(op_name: str, kind: str, doc: str) -> type[LayerOp]:
-    cls = type(
-        f"{kind}Op",
-        (_ActivationBase,),
-        {"name": op_name, "LAYER_KIND": kind, "__doc__": doc, "__module__": __name__,
-         "__annotations__": {"LAYER_KIND": ClassVar[str]}},
-    )
-    return irdl_op_definition(cls)
+def _activation(op_name: str, kind: str, doc: str, *traits: OpTrait) -> type[LayerOp]:
+    body: dict[str, Any] = {"name": op_name, "LAYER_KIND": kind, "__doc__": doc,
+                            "__module__": __name__, "__annotations__": {"LAYER_KIND": ClassVar[str]}}
+    if traits:
+        body["traits"] = traits_def(*traits)
+    return irdl_op_definition(type(f"{kind}Op", (_ActivationBase,), body))
 
 
-ReluOp = _activation("arch.relu", "ReLU", "``max(x, 0)``.")
-TanhOp = _activation("arch.tanh", "Tanh", "``tanh(x)``.")
+ReluOp = _activation("arch.relu", "ReLU", "``max(x, 0)``.", BnRenameSeeThrough())
+TanhOp = _activation("arch.tanh", "Tanh", "``tanh(x)``.", BnRenameSeeThrough())
 SiluOp = _activation("arch.silu", "SiLU", "``x * sigmoid(x)``.")
 Relu6Op = _activation("arch.relu6", "ReLU6", "``min(max(x, 0), 6)``.")
 LeakyReluOp = _activation(
@@ -504,6 +639,7 @@ class GapOp(LayerOp):
     name = "arch.gap"
     LAYER_KIND: ClassVar[str] = "GAP"
     assembly_format = _fmt("")
+    traits = traits_def(FeatureProducer())
 
     def infer_hwc(self, hwc: HWC) -> HWC:
         return (1, 1, hwc[2])
@@ -521,6 +657,7 @@ class FcOp(LayerOp):
     out_features = prop_def(IntegerAttr[I64])
     bias = opt_prop_def(UnitAttr)
     assembly_format = _fmt("`out_features` `=` $out_features (`bias` $bias^)?")
+    traits = traits_def(FeatureProducer(), ReadsSpatialMap(), NeedsFlatInput(priority=0, map_align=8))
 
     def channels_after(self, c: int) -> int:
         return self.param("out_features")
@@ -540,6 +677,7 @@ class FlattenOp(LayerOp):
     LAYER_KIND: ClassVar[str] = "Flatten"
     start_dim = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
     assembly_format = _fmt("(`start_dim` `=` $start_dim^)?")
+    traits = traits_def(FeatureProducer(), ReadsSpatialMap())
 
     def verify_params(self) -> None:
         if self.param("start_dim") != 1:
@@ -559,6 +697,7 @@ class ChannelPaddingOp(LayerOp):
     name = "arch.channel_padding"
     LAYER_KIND: ClassVar[str] = "ChannelPadding"
     assembly_format = _fmt("")
+    traits = traits_def(BnRenameSeeThrough())
 
     def channels_after(self, c: int) -> int:
         return (c + 7) // 8 * 8
@@ -575,6 +714,7 @@ class IdentityOp(LayerOp):
     name = "arch.identity"
     LAYER_KIND: ClassVar[str] = "Identity"
     assembly_format = _fmt("")
+    traits = traits_def(BnRenameSeeThrough())
 
 
 @irdl_op_definition
@@ -591,6 +731,7 @@ class SoftmaxCeOp(LayerOp):
     LAYER_KIND: ClassVar[str] = "SoftmaxCE"
     num_classes = prop_def(IntegerAttr[I64])
     assembly_format = _fmt("`num_classes` `=` $num_classes")
+    traits = traits_def(NeedsFlatInput(priority=1))
 
     def verify_params(self) -> None:
         _positive(self, num_classes=self.param("num_classes"))
@@ -621,10 +762,11 @@ class DropoutOp(LayerOp):
 
 
 @irdl_op_definition
-class AddOp(ArchOp):
+class AddOp(ArchLayerOp):
     """Residual join ``shortcut + main``; both operands and the result have one shape.
 
-    The shortcut operand comes first (the seed's linearization order).
+    The shortcut operand comes first (the seed's linearization order); :attr:`main_input` is
+    ``main``.
     """
 
     name = "arch.add"
@@ -639,6 +781,20 @@ class AddOp(ArchOp):
                  result_type: Attribute | None = None):
         super().__init__(operands=[shortcut, main],
                          result_types=[result_type if result_type is not None else unknown_nhwc()])
+
+    def infer_hwc(self, shortcut: HWC, main: HWC) -> HWC:  # type: ignore[override]
+        """The common shape of both inputs; ``VerifyException`` when they differ."""
+        if shortcut != main:
+            raise VerifyException(
+                f"'{self.name}' op expected shortcut and main of one shape, got "
+                f"{_fmt_type(shortcut)} (shortcut) and {_fmt_type(main)} (main); the shortcut "
+                "branch needs a projection (conv 1x1 with the block's stride and channels)"
+            )
+        return main
+
+    def channels_after(self, shortcut_c: int, main_c: int) -> int:  # type: ignore[override]
+        """The main branch's count (the seed's ``current_c`` runs along the main branch)."""
+        return main_c
 
     def verify_(self) -> None:
         types = [self.shortcut.type, self.main.type, self.output.type]
@@ -663,6 +819,7 @@ class _FusedBnBase(LayerOp):
 
     eps = prop_def(FloatAttr[Float64Type], default_value=_EPS)
     momentum = prop_def(FloatAttr[Float64Type], default_value=_MOMENTUM)
+    traits = traits_def(IsFused())
 
     def verify_params(self) -> None:
         v = self.params()
@@ -691,6 +848,7 @@ class CbrOp(_FusedBnBase):
     assembly_format = _fmt(
         f"`out_ch` `=` $out_ch `k` `=` $k (`s` `=` $s^)? (`p` `=` $p^)? {_BN_FMT}"
     )
+    traits = traits_def(AlignsAmpInput())
 
     def channels_after(self, c: int) -> int:
         return self.param("out_ch")
@@ -750,6 +908,7 @@ class GapFcOp(LayerOp):
     out_features = prop_def(IntegerAttr[I64])
     bias = opt_prop_def(UnitAttr)
     assembly_format = _fmt("`out_features` `=` $out_features (`bias` $bias^)?")
+    traits = traits_def(FeatureProducer(), IsFused())
 
     def channels_after(self, c: int) -> int:
         return self.param("out_features")
@@ -897,6 +1056,7 @@ class BlockOp(LayerOp):
     out_ch = prop_def(IntegerAttr[I64])
     mid_ch = opt_prop_def(IntegerAttr[I64])
     assembly_format = _fmt("$style (`mid_ch` `=` $mid_ch^)? `out_ch` `=` $out_ch")
+    traits = traits_def(IsTreeForm())
 
     def channels_after(self, c: int) -> int:
         return self.param("out_ch")
@@ -924,6 +1084,7 @@ class _RegionOp(ArchOp):
 
     input = operand_def(TensorType)
     output = result_def(TensorType)
+    traits = traits_def(IsTreeForm())
 
     def _verify_region(self, region: Region, what: str) -> None:
         block = region.block
@@ -1010,7 +1171,7 @@ class YieldOp(IRDLOperation):
 
     name = "arch.yield"
     value = operand_def(TensorType)
-    traits = lazy_traits_def(lambda: (IsTerminator(), HasParent(SeqOp, RepeatOp, Add2Op)))
+    traits = lazy_traits_def(lambda: (IsTerminator(), HasParent(SeqOp, RepeatOp, Add2Op), IsTreeForm()))
     assembly_format = "$value attr-dict `:` type($value)"
 
     def __init__(self, value: SSAValue | Operation):
