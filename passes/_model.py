@@ -16,7 +16,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.rewriter import Rewriter
 from xdsl.utils.exceptions import PassFailedException
 
-from tr_mlir.dialects.arch import TREE_OPS, LayerOp, ModelOp, OutputOp
+from tr_mlir.dialects.arch import IsTreeForm, LayerOp, ModelOp, OutputOp
 
 
 def models(module: ModuleOp) -> list[ModelOp]:
@@ -62,10 +62,11 @@ def fail(op: Operation, message: str) -> NoReturn:
 
 
 def require_flat(model: ModelOp, pass_name: str) -> None:
-    """Fail at the first tree-form op (``arch.seq``, ``arch.add2``, ``arch.repeat``,
-    ``arch.block``, ``arch.yield``) of ``model``: ``pass_name`` needs the flat SSA graph."""
+    """Fail at the first tree-form op (one with the :class:`~tr_mlir.dialects.arch.IsTreeForm`
+    trait: ``arch.seq``, ``arch.add2``, ``arch.repeat``, ``arch.block``, ``arch.yield``) of
+    ``model``: ``pass_name`` needs the flat SSA graph."""
     for op in model.body.walk():
-        if isinstance(op, TREE_OPS):
+        if op.has_trait(IsTreeForm):
             fail(
                 op,
                 f"'{op.name}' op is tree form, but {pass_name} needs the flat graph; "

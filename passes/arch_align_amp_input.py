@@ -4,7 +4,7 @@ The seed (facts sheet section 3.5) rounds the input C up to a multiple of 4 when
 fused, layer 0 is a Conv or CBR and C % 4 != 0, so the first conv's fp16 input is aligned. Here
 the rule keys on the model's ``amp`` flag (DESIGN sections 1 and 7: fuse and amp are
 independent), and "layer 0" is the first op (program order) reading the model input: an
-``arch.conv`` with ``groups`` = 1 or an ``arch.cbr``. So that no other reader of the input sees
+``arch.conv`` with ``groups`` = 1 or an ``arch.cbr`` (ops with the ``AlignsAmpInput`` trait). So that no other reader of the input sees
 its channel count change, every other reader must be one of those too (an empty residual
 shortcut on the input has an ``arch.identity`` reader after ``arch-normalize-identity``: no
 alignment, as the seed's Add2Start at layer 0). The model's ``input_c`` and the type of its
@@ -24,7 +24,7 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
-from tr_mlir.dialects.arch import CbrOp, ConvOp, ModelOp
+from tr_mlir.dialects.arch import AlignsAmpInput, ModelOp
 from tr_mlir.passes._model import apply_options, body_ops, flag, models, require_flat
 
 ALIGN = 4
@@ -32,11 +32,11 @@ ALIGN = 4
 
 
 def _aligns(op: Operation) -> bool:
-    """Whether ``op`` as the first consumer of the input asks for aligned channels: a dense
-    ``arch.conv`` or an ``arch.cbr`` (a grouped conv would change meaning)."""
-    if isinstance(op, ConvOp):
-        return op.param("groups") == 1
-    return isinstance(op, CbrOp)
+    """Whether ``op`` as the first consumer of the input asks for aligned channels: an op with
+    the :class:`~tr_mlir.dialects.arch.AlignsAmpInput` trait (``arch.conv``, ``arch.cbr``) that
+    is not grouped (a grouped conv would change meaning)."""
+    trait = op.get_trait(AlignsAmpInput)
+    return trait is not None and trait.aligns(op)
 
 
 def consumers(model: ModelOp) -> list[Operation]:

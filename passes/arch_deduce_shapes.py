@@ -25,7 +25,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 from xdsl.utils.exceptions import VerifyException
 
-from tr_mlir.dialects.arch import HWC, AddOp, LayerOp, ModelOp, nhwc_type, static_hwc
+from tr_mlir.dialects.arch import HWC, ArchLayerOp, ModelOp, nhwc_type, static_hwc
 from tr_mlir.passes._model import body_ops, fail, models, require_flat
 
 
@@ -37,21 +37,13 @@ def _input_hwc(op: Operation, value: SSAValue) -> HWC:
     return hwc
 
 
-def _layer_hwc(op: LayerOp) -> HWC:
+def _layer_hwc(op: ArchLayerOp) -> HWC:
+    """The op's shape rule on its inputs' static shapes (``arch.add``: both operands)."""
+    hwcs = [_input_hwc(op, value) for value in op.layer_inputs]
     try:
-        return op.infer_hwc(_input_hwc(op, op.input))
+        return op.infer_hwc(*hwcs)
     except VerifyException as e:
         fail(op, str(e))
-
-
-def _add_hwc(op: AddOp) -> HWC:
-    shortcut = _input_hwc(op, op.shortcut)
-    main = _input_hwc(op, op.main)
-    if shortcut != main:
-        fail(op, f"'{op.name}' op expected shortcut and main of one shape, got "
-                 f"{op.shortcut.type} (shortcut) and {op.main.type} (main); the shortcut "
-                 "branch needs a projection (conv 1x1 with the block's stride and channels)")
-    return main
 
 
 def _set_hwc(value: SSAValue, hwc: HWC) -> None:
@@ -77,10 +69,8 @@ def deduce_shapes(model: ModelOp, start: Operation | None = None,
     if stop is not None:
         ops = ops[:ops.index(stop)]
     for op in ops:
-        if isinstance(op, LayerOp):
-            _set_hwc(op.output, _layer_hwc(op))
-        elif isinstance(op, AddOp):
-            _set_hwc(op.output, _add_hwc(op))
+        if isinstance(op, ArchLayerOp):
+            _set_hwc(op.results[0], _layer_hwc(op))
         else:
             fail(op, f"'{op.name}' op has no NHWC shape rule; an arch.model body holds arch "
                      "layer ops only")

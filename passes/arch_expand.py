@@ -49,6 +49,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from tr_mlir.dialects.arch import (
     Add2Op,
     AddOp,
+    ArchLayerOp,
     BasicBlockIdentityOp,
     BasicBlockProjectionOp,
     BlockOp,
@@ -64,7 +65,6 @@ from tr_mlir.dialects.arch import (
     GapOp,
     InvResidualIdentityOp,
     InvResidualNoShortcutOp,
-    LayerOp,
     MaxPoolOp,
     ModelOp,
     ReluOp,
@@ -150,17 +150,13 @@ class _Expander:
 
 
 def record_channels(op: Operation, chan: dict[SSAValue, int]) -> None:
-    """Record the seed's running channel count of ``op``'s result, when its input's is known:
-    ``channels_after`` for layers, the main branch's count for ``arch.add``."""
-    if isinstance(op, AddOp):
-        c = chan.get(op.main)
-    elif isinstance(op, LayerOp):
-        c = chan.get(op.input)
-        c = None if c is None else op.channels_after(c)
-    else:
+    """Record the seed's running channel count of ``op``'s result, when its inputs' are known:
+    its ``channels_after`` (for ``arch.add`` the main branch's count)."""
+    if not isinstance(op, ArchLayerOp):
         return
-    if c is not None:
-        chan[op.results[0]] = c
+    cs = [chan.get(value) for value in op.layer_inputs]
+    if None not in cs:
+        chan[op.results[0]] = op.channels_after(*cs)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------------------

@@ -29,33 +29,32 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from tr_mlir.dialects.arch import FcOp, FlattenOp, LayerOp, ModelOp, SoftmaxCeOp, static_hwc
+from tr_mlir.dialects.arch import FlattenOp, LayerOp, ModelOp, NeedsFlatInput, static_hwc
 from tr_mlir.passes._model import body_ops, forward_and_erase, models, require_flat
 from tr_mlir.passes.arch_deduce_shapes import deduce_shapes
 
 FC_ALIGN = 8
-"""An FC reads a spatial map directly when its channel count is a multiple of this."""
+"""An FC reads a spatial map directly when its channel count is a multiple of this (the
+``map_align`` of ``arch.fc``'s :class:`~tr_mlir.dialects.arch.NeedsFlatInput` trait)."""
 
 
 def flatten_target(model: ModelOp) -> LayerOp | None:
-    """The first ``arch.fc`` in program order, else the first ``arch.softmax_ce``, else None."""
-    ops = body_ops(model)
-    for kind in (FcOp, SoftmaxCeOp):
-        for op in ops:
-            if isinstance(op, kind):
-                return op
-    return None
+    """The first op with the :class:`~tr_mlir.dialects.arch.NeedsFlatInput` trait of the lowest
+    ``priority`` in program order (the first ``arch.fc``, else the first ``arch.softmax_ce``),
+    else None."""
+    readers = [(trait.priority, i, op) for i, op in enumerate(body_ops(model))
+               if (trait := op.get_trait(NeedsFlatInput)) is not None]
+    return min(readers, key=lambda r: r[:2])[2] if readers else None  # type: ignore[return-value]
 
 
 def needs_flatten(target: LayerOp) -> bool:
-    """The seed's rule on the (static) input shape of the target."""
+    """The seed's rule on the (static) input shape of the target (its trait's
+    :meth:`~tr_mlir.dialects.arch.NeedsFlatInput.needs_flatten`)."""
     hwc = static_hwc(target.input.type)
     assert hwc is not None, "shapes are deduced before the rule is read"
-    h, w, c = hwc
-    spatial = h > 1 or w > 1
-    if isinstance(target, FcOp):
-        return spatial and c % FC_ALIGN != 0
-    return spatial
+    trait = target.get_trait(NeedsFlatInput)
+    assert trait is not None, "the target is an op with the NeedsFlatInput trait"
+    return trait.needs_flatten(hwc)
 
 
 def is_first_layer_flatten(model: ModelOp, op: Operation) -> bool:

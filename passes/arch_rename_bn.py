@@ -1,7 +1,8 @@
 """``arch-rename-bn``: ArchPlan step 2, each ``arch.bn`` becomes ``arch.bn1d`` or ``arch.bn2d``.
 
 The seed's rule (facts sheet section 3.2) walks backwards from the BN over ReLU, Tanh,
-Identity and ChannelPadding; when the first other layer is an FC, a Flatten or a GAP the BN
+Identity and ChannelPadding (ops with the ``BnRenameSeeThrough`` trait); when the first other
+layer is an FC, a Flatten or a GAP (the ``FeatureProducer`` trait) the BN
 normalizes features (Bn1d), otherwise channels of a feature map (Bn2d). In SSA terms the walk
 follows the BN's operand through its producers: the model input, an ``arch.add`` (the seed's
 Add2End), another BN, dropout, other activations ... all give bn2d. ``arch.gap_fc`` counts as an
@@ -24,33 +25,25 @@ from xdsl.pattern_rewriter import (
 )
 
 from tr_mlir.dialects.arch import (
+    BnRenameSeeThrough,
     Bn1dOp,
     Bn2dOp,
     BnOp,
-    ChannelPaddingOp,
-    FcOp,
-    FlattenOp,
-    GapFcOp,
-    GapOp,
-    IdentityOp,
+    FeatureProducer,
     LayerOp,
-    ReluOp,
-    TanhOp,
 )
 from tr_mlir.passes._model import models, require_flat
 
-SEE_THROUGH: tuple[type[LayerOp], ...] = (ReluOp, TanhOp, IdentityOp, ChannelPaddingOp)
-"""Layers the backward walk skips (the seed's list; other activations and dropout stop it)."""
-
-FEATURE_PRODUCERS: tuple[type[LayerOp], ...] = (FcOp, FlattenOp, GapOp, GapFcOp)
-"""Producers after which a BN normalizes a feature vector (-> ``arch.bn1d``)."""
-
 
 def bn_kind(value: SSAValue) -> type[LayerOp]:
-    """``Bn1dOp`` or ``Bn2dOp`` for a BN reading ``value`` (facts sheet section 3.2)."""
-    while isinstance(value, OpResult) and isinstance(value.op, SEE_THROUGH):
-        value = value.op.input
-    if isinstance(value, OpResult) and isinstance(value.op, FEATURE_PRODUCERS):
+    """``Bn1dOp`` or ``Bn2dOp`` for a BN reading ``value`` (facts sheet section 3.2).
+
+    The walk skips producers with the :class:`~tr_mlir.dialects.arch.BnRenameSeeThrough` trait
+    (ReLU, Tanh, Identity, ChannelPadding: the seed's list) and gives bn1d when it stops at one
+    with :class:`~tr_mlir.dialects.arch.FeatureProducer` (fc, flatten, gap, gap_fc)."""
+    while isinstance(value, OpResult) and value.op.has_trait(BnRenameSeeThrough):
+        value = value.op.operands[0]
+    if isinstance(value, OpResult) and value.op.has_trait(FeatureProducer):
         return Bn1dOp
     return Bn2dOp
 
