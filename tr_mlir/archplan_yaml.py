@@ -265,10 +265,10 @@ class _Linearizer:
     def _pred(self, value: SSAValue) -> SSAValue | None:
         """The value a layer's result is computed from (an add's: its fork), ``None`` at the input."""
         owner = value.owner
-        if isinstance(owner, arch.AddOp):
+        if id(owner) in self.forks:  # an arch.add, the seed's Add2 pair
             return self.forks[id(owner)]
-        if isinstance(owner, arch.LayerOp):
-            return owner.input
+        if isinstance(owner, arch.ArchLayerOp) and len(owner.layer_inputs) == 1:
+            return owner.layer_inputs[0]
         if isinstance(owner, Operation):
             raise ArchPlanYamlError(
                 f"'{owner.name}' op is not an ArchPlan layer (a flat plan holds layer ops only; "

@@ -501,11 +501,18 @@ def blueprint_source(spec: str) -> ModelSource:
 # --------------------------------------------------------------------------------------
 
 
-def _spatial_readers() -> tuple[type, ...]:
-    """Layer ops whose weights depend on the H x W they read (their input is flattened)."""
-    from tr_mlir.dialects.arch import FcOp, FlattenOp
+def has_spatial_reader(model: Any) -> bool:
+    """Whether a layer of the flat ``arch.model`` other than its first, with the
+    :class:`~tr_mlir.dialects.arch.ReadsSpatialMap` trait (fc, flatten: their weights depend on
+    the H x W they read), reads an H x W > 1 map."""
+    from tr_mlir.dialects.arch import ReadsSpatialMap, static_hwc
 
-    return (FcOp, FlattenOp)
+    for i, op in enumerate(model.layers()):
+        if i > 0 and op.has_trait(ReadsSpatialMap):
+            hwc = static_hwc(op.operands[0].type)
+            if hwc is not None and hwc[0] * hwc[1] > 1:
+                return True
+    return False
 
 
 @functools.lru_cache(maxsize=64)
@@ -514,19 +521,13 @@ def reads_fixed_map(layer: Any, shape: tuple[int, int, int], num_classes: int) -
     first that reads an H x W > 1 map (its classifier then needs that input size: LeNet-5, VGG).
     A fused ``gap_fc`` averages its map first, so it is not such a layer."""
     from tr_mlir.compile import arch_plan
-    from tr_mlir.dialects.arch import ModelOp, static_hwc
+    from tr_mlir.dialects.arch import ModelOp
 
     try:
         module = arch_plan(layer, shape, amp=False, fuse=True, num_classes=num_classes)
     except Exception:  # a model that does not plan at its own shape has no size to keep
         return False
-    model = next(op for op in module.walk() if isinstance(op, ModelOp))
-    for i, op in enumerate(model.layers()):
-        if i > 0 and isinstance(op, _spatial_readers()):
-            hwc = static_hwc(op.input.type)
-            if hwc is not None and hwc[0] * hwc[1] > 1:
-                return True
-    return False
+    return has_spatial_reader(next(op for op in module.walk() if isinstance(op, ModelOp)))
 
 
 @dataclass(frozen=True)
@@ -614,7 +615,7 @@ def plan_table(model: Any, batch: int | None = None) -> str:
     :func:`tr_mlir.archplan_yaml.layer_params` as ``key=value``. An ``arch.add`` (unfused
     residual join) is a line of kind ``Add`` with the main branch's shape."""
     from tr_mlir.archplan_yaml import LAYER_SPECS, layer_params
-    from tr_mlir.dialects.arch import AddOp, static_hwc
+    from tr_mlir.dialects.arch import static_hwc
 
     n = 1 if batch is None else batch
     layers = model.layers()
@@ -630,11 +631,8 @@ def plan_table(model: Any, batch: int | None = None) -> str:
              + (f" ({flags})" if flags else ""),
              f"Input: [{n}, {h}, {w}, {c}]", "-" * 58]
     for i, op in enumerate(layers):
-        if isinstance(op, AddOp):
-            kind, src, params = "Add", shape(op.main), {}
-        else:
-            kind, src = op.LAYER_KIND, shape(op.input)
-            params = layer_params(op) if type(op) in LAYER_SPECS else op.params()
+        kind, src = op.LAYER_KIND, shape(op.main_input)  # an add: "Add", its main branch
+        params = layer_params(op) if type(op) in LAYER_SPECS else op.params()
         text = " ".join(f"{k}={_fmt_value(v)}" for k, v in params.items())
         mark = "[FIRST]" if i == first else ""
         lines.append(f"  {i:>2}  {kind:<24} {src:<22} {shape(op.results[0]):<22} {mark:<7} {text}".rstrip())
