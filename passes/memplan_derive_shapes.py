@@ -291,8 +291,8 @@ def _plan_variant(model: ModelOp, ops: list[Operation], v: VariantSpec, target: 
         desc = descriptor_for_or_fail(op)
         ins = tuple(shapes[x] for x in layer_inputs(op))
         try:
-            if hasattr(op, "infer_hwc"):
-                hwc = op.infer_hwc(ins[0][1:])  # type: ignore[attr-defined]
+            if hasattr(op, "infer_hwc"):  # every arch layer op, arch.add included (one HWC per input)
+                hwc = op.infer_hwc(*(shape[1:] for shape in ins))  # type: ignore[attr-defined]
             else:
                 if len(set(ins)) != 1:
                     raise VerifyException(f"'{op.name}' op expected operands of one shape, got {list(ins)}")
