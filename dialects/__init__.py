@@ -11,9 +11,9 @@ from xdsl.ir import Dialect
 
 
 def get_arch() -> Dialect:
-    from tr_mlir.dialects.arch import Arch
+    from tr_mlir.dialects.arch import arch_dialect
 
-    return Arch
+    return arch_dialect()
 
 
 def get_memplan() -> Dialect:

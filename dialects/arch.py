@@ -1320,19 +1320,80 @@ FUSED_OPS: tuple[type[LayerOp], ...] = (
 
 TREE_OPS: tuple[type[IRDLOperation], ...] = (SeqOp, RepeatOp, Add2Op, YieldOp, BlockOp)
 
-Arch = Dialect(
-    "arch",
-    [*PRIMITIVE_OPS, AddOp, *FUSED_OPS, *TREE_OPS, ModelOp, OutputOp],
-    [BlockStyleAttr],
+BUILTIN_OPS: tuple[type[IRDLOperation], ...] = (
+    *PRIMITIVE_OPS, AddOp, *FUSED_OPS, *TREE_OPS, ModelOp, OutputOp,
 )
-"""The ``arch`` dialect object (registered by ``tr-opt`` and the ``xdsl.universe`` entry point)."""
+"""Every op the package defines, in the dialect's order."""
 
-OPS_BY_LAYER_KIND: Mapping[str, type[ArchOp]] = {
-    op.LAYER_KIND: op for op in (*PRIMITIVE_OPS, AddOp, *FUSED_OPS) if op is not BnOp
-}
-"""Seed LayerKind name -> op class (``Bn2d`` maps to ``arch.bn2d``)."""
+_REGISTERED: list[type[LayerOp]] = []
+"""Layer ops added by plugins (:func:`register_op`), in registration order."""
+
+
+class OpRegistrationError(ValueError):
+    """An op class :func:`register_op` cannot add; the message names the class and the rule."""
+
+
+def register_op(cls: type[LayerOp]) -> type[LayerOp]:
+    """Add a plugin's layer op class to the ``arch`` dialect; returns ``cls`` (usable as a decorator
+    above ``@irdl_op_definition``).
+
+    The class must be an IRDL op definition subclassing :class:`LayerOp` (one NHWC input, one NHWC
+    output, ``verify_params`` / ``infer_hwc`` / ``channels_after`` as the built-in layers), named
+    ``arch.<name>`` with a name and a ``LAYER_KIND`` no other arch op has. Registering the same class
+    twice is a no-op. Contexts that load the dialect afterwards (:func:`arch_dialect`, ``tr-opt``,
+    ``xdsl-opt`` through the ``xdsl.universe`` entry point) know the op.
+
+    Raises :class:`OpRegistrationError` naming the class and what is wrong.
+    """
+    what = getattr(cls, "__qualname__", repr(cls))
+    if not (isinstance(cls, type) and issubclass(cls, LayerOp)):
+        raise OpRegistrationError(f"register_op({what}): an arch op must subclass tr_mlir.dialects.arch.LayerOp "
+                                  "(one NHWC input, one NHWC output)")
+    if cls in _REGISTERED:
+        return cls
+    try:
+        cls.get_irdl_definition()
+    except Exception:  # noqa: BLE001 - a class without its IRDL definition
+        raise OpRegistrationError(f"register_op({what}): not an IRDL op definition; decorate the class with "
+                                  "@irdl_op_definition (below @register_op)") from None
+    name = getattr(cls, "name", "")
+    if not isinstance(name, str) or not name.startswith("arch.") or len(name) <= len("arch."):
+        raise OpRegistrationError(f"register_op({what}): its name must be 'arch.<name>', got {name!r}")
+    if not cls.LAYER_KIND:
+        raise OpRegistrationError(f"register_op({what}): set LAYER_KIND (the LayerKind name the ArchPlan YAML "
+                                  "writes, e.g. 'ConvRelu')")
+    for other in (*BUILTIN_OPS, *_REGISTERED):
+        if other.name == name:
+            raise OpRegistrationError(f"register_op({what}): the arch dialect already has an op '{name}' "
+                                      f"({other.__module__}.{other.__qualname__})")
+        if getattr(other, "LAYER_KIND", "") == cls.LAYER_KIND and other is not BnOp:
+            raise OpRegistrationError(f"register_op({what}): LAYER_KIND '{cls.LAYER_KIND}' is already the kind "
+                                      f"of '{other.name}'")
+    _REGISTERED.append(cls)
+    return cls
+
+
+def registered_ops() -> tuple[type[LayerOp], ...]:
+    """The layer ops plugins added (:func:`register_op`), in registration order."""
+    return tuple(_REGISTERED)
+
+
+def arch_dialect() -> Dialect:
+    """The ``arch`` dialect with the package's ops and every op registered so far (a fresh
+    ``Dialect`` per call: a context built after a plugin loaded knows its ops)."""
+    return Dialect("arch", [*BUILTIN_OPS, *_REGISTERED], [BlockStyleAttr])
+
+
+Arch = Dialect("arch", list(BUILTIN_OPS), [BlockStyleAttr])
+"""The ``arch`` dialect of the package's own ops (plugins' ops: :func:`arch_dialect`)."""
+
+
+def ops_by_layer_kind() -> Mapping[str, type[ArchOp]]:
+    """Seed LayerKind name -> op class, plugin ops included (``Bn2d`` maps to ``arch.bn2d``)."""
+    return {op.LAYER_KIND: op for op in layer_ops() if op is not BnOp}
 
 
 def layer_ops() -> Sequence[type[ArchOp]]:
-    """Every op class that is a layer of a flat ArchPlan (primitives, ``add``, fused kinds)."""
-    return (*PRIMITIVE_OPS, AddOp, *FUSED_OPS)
+    """Every op class that is a layer of a flat ArchPlan (primitives, ``add``, fused kinds, and the
+    layer ops plugins registered)."""
+    return (*PRIMITIVE_OPS, AddOp, *FUSED_OPS, *_REGISTERED)
