@@ -129,8 +129,8 @@ class TorchNaming:
 
 
 def _to_task_layout(e: NameEntry, a: np.ndarray) -> np.ndarray:
-    """A torch tensor value (NCHW conventions) -> the Task layout of ``e`` (float32)."""
-    a = np.asarray(a, dtype=np.float32)
+    """A torch tensor value (NCHW conventions) -> the Task layout of ``e`` (a float32 copy)."""
+    a = np.array(a, dtype=np.float32, copy=True)
     if e.layout == "oihw":
         return np.ascontiguousarray(a.transpose(0, 2, 3, 1))
     if e.layout == "fc" and e.chw is not None:
