@@ -88,9 +88,10 @@ def _no_dropout(module: nn.Module) -> nn.Module:
     return m
 
 
-def check(make, hwc, batch: int, *, fwd_tol=1e-5, step_tol=1e-5, upd_tol=1e-3, tmp_path=None, fuses=(False, True),
-          capture="auto"):
-    """The checks of the module doc for the module ``make()``; returns the unfused task."""
+def check(make, hwc, batch: int, *, fwd_tol=1e-5, step_tol=1e-5, upd_tol=1e-3, tmp_path=None,
+          fuses=(False, True), capture="auto"):
+    """The checks of the module doc for the module ``make()``; returns the last task (trained one
+    step)."""
     torch.manual_seed(0)
     module = _randomize_bn(make())
     rng = np.random.default_rng(0)
@@ -100,54 +101,59 @@ def check(make, hwc, batch: int, *, fwd_tol=1e-5, step_tol=1e-5, upd_tol=1e-3, t
         logits = module.eval()(_nchw(x)).numpy()
     probs = torch.softmax(torch.tensor(logits), 1).numpy()
     imported = from_torch(module, hwc, capture=capture)
-    num_classes = logits.shape[1]
-    y = rng.integers(0, num_classes, batch)
+    y = rng.integers(0, logits.shape[1], batch)
+    dropout = any(isinstance(m, nn.Dropout) and m.p > 0 for m in module.modules())
     stepper = _no_dropout(module)
     start = copy.deepcopy(stepper.state_dict())
-    imported_step = from_torch(stepper, hwc, capture=capture)
+    imported_step = from_torch(stepper, hwc, capture=capture) if dropout else imported
     ref_loss = _torch_step(stepper, x, y)
     ref_state = stepper.state_dict()
-    first = None
+    task = None
     for fuse in fuses:
         opt = tr_mlir.optim.SGD(lr=LR, momentum=MOMENTUM, weight_decay=WD)
         task = imported.task(batch, fuse=fuse, optimizer=opt)
         got = task.predict(x)
         assert _rel(got, probs) <= fwd_tol, f"fuse={fuse}: forward {_rel(got, probs):.2e}"
         # the state_dict before training is the module's own
+        before = task.state_dict()
         for k, v in module.state_dict().items():
-            assert _rel(task.state_dict()[k].numpy(), v.numpy()) <= 1e-7, k
+            assert _rel(before[k].numpy(), v.numpy()) <= 1e-6, k  # exact but for a folded bias: rm - b + b
         # one training step against torch
-        t2 = imported_step.task(batch, fuse=fuse, optimizer=opt)
-        loss = t2.train_step(x, y)
+        if dropout:
+            task = imported_step.task(batch, fuse=fuse, optimizer=opt)
+        loss = task.train_step(x, y)
         assert abs(loss - ref_loss) <= step_tol * max(1.0, abs(ref_loss)), (fuse, loss, ref_loss)
-        mine = t2.state_dict()
+        mine = task.state_dict()
         assert set(mine) == set(ref_state)
-        trained = {e.torch_name for e in t2.torch_naming.entries
+        trained = {e.torch_name for e in task.torch_naming.entries
                    if e.canonical is not None and not e.canonical.endswith(("running_mean", "running_var"))}
-        assert len(trained) == len(t2.parameters())
+        assert len(trained) == len(task.parameters())
         for k, v in ref_state.items():
             assert mine[k].dtype == v.dtype and tuple(mine[k].shape) == tuple(v.shape), k
             err = _rel(mine[k].numpy(), v.numpy())
             assert err <= step_tol, f"fuse={fuse}: {k} {err:.2e}"
-            if k in trained:  # the update itself, relative to its size (the sharper test)
-                before = start[k].numpy().astype(np.float64)
-                err = _rel(mine[k].numpy() - before, v.numpy() - before)
+            if k in trained:  # the update itself, relative to its size (the sharper test), floored at
+                # 1e-4 of the parameter: some updates are 0 in theory (the beta of a BN whose output
+                # reaches another train-mode BN only through convs), so both are rounding noise
+                w0 = start[k].numpy().astype(np.float64)
+                upd, ref = mine[k].numpy() - w0, v.numpy() - w0
+                scale = max(np.abs(ref).max(), 1e-4 * np.abs(v.numpy()).max(), 1e-12)
+                err = float(np.abs(upd - ref).max() / scale)
                 assert err <= upd_tol, f"fuse={fuse}: update of {k} {err:.2e}"
         # the trained weights back into a fresh module compute our forward
         fresh = make()
         fresh.load_state_dict(mine, strict=True)
         with torch.no_grad():
-            back = torch.softmax(fresh.eval()(_nchw(x)), 1).numpy()
-        assert _rel(t2.predict(x), back) <= fwd_tol
-        first = first or task
+            trained_logits = fresh.eval()(_nchw(x)).numpy()
+        assert _rel(task.predict(x), torch.softmax(torch.tensor(trained_logits), 1).numpy()) <= fwd_tol
     if tmp_path is not None:
         ort = pytest.importorskip("onnxruntime")
-        path = export_onnx(first, tmp_path / "model.onnx")
+        path = export_onnx(task, tmp_path / "model.onnx")
         sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         out_logits, out_probs = sess.run(["logits", "probabilities"], {"input": x.transpose(0, 3, 1, 2).copy()})
-        assert _rel(out_logits, logits) <= 1e-4, f"onnx logits {_rel(out_logits, logits):.2e}"
-        assert _rel(out_probs, first.predict(x)) <= 1e-5
-    return first
+        assert _rel(out_logits, trained_logits) <= 1e-4, f"onnx logits {_rel(out_logits, trained_logits):.2e}"
+        assert _rel(out_probs, task.predict(x)) <= 1e-5
+    return task
 
 
 # -- the torchvision-style networks -------------------------------------------------------------
@@ -155,7 +161,7 @@ def check(make, hwc, batch: int, *, fwd_tol=1e-5, step_tol=1e-5, upd_tol=1e-3, t
 
 def test_resnet18(tmp_path):
     task = check(lambda: tv.resnet18(10, width=8), (32, 32, 3), 8, tmp_path=tmp_path)
-    assert len(task.parameters()) == 62
+    assert len(task.parameters()) == 62  # 20 convs, 20 BNs (weight, bias), the fc (weight, bias)
 
 
 def test_resnet50_bottleneck(tmp_path):
@@ -163,3 +169,20 @@ def test_resnet50_bottleneck(tmp_path):
     # perturbation of the input moves torch's own stem weight after the step by 8.6e-4 relative
     # (measured); tr-mlir is 2.3e-4 from torch there, its updates within 5e-4 of torch's.
     check(lambda: tv.resnet50(10, width=4), (32, 32, 3), 8, tmp_path=tmp_path, step_tol=5e-4, upd_tol=2e-3)
+
+
+def test_vgg11_bn(tmp_path):
+    """Conv biases before BN (folded), AdaptiveAvgPool2d((7, 7)) on a 7x7 map (nothing), a Linear
+    over a flattened 7x7 map (columns permuted), ReLU + Dropout in the classifier."""
+    check(lambda: tv.vgg11_bn(10, width=2, hidden=16), (224, 224, 3), 2, tmp_path=tmp_path)
+
+
+def test_mobilenet_v2(tmp_path):
+    """Depthwise convs (groups = C), ReLU6, inverted residuals with and without the shortcut,
+    F.adaptive_avg_pool2d, Dropout + Linear."""
+    # Depthwise convs over 1x1 and 2x2 maps at batch 8 are sensitive: a 1e-6 relative perturbation of
+    # the input moves torch's own parameters after the step by up to 2.3e-4 (measured); tr-mlir is
+    # at most 1.3e-4 from torch. The betas whose update is 0 in theory differ by rounding noise of
+    # 1.7e-3 of the update floor (3e-8 absolute).
+    check(lambda: tv.MobileNetV2(10, width_mult=0.25, last_channel=64), (32, 32, 3), 8, tmp_path=tmp_path,
+          step_tol=3e-4, upd_tol=5e-3)
