@@ -71,7 +71,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TorchImportError", "TorchModel", "TorchNaming", "from_torch", "main"]
+__all__ = ["TorchImportError", "TorchModel", "TorchNaming", "from_torch", "load_factory", "main", "train_source"]
 
 
 class TorchImportError(ValueError):
@@ -929,6 +929,30 @@ def load_factory(spec: str, num_classes: int | None = None) -> Any:
     if not isinstance(result, torch.nn.Module):
         raise TorchImportError(f"{func_name}() in {path} must return a torch.nn.Module, got {type(result).__name__}")
     return result
+
+
+def train_source(spec: str) -> Any:
+    """``tr-train --torch-model FILE.py:FACTORY``: a :class:`tr_mlir.tools.tr_train.ModelSource`
+    whose ``build_for(num_classes, (H, W, C))`` imports the module for the dataset's shape and class
+    count and returns the :class:`TorchModel` (the Task is made with its weights). Errors are
+    ``TrainError`` s (``tr-train: error: ...``, exit 1)."""
+    from tr_mlir.tools.tr_train import ModelSource, TrainError
+
+    def build_for(num_classes: int, shape: tuple[int, int, int]) -> TorchModel:
+        try:
+            imported = from_torch(load_factory(spec, num_classes), tuple(shape))
+        except TorchImportError as e:
+            raise TrainError(f"--torch-model {spec}: {e}") from None
+        if imported.num_classes != num_classes:
+            raise TrainError(f"--torch-model {spec}: the module outputs {imported.num_classes} classes, the "
+                             f"dataset has {num_classes}")
+        return imported
+
+    def build(num_classes: int) -> Any:
+        raise TrainError("--torch-model: the module is imported for the dataset's shape (build_for)")
+
+    return ModelSource(spec, f"torch.nn.Module from {spec.rpartition(':')[0]}", None, 10, build,
+                       build_for=build_for)
 
 
 def _parse_hwc(text: str) -> tuple[int, int, int]:
