@@ -186,3 +186,254 @@ def test_mobilenet_v2(tmp_path):
     # 1.7e-3 of the update floor (3e-8 absolute).
     check(lambda: tv.MobileNetV2(10, width_mult=0.25, last_channel=64), (32, 32, 3), 8, tmp_path=tmp_path,
           step_tol=3e-4, upd_tol=5e-3)
+
+
+class Custom(nn.Module):
+    """A small residual net over everything else the importer maps."""
+
+    def __init__(self, num_classes: int = 10, dropout: float = 0.25):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, 1, 1)  # a bias before BN: folded
+        self.bn = nn.BatchNorm2d(8)
+        self.act = nn.Hardswish()
+        self.branch = nn.Sequential(nn.Conv2d(8, 16, 3, 2, 1, groups=2, bias=False), nn.BatchNorm2d(16), nn.SiLU(),
+                                    nn.Conv2d(16, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16))
+        self.proj = nn.Sequential(nn.Conv2d(8, 16, 1, 2, bias=False), nn.BatchNorm2d(16))
+        self.pool = nn.AvgPool2d(3, 1, 1)
+        self.mp = nn.MaxPool2d(2)
+        self.skip = nn.Identity()
+        self.fc1 = nn.Linear(16 * 4 * 4, 32)
+        self.bn1d = nn.BatchNorm1d(32)
+        self.drop = nn.Dropout(dropout)
+        self.fc2 = nn.Linear(32, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act(self.bn(self.stem(x)))
+        x = torch.add(self.proj(x), self.branch(x))  # projection shortcut written first
+        x = F.leaky_relu(x)
+        x = x + self.pool(torch.tanh(x))  # identity shortcut around tanh + avg pool
+        x = self.mp(F.elu(x))
+        x = x.view(x.size(0), -1)  # a 4x4x16 map flattened in C,H,W order
+        x = F.relu6(self.bn1d(self.fc1(x)))
+        x = self.fc2(self.drop(self.skip(torch.sigmoid(x))))
+        return x
+
+
+@pytest.mark.parametrize("capture", ["export", "fx"])
+def test_custom_residual_net(tmp_path, capture):
+    task = check(Custom, (16, 16, 3), 8, tmp_path=tmp_path, capture=capture)
+    names = {e.torch_name: e for e in task.torch_naming.entries}
+    assert names["stem.bias"].layout == "folded_bias" and names["bn.running_mean"].shift is not None
+    assert names["fc1.weight"].chw == (16, 4, 4) and names["fc2.weight"].chw is None
+
+
+def test_import_structure_fuses_the_residual_blocks():
+    """torchvision's blocks become add2(shortcut, main) with the shortcut first, so the normal passes
+    fuse them: ResNet-18 fused is a cbr, a maxpool, 8 basic blocks, gap_fc."""
+    from tr_mlir.compile import arch_plan
+
+    imported = from_torch(tv.resnet18(10, width=4), (32, 32, 3))
+    plan = str(arch_plan(imported.blueprint, (32, 32, 3), amp=False, fuse=True, num_classes=10))
+    assert plan.count("arch.basic_block_identity") == 5 and plan.count("arch.basic_block_projection") == 3
+    assert "arch.cbr " in plan and "arch.gap_fc" in plan and "arch.conv " not in plan
+
+
+def test_auto_falls_back_to_fx_when_export_fails(monkeypatch):
+    def broken(*a, **k):
+        raise RuntimeError("export cannot run here")
+
+    monkeypatch.setattr(torch.export, "export", broken)
+    imported = from_torch(Custom(), (16, 16, 3))
+    assert str(imported.blueprint) == str(from_torch(Custom(), (16, 16, 3), capture="fx").blueprint)
+
+
+# -- what is not representable: one diagnostic naming the node, the op and the line ------------------
+
+
+class DenseLayer(nn.Module):
+    def __init__(self, c: int, growth: int):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(c)
+        self.conv = nn.Conv2d(c, growth, 3, 1, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, self.conv(F.relu(self.bn(x)))], 1)  # DenseNet's concatenation
+
+
+class DenseNetLike(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, 1, 1, bias=False)
+        self.block = DenseLayer(8, 4)
+        self.fc = nn.Linear(12, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(self.block(self.stem(x)), 1), 1))
+
+
+class Gelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, bias=False)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(F.gelu(self.conv(x)).mean((2, 3)))
+
+
+def _line_of(cls, text: str) -> int:
+    import inspect
+
+    lines, first = inspect.getsourcelines(cls.forward)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+@pytest.mark.parametrize("capture", ["export", "fx"])
+def test_cat_gives_one_diagnostic_with_node_op_and_line(capture):
+    with pytest.raises(TorchImportError) as e:
+        from_torch(DenseNetLike(), (8, 8, 3), capture=capture)
+    msg = str(e.value)
+    assert "node 'cat'" in msg and "torch.cat has no arch counterpart" in msg, msg
+    if capture == "export":  # torch.fx records no stack traces by default
+        assert "aten.cat.default" in msg
+        assert f"{Path(__file__)}:{_line_of(DenseLayer, 'torch.cat')}: `return torch.cat(" in msg, msg
+
+
+def test_gelu_gives_the_diagnostic():
+    with pytest.raises(TorchImportError, match=rf"node 'gelu' \(aten.gelu.default\) at .*test_frontend_torch.py:"
+                                               rf"{_line_of(Gelu, 'F.gelu')}: .*no arch counterpart"):
+        from_torch(Gelu(), (8, 8, 3))
+
+
+@pytest.mark.parametrize("make, shape, pattern", [
+    (lambda: tv.AlexNet(10, width=2, hidden=8), (224, 224, 3),
+     r"node 'conv2d' \(aten.conv2d.default\) at .*_torchvision_style.py:\d+: .*a conv bias that does not feed a "
+     r"batch norm is not representable"),
+    (lambda: tv.vgg11(10, width=2, hidden=8), (224, 224, 3), r"a conv bias that does not feed a batch norm"),
+    (lambda: tv.vgg11_bn(10, width=2, hidden=8), (32, 32, 3),
+     r"node 'adaptive_avg_pool2d' .*adaptive average pooling of a 1x1 map to 7x7"),
+    (lambda: nn.Sequential(nn.Conv2d(3, 4, (3, 1), bias=False), nn.Flatten(), nn.Linear(4 * 6 * 8, 2)), (8, 8, 3),
+     r"kernel \(3, 1\) is not square"),
+    (lambda: nn.Sequential(nn.Conv2d(3, 4, 3, dilation=2, bias=False), nn.Flatten(), nn.Linear(4 * 16, 2)),
+     (8, 8, 3), r"dilation"),
+    (lambda: nn.Sequential(nn.MaxPool2d(2, ceil_mode=True), nn.Flatten(), nn.Linear(3 * 16, 2)), (7, 7, 3),
+     r"ceil_mode"),
+    (lambda: nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4, affine=False), nn.Flatten(),
+                           nn.Linear(4 * 36, 2)), (8, 8, 3), r"affine=False"),
+    (lambda: nn.Sequential(nn.Flatten(), nn.Linear(48, 4), nn.GELU()), (4, 4, 3), r"gelu"),
+])
+def test_unrepresentable_modules_give_the_diagnostic(make, shape, pattern):
+    with pytest.raises(TorchImportError, match=pattern):
+        from_torch(make(), shape)
+
+
+def test_bad_arguments():
+    with pytest.raises(TorchImportError, match="expected a torch.nn.Module"):
+        from_torch(lambda x: x, (8, 8, 3))
+    with pytest.raises(TorchImportError, match=r"input_shape must be \(H, W, C\)"):
+        from_torch(Custom(), (16, 16))
+
+
+def test_blueprint_task_state_dict_uses_canonical_names_and_torch_layouts():
+    from tr_mlir import blueprint as bp
+
+    task = tr_mlir.Task(bp.seq(bp.cbr(4, 3, 1, 1), bp.gap_fc(10, True)), (8, 8, 3), 10, 4)
+    sd = task.state_dict()
+    params = dict(task.parameters())
+    assert list(sd) == [n for n, _ in task.parameters()] + [n for n, _ in task.buffers()]
+    assert tuple(sd["conv0.weight"].shape) == (4, 3, 3, 3)  # OIHW
+    assert np.array_equal(sd["conv0.weight"].numpy(), params["conv0.weight"].transpose(0, 3, 1, 2))
+    assert sd["bn0.running_var"].dtype == torch.float32
+
+
+def test_importing_tr_mlir_does_not_import_torch():
+    code = "import sys, tr_mlir, tr_mlir.frontend, tr_mlir.export; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+# -- command line ---------------------------------------------------------------------------------
+
+MODEL_FILE = '''
+import torch, torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, num_classes)
+
+    def forward(self, x):
+        x = torch.relu(self.bn(self.conv(x)))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+def build(num_classes=10):
+    return Net(num_classes)
+
+def dense():
+    class D(nn.Module):
+        def forward(self, x):
+            return torch.cat([x, x], 1).mean((2, 3))
+    return D()
+
+def not_a_module():
+    return 3
+'''
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    path = tmp_path / "net.py"
+    path.write_text(MODEL_FILE)
+    return path
+
+
+def test_cli_prints_arch_ir_that_tr_opt_reads(model_file, tmp_path, capsys):
+    from tr_mlir.frontend.torch import main
+    from tr_mlir.tools import tr_opt
+
+    assert main([f"{model_file}:build", "--input-shape", "8,8,1"]) == 0
+    ir = capsys.readouterr().out
+    assert "arch.model @model input(8, 8, 1) num_classes = 10" in ir and "arch.conv" in ir
+    (tmp_path / "net.mlir").write_text(ir)
+    try:
+        tr_opt.main([str(tmp_path / "net.mlir"), "-p", "arch-plan{fuse=true}"])
+    except SystemExit as e:  # tr-opt exits only on errors
+        assert e.code in (0, None), capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "arch.cbr" in out and "arch.gap_fc" in out
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("missing.py:build", "no such file"),
+    ("{file}:nope", "defines no function 'nope'"),
+    ("{file}:not_a_module", "must return a torch.nn.Module, got int"),
+    ("{file}:dense", "node 'cat'"),
+])
+def test_cli_errors(model_file, capsys, spec, message):
+    from tr_mlir.frontend.torch import main
+
+    assert main([spec.format(file=model_file), "--input-shape", "8,8,1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("python -m tr_mlir.frontend.torch: error: ") and message in err, err
+    assert "Traceback" not in err
+
+
+def test_cli_unsupported_op_exits_1_without_traceback(model_file):
+    r = subprocess.run([sys.executable, "-m", "tr_mlir.frontend.torch", f"{model_file}:dense", "--input-shape",
+                        "8,8,1"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1 and "error: node 'cat'" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.stdout == ""
+
+
+def test_tr_train_torch_model(model_file, tmp_path, capsys):
+    from tr_mlir.tools import tr_train
+
+    rc = tr_train.main(["--torch-model", f"{model_file}:build", "--dataset", "digits", "--epochs", "1",
+                        "--batch-size", "64", "--lr", "0.1"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert "torch.nn.Module from" in out.out and "epoch 1/1" in out.out
+    rc = tr_train.main(["--torch-model", f"{model_file}:dense", "--dataset", "digits", "--epochs", "1"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "tr-train: error: --torch-model" in err and "node 'cat'" in err and "Traceback" not in err

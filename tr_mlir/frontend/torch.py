@@ -640,6 +640,9 @@ def _from_fx(gm: Any, torch: Any) -> tuple[list[_Call], Any, Any]:
                                                  g[2] if len(g) > 2 else k.get("stride"),
                                                  g[3] if len(g) > 3 else k.get("padding", 0)),
         F.dropout: lambda n, g, k: tr.dropout(n, g[0], g[1] if len(g) > 1 else k.get("p", 0.5)),
+        F.leaky_relu: lambda n, g, k: tr.leaky_relu(n, g[0], g[1] if len(g) > 1 else k.get("negative_slope", 0.01)),
+        F.elu: lambda n, g, k: tr.elu(n, g[0], g[1] if len(g) > 1 else k.get("alpha", 1.0)),
+        F.sigmoid: lambda n, g, k: tr.act(n, g[0], "sigmoid"), F.tanh: lambda n, g, k: tr.act(n, g[0], "tanh"),
         operator.add: lambda n, g, k: tr.add(n, g[0], g[1]),
         operator.iadd: lambda n, g, k: tr.add(n, g[0], g[1]),
         torch.add: lambda n, g, k: tr.add(n, g[0], g[1], k.get("alpha", 1)),
@@ -663,6 +666,9 @@ def _from_fx(gm: Any, torch: Any) -> tuple[list[_Call], Any, Any]:
             out = node
             continue
         args, kw = list(node.args), dict(node.kwargs)
+        if (node.op == "call_method" and node.target in ("size", "dim")) or (
+                node.op == "call_function" and node.target is getattr and args[1:] == ["shape"]):
+            continue  # shape queries (x.view(x.size(0), -1)): Python values, not tensors of the graph
         if node.op == "call_module":
             m = mods[node.target]
             calls.append(_translate(tr, node, lambda node=node, m=m, args=args, kw=kw: module_call(node, m, args, kw)))
