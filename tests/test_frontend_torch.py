@@ -437,3 +437,19 @@ def test_tr_train_torch_model(model_file, tmp_path, capsys):
     rc = tr_train.main(["--torch-model", f"{model_file}:dense", "--dataset", "digits", "--epochs", "1"])
     err = capsys.readouterr().err
     assert rc == 1 and "tr-train: error: --torch-model" in err and "node 'cat'" in err and "Traceback" not in err
+
+
+def test_readme_from_pytorch_example_runs(tmp_path, monkeypatch, capsys):
+    import re
+
+    section = (ROOT / "README.md").read_text().split("## From PyTorch", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(code.strip().splitlines()) <= 12
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {}
+    exec(compile(code, "README.md", "exec"), ns)
+    assert re.fullmatch(r"loss \d+\.\d\d\n", capsys.readouterr().out)
+    with torch.no_grad():  # the module now holds the trained weights
+        ref = torch.softmax(ns["net"].eval()(_nchw(ns["x"])), 1).numpy()
+    assert _rel(ns["task"].predict(ns["x"]), ref) <= 1e-5
+    assert (tmp_path / "net.onnx").stat().st_size > 0
