@@ -111,16 +111,17 @@ def check(make, hwc, batch: int, *, fwd_tol=1e-5, step_tol=1e-5, upd_tol=1e-3, t
     task = None
     for fuse in fuses:
         opt = tr_mlir.optim.SGD(lr=LR, momentum=MOMENTUM, weight_decay=WD)
-        task = imported.task(batch, fuse=fuse, optimizer=opt)
-        got = task.predict(x)
-        assert _rel(got, probs) <= fwd_tol, f"fuse={fuse}: forward {_rel(got, probs):.2e}"
-        # the state_dict before training is the module's own
-        before = task.state_dict()
-        for k, v in module.state_dict().items():
-            assert _rel(before[k].numpy(), v.numpy()) <= 1e-6, k  # exact but for a folded bias: rm - b + b
+        # forward (eval: dropout inactive, so the copy without dropout computes it too; the import
+        # with dropout is compiled once, unfused, to keep the file fast)
+        for source in ([imported, imported_step] if dropout and fuse == fuses[0] else [imported_step]):
+            task = source.task(batch, fuse=fuse, optimizer=opt)
+            got = task.predict(x)
+            assert _rel(got, probs) <= fwd_tol, f"fuse={fuse}: forward {_rel(got, probs):.2e}"
+            # the state_dict before training is the module's own
+            before = task.state_dict()
+            for k, v in module.state_dict().items():
+                assert _rel(before[k].numpy(), v.numpy()) <= 1e-6, k  # exact but for a folded bias: rm - b + b
         # one training step against torch
-        if dropout:
-            task = imported_step.task(batch, fuse=fuse, optimizer=opt)
         loss = task.train_step(x, y)
         assert abs(loss - ref_loss) <= step_tol * max(1.0, abs(ref_loss)), (fuse, loss, ref_loss)
         mine = task.state_dict()
@@ -227,15 +228,35 @@ def test_custom_residual_net(tmp_path, capture):
     assert names["fc1.weight"].chw == (16, 4, 4) and names["fc2.weight"].chw is None
 
 
-def test_import_structure_fuses_the_residual_blocks():
+@pytest.mark.parametrize("make, identity, projection", [
+    (lambda: tv.resnet18(10, width=4), "arch.basic_block_identity", (5, 3)),
+    (lambda: tv.resnet34(10, width=4), "arch.basic_block_identity", (13, 3)),
+    (lambda: tv.resnet50(10, width=4), "arch.bottleneck_identity", (12, 4)),
+], ids=["resnet18", "resnet34", "resnet50"])
+def test_import_structure_fuses_the_residual_blocks(make, identity, projection):
     """torchvision's blocks become add2(shortcut, main) with the shortcut first, so the normal passes
-    fuse them: ResNet-18 fused is a cbr, a maxpool, 8 basic blocks, gap_fc."""
+    fuse them: a cbr, a maxpool, the residual blocks, gap_fc; nothing left unfused."""
     from tr_mlir.compile import arch_plan
 
-    imported = from_torch(tv.resnet18(10, width=4), (32, 32, 3))
+    imported = from_torch(make(), (32, 32, 3))
     plan = str(arch_plan(imported.blueprint, (32, 32, 3), amp=False, fuse=True, num_classes=10))
-    assert plan.count("arch.basic_block_identity") == 5 and plan.count("arch.basic_block_projection") == 3
-    assert "arch.cbr " in plan and "arch.gap_fc" in plan and "arch.conv " not in plan
+    proj = identity.replace("identity", "projection")
+    assert (plan.count(identity), plan.count(proj)) == projection, plan
+    assert "arch.cbr " in plan and "arch.gap_fc" in plan and "arch.conv " not in plan and "arch.add " not in plan
+
+
+def test_amp_task_of_an_imported_module():
+    """AMP (fp16 activations, the first conv's input channels padded to 4): same names and shapes,
+    forward within fp16 accuracy."""
+    torch.manual_seed(0)
+    module = _randomize_bn(Custom()).eval()
+    x = np.random.default_rng(0).standard_normal((4, 16, 16, 3)).astype(np.float32)
+    with torch.no_grad():
+        ref = torch.softmax(module(_nchw(x)), 1).numpy()
+    task = from_torch(module, (16, 16, 3)).task(4, amp=True, fuse=True)
+    assert np.abs(task.predict(x) - ref).max() <= 2e-2
+    assert {k: tuple(v.shape) for k, v in task.state_dict().items()} == \
+        {k: tuple(v.shape) for k, v in module.state_dict().items()}
 
 
 def test_auto_falls_back_to_fx_when_export_fails(monkeypatch):
@@ -344,6 +365,23 @@ def test_blueprint_task_state_dict_uses_canonical_names_and_torch_layouts():
     assert tuple(sd["conv0.weight"].shape) == (4, 3, 3, 3)  # OIHW
     assert np.array_equal(sd["conv0.weight"].numpy(), params["conv0.weight"].transpose(0, 3, 1, 2))
     assert sd["bn0.running_var"].dtype == torch.float32
+
+
+def test_onnx_of_a_blueprint_model(tmp_path):
+    """ONNX is built from our own arch IR, so BluePrint models export too (fused: exported unfused)."""
+    ort = pytest.importorskip("onnxruntime")
+    from tr_mlir import blueprint as bp
+
+    S = bp.BlockStyle
+    net = bp.seq(bp.cbr(8, 3, 1, 1), bp.block(8, S.RESNET_3_3), bp.block(16, S.RESNET_3_3_DS),
+                 bp.block(8, 32, S.RESNET_1_3_1_DS), bp.conv(16, 1), bp.bn(), bp.relu6(), bp.avgpool(3, 1, 1),
+                 bp.maxpool(2, 2, 0), bp.flatten(), bp.fc(16, True), bp.tanh_act(), bp.dropout(0.5), bp.fc(10, False))
+    task = tr_mlir.Task(net, (16, 16, 3), 10, 4, fuse=True)
+    x = np.random.default_rng(0).standard_normal((4, 16, 16, 3)).astype(np.float32)
+    task.train_step(x, np.arange(4))  # BN statistics and weights away from their initial values
+    sess = ort.InferenceSession(str(export_onnx(task, tmp_path / "bp.onnx")), providers=["CPUExecutionProvider"])
+    (probs,) = sess.run(["probabilities"], {"input": x.transpose(0, 3, 1, 2).copy()})
+    assert _rel(probs, task.predict(x)) <= 1e-5
 
 
 def test_importing_tr_mlir_does_not_import_torch():
