@@ -384,8 +384,28 @@ def test_onnx_of_a_blueprint_model(tmp_path):
     assert _rel(probs, task.predict(x)) <= 1e-5
 
 
-def test_importing_tr_mlir_does_not_import_torch():
-    code = "import sys, tr_mlir, tr_mlir.frontend, tr_mlir.export; assert 'torch' not in sys.modules"
+def test_importing_tr_mlir_does_not_import_torch_and_without_torch_the_errors_say_so():
+    code = """
+import sys
+import tr_mlir, tr_mlir.frontend, tr_mlir.frontend.torch, tr_mlir.export
+assert 'torch' not in sys.modules
+sys.modules['torch'] = None  # torch not installed
+from tr_mlir.frontend.torch import TorchImportError, from_torch
+try:
+    from_torch(object(), (8, 8, 3))
+except TorchImportError as e:
+    assert 'needs PyTorch' in str(e) and "tr-mlir[torch]" in str(e), e
+else:
+    raise AssertionError('no error')
+from tr_mlir import blueprint as bp
+task = tr_mlir.Task(bp.seq(bp.conv(4, 3), bp.gap_fc(10, True)), (8, 8, 1), 10, 2)
+try:
+    task.state_dict()
+except tr_mlir.export.ExportError as e:
+    assert "tr-mlir[torch]" in str(e), e
+else:
+    raise AssertionError('no error')
+"""
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 

@@ -50,6 +50,11 @@ an arch counterpart (e.g. ``F.gelu``, ``x * y``), a conv bias not followed by ba
 plain VGG: ``arch.conv`` has no bias), non-square kernels, dilation, ``ceil_mode``, batch norm without
 affine parameters or running statistics, a graph whose branches do not nest as residual blocks.
 
+**A folded conv bias** is not a Task parameter: it keeps its imported value (under train-mode batch
+norm its gradient is exactly zero). That matches ``torch.optim`` as long as the bias gets no weight
+decay (tr-mlir's default, ``decay_all=False``); with ``decay_all=True`` torch would shrink the bias and,
+through the running mean, shift the module's eval output, which tr-mlir does not.
+
 **Weights.** Parameters and BN buffers are converted to the Task layouts (:mod:`tr_mlir.task`):
 conv weights OIHW -> KRSC ``(O, kh, kw, I/groups)``, FC weights ``(out, in)`` with columns in NHWC
 order, vectors ``(C,)``, float32. :meth:`TorchModel.task` builds a :class:`tr_mlir.Task` and loads
@@ -189,7 +194,8 @@ class TorchModel:
     def task(self, batch_size: int, **kwargs: Any) -> Any:
         """A :class:`tr_mlir.Task` of this model (``kwargs`` go to ``Task``: optimizer, fuse, amp,
         ...) with the module's parameters and BN buffers loaded; its :meth:`~tr_mlir.Task.state_dict`
-        uses the module's names. Raises :class:`tr_mlir.TaskError` for bad Task arguments and
+        uses the module's names (``task.torch_naming``; a Task saved and loaded again with
+        ``Task.save`` / ``Task.load`` has lost it and uses the canonical names). Raises :class:`tr_mlir.TaskError` for bad Task arguments and
         :class:`TorchImportError` if the compiled plan's tensors do not match the import (a bug)."""
         from tr_mlir.task import Task
 
@@ -242,7 +248,7 @@ def _where(node: Any, user_files: set[str] | None = None) -> str:
     best = ""
     for m in re.finditer(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace):
         path, line, _fn, code = m.groups()
-        if path.startswith(torch_dir) or "/torch/" in path:
+        if path.startswith(torch_dir) or path.startswith("<"):
             continue
         best = f"{path}:{line}: `{code.strip() or linecache.getline(path, int(line)).strip()}`"
     return best
