@@ -511,3 +511,21 @@ def test_readme_from_pytorch_example_runs(tmp_path, monkeypatch, capsys):
         ref = torch.softmax(ns["net"].eval()(_nchw(ns["x"])), 1).numpy()
     assert _rel(ns["task"].predict(ns["x"]), ref) <= 1e-5
     assert (tmp_path / "net.onnx").stat().st_size > 0
+
+
+def test_a_module_neither_tracer_captures_is_one_error():
+    class DataDependent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(12, 2)
+
+        def forward(self, x):
+            if x.sum() > 0:  # control flow on a value
+                x = -x
+            return self.fc(torch.flatten(x, 1))
+
+    with pytest.raises(TorchImportError, match=r"cannot capture DataDependent: torch.export failed \(.*\) and "
+                                               r"torch.fx symbolic tracing failed \(.*\)"):
+        from_torch(DataDependent(), (2, 2, 3))
+    with pytest.raises(TorchImportError, match=r"cannot capture DataDependent: torch.fx symbolic tracing failed"):
+        from_torch(DataDependent(), (2, 2, 3), capture="fx")

@@ -64,12 +64,13 @@ them; :meth:`tr_mlir.Task.state_dict` gives them back under the module's own nam
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import inspect
 import linecache
 import operator
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -237,7 +238,7 @@ class _Call:
     conv_bias: _P | None = None
 
 
-def _where(node: Any, user_files: set[str] | None = None) -> str:
+def _where(node: Any) -> str:
     """``file:line: `code``` of the innermost frame of the user's code in the node's stack trace."""
     trace = node.meta.get("stack_trace") if hasattr(node, "meta") else None
     if not trace:
@@ -788,29 +789,45 @@ def _hwc(input_shape: Any) -> tuple[int, int, int]:
     return tuple(int(d) for d in input_shape)  # type: ignore[return-value]
 
 
-def _capture(module: Any, example: Any, torch: Any) -> tuple[list[_Call], Any, Any]:
+@contextlib.contextmanager
+def _eval_mode(module: Any) -> Iterator[None]:
+    """``module`` in eval mode for the capture; every submodule's training flag restored after."""
     modes = {m: m.training for m in module.modules()}
     module.eval()
     try:
+        yield
+    finally:
+        for m, flag in modes.items():
+            m.training = flag
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e)
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _capture(module: Any, example: Any, torch: Any, how: str) -> tuple[list[_Call], Any, Any]:
+    """Capture ``module`` on ``example`` (``how``: ``auto``, ``export``, ``fx``) and normalize it.
+    A capture that fails is a :class:`TorchImportError` naming the tracer(s) and their errors."""
+    errors = []
+    if how in ("auto", "export"):
         try:
             ep = torch.export.export(module, (example,), strict=False)
         except Exception as e:  # export cannot run (data-dependent control flow, unsupported Python, ...)
-            export_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            errors.append(f"torch.export failed ({_first_line(e)})")
         else:
             return _from_export(ep, module, torch)
+    if how in ("auto", "fx"):
         try:
             from torch.fx.passes.shape_prop import ShapeProp
 
             gm = torch.fx.symbolic_trace(module)
             ShapeProp(gm).propagate(example)
         except Exception as e:
-            raise TorchImportError(
-                f"cannot capture {type(module).__name__}: torch.export failed ({export_error}) and torch.fx "
-                f"symbolic tracing failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-        return _from_fx(gm, torch)
-    finally:
-        for m, flag in modes.items():
-            m.training = flag
+            errors.append(f"torch.fx symbolic tracing failed ({_first_line(e)})")
+        else:
+            return _from_fx(gm, torch)
+    raise TorchImportError(f"cannot capture {type(module).__name__}: {' and '.join(errors)}")
 
 
 def from_torch(module: Any, input_shape: Sequence[int], *, capture: str = "auto") -> TorchModel:
@@ -836,28 +853,8 @@ def from_torch(module: Any, input_shape: Sequence[int], *, capture: str = "auto"
         raise TorchImportError(f"from_torch: capture must be 'auto', 'export' or 'fx', got {capture!r}")
     h, w, c = _hwc(input_shape)
     example = torch.randn(2, c, h, w)
-    if capture == "fx":
-        from torch.fx.passes.shape_prop import ShapeProp
-
-        modes = {m: m.training for m in module.modules()}
-        module.eval()
-        try:
-            gm = torch.fx.symbolic_trace(module)
-            ShapeProp(gm).propagate(example)
-            calls, inp, out = _from_fx(gm, torch)
-        finally:
-            for m, flag in modes.items():
-                m.training = flag
-    elif capture == "export":
-        modes = {m: m.training for m in module.modules()}
-        module.eval()
-        try:
-            calls, inp, out = _from_export(torch.export.export(module, (example,), strict=False), module, torch)
-        finally:
-            for m, flag in modes.items():
-                m.training = flag
-    else:
-        calls, inp, out = _capture(module, example, torch)
+    with _eval_mode(module):
+        calls, inp, out = _capture(module, example, torch, capture)
     _fold_conv_biases(calls)
     blueprint, binds = _tree(calls, inp, out)
     out_val = out.args[0][0] if isinstance(out.args[0], (list, tuple)) else out.args[0]
