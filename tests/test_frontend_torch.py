@@ -192,7 +192,7 @@ def test_mobilenet_v2(tmp_path):
 class Custom(nn.Module):
     """A small residual net over everything else the importer maps."""
 
-    def __init__(self, num_classes: int = 10, dropout: float = 0.25):
+    def __init__(self, num_classes: int = 10, dropout: float = 0.25, hw: tuple[int, int] = (16, 16)):
         super().__init__()
         self.stem = nn.Conv2d(3, 8, 3, 1, 1)  # a bias before BN: folded
         self.bn = nn.BatchNorm2d(8)
@@ -203,7 +203,7 @@ class Custom(nn.Module):
         self.pool = nn.AvgPool2d(3, 1, 1)
         self.mp = nn.MaxPool2d(2)
         self.skip = nn.Identity()
-        self.fc1 = nn.Linear(16 * 4 * 4, 32)
+        self.fc1 = nn.Linear(16 * (hw[0] // 4) * (hw[1] // 4), 32)
         self.bn1d = nn.BatchNorm1d(32)
         self.drop = nn.Dropout(dropout)
         self.fc2 = nn.Linear(32, num_classes)
@@ -226,6 +226,12 @@ def test_custom_residual_net(tmp_path, capture):
     names = {e.torch_name: e for e in task.torch_naming.entries}
     assert names["stem.bias"].layout == "folded_bias" and names["bn.running_mean"].shift is not None
     assert names["fc1.weight"].chw == (16, 4, 4) and names["fc2.weight"].chw is None
+
+
+def test_custom_residual_net_non_square(tmp_path):
+    """H != W: the classifier columns are permuted from C,H,W = 16,4,6 to H,W,C."""
+    task = check(lambda: Custom(hw=(16, 24)), (16, 24, 3), 4, tmp_path=tmp_path, fuses=(True,))
+    assert {e.torch_name: e for e in task.torch_naming.entries}["fc1.weight"].chw == (16, 4, 6)
 
 
 @pytest.mark.parametrize("make, identity, projection", [
