@@ -357,6 +357,7 @@ class Task:
         self.epochs = 0  # fit epochs completed
         self._bn_dirty = True
         self.compile_seconds = 0.0
+        self.torch_naming = None  # set by tr_mlir.frontend.torch: the imported module's names (state_dict)
 
     # -- model and compile -------------------------------------------------------------
 
@@ -541,6 +542,16 @@ class Task:
         """``[(name, float32 array copy)]`` of the BN running statistics (module doc)."""
         self._ready()
         return [(e.name, self._get(e)) for e in self._buffers]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The trained parameters and BN buffers as a PyTorch ``state_dict`` of float32 CPU
+        ``torch.Tensor`` s in torch layouts (conv OIHW): under the imported module's own names for a
+        Task from :meth:`tr_mlir.frontend.torch.TorchModel.task` (``module.load_state_dict`` takes
+        it), else under the canonical names of :meth:`parameters` / :meth:`buffers`. See
+        :func:`tr_mlir.export.state_dict`; raises :class:`tr_mlir.export.ExportError` without torch."""
+        from tr_mlir.export import state_dict
+
+        return state_dict(self)
 
     def _load(self, entries: list[_Entry], values: Any, what: str) -> list[tuple[_Entry, np.ndarray]]:
         try:

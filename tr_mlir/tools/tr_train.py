@@ -274,6 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--blueprint", default=None, metavar="FILE.py:FUNC",
                    help="use FUNC of FILE.py instead of a zoo model: FUNC(num_classes) or FUNC() returns "
                         "a BluePrint layer or (layer, (H, W, C)) (default: none, the --model)")
+    m.add_argument("--torch-model", default=None, metavar="FILE.py:FACTORY",
+                   help="import the torch.nn.Module that FACTORY(num_classes) or FACTORY() of FILE.py returns "
+                        "(tr_mlir.frontend.torch), with its weights, for the dataset's shape (default: none)")
     p.add_argument("--dataset", default=DEFAULT_DATASET, choices=list(DATASETS),
                    help="dataset (python -m tr_mlir.data --list)")
     p.add_argument("--data-dir", type=Path, default=None, metavar="DIR",
@@ -410,6 +413,7 @@ class ModelSource:
     native_classes: int
     build: Callable[[int], Any]
     explicit_shape: bool = False  # a BluePrint that named its input: channels must match
+    build_for: Callable[[int, tuple[int, int, int]], Any] | None = None  # --torch-model: (classes, shape) -> TorchModel
 
 
 def zoo_source(name: str) -> ModelSource:
@@ -1105,9 +1109,15 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         ds = _load_data(args, source)
         data_shape = tuple(saved["config"].get("dataset_shape", ds.input_shape))
     else:
-        source = blueprint_source(args.blueprint) if args.blueprint else zoo_source(args.model)
+        if args.torch_model:
+            from tr_mlir.frontend.torch import train_source
+
+            source = train_source(args.torch_model)
+        else:
+            source = blueprint_source(args.blueprint) if args.blueprint else zoo_source(args.model)
         ds = _load_data(args, source)
-        layer = _build(source, ds.num_classes)
+        layer = _build(source, ds.num_classes) if source.build_for is None else source.build_for(ds.num_classes,
+                                                                                                 ds.input_shape)
         plan = plan_input(source, layer, ds.input_shape, ds.num_classes)
         data_shape = ds.input_shape
     if plan.mode is not None:
@@ -1151,11 +1161,12 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
                                  f"--epochs is the total, pass more than {start_epoch}")
             task.scheduler = CosineAnnealingLR(T_max=args.epochs, warmup_epochs=args.warmup)
         else:
-            task = Task(layer, ds.input_shape, ds.num_classes, args.batch_size,
-                        optimizer=choice.build(lr, args.weight_decay),
-                        scheduler=CosineAnnealingLR(T_max=args.epochs, warmup_epochs=args.warmup),
-                        loss=CrossEntropyLoss(label_smoothing=args.label_smoothing),
-                        amp=args.amp, fuse=args.fuse, device=device, seed=args.seed, reuse=args.reuse)
+            options = dict(optimizer=choice.build(lr, args.weight_decay),
+                           scheduler=CosineAnnealingLR(T_max=args.epochs, warmup_epochs=args.warmup),
+                           loss=CrossEntropyLoss(label_smoothing=args.label_smoothing),
+                           amp=args.amp, fuse=args.fuse, device=device, seed=args.seed, reuse=args.reuse)
+            task = (layer.task(args.batch_size, **options) if source.build_for is not None  # with its weights
+                    else Task(layer, ds.input_shape, ds.num_classes, args.batch_size, **options))
     except (TaskError, BluePrintError, ValueError) as e:
         if isinstance(e, TrainError):
             raise
@@ -1169,7 +1180,8 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
          f"device {device_text}" + (f", rank {task.rank} of {task.world_size}" if task.world_size > 1 else ""))
 
     config = {
-        "model": None if args.blueprint else args.model, "blueprint": args.blueprint, "dataset": args.dataset,
+        "model": None if args.blueprint or args.torch_model else args.model, "blueprint": args.blueprint,
+        **({"torch_model": args.torch_model} if args.torch_model else {}), "dataset": args.dataset,
         "data_dir": None if args.data_dir is None else str(args.data_dir), "download": args.download,
         "epochs": args.epochs, "batch_size": args.batch_size, "optimizer": args.optimizer, "lr": lr,
         "weight_decay": args.weight_decay, "label_smoothing": args.label_smoothing, "warmup": args.warmup,
