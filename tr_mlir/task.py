@@ -444,22 +444,28 @@ class Task:
                 from tr_mlir.lowering.cupy_backend import CudaBackend
 
                 self._backend = CudaBackend()
-            else:
-                from tr_mlir.lowering.backend import NumpyBackend
+            else:  # a torchrun launch of several processes: gloo (lowering/gloo.py), else NumPy alone
+                from tr_mlir.lowering.gloo import cpu_backend
 
-                self._backend = NumpyBackend()
+                self._backend = cpu_backend()
         return self._backend
+
+    def _comm(self) -> Any:
+        """The backend's data-parallel communicator (gloo on the CPU, NCCL on GPUs), or None."""
+        backend = self._make_backend()
+        comm = getattr(backend, "comm", None)
+        return comm if comm is not None else getattr(getattr(backend, "device", None), "comm", None)
 
     @property
     def world_size(self) -> int:
-        """Data-parallel processes (the CUDA backend's communicator; 1 on the CPU)."""
-        comm = getattr(getattr(self._make_backend(), "device", None), "comm", None)
+        """Data-parallel processes (the communicator's: NCCL on GPUs, gloo on the CPU; 1 alone)."""
+        comm = self._comm()
         return 1 if comm is None else int(comm.size)
 
     @property
     def rank(self) -> int:
         """This process's data-parallel rank (0 for one process)."""
-        comm = getattr(getattr(self._make_backend(), "device", None), "comm", None)
+        comm = self._comm()
         return 0 if comm is None else int(comm.rank)
 
     def _shard(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
