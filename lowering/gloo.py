@@ -259,6 +259,13 @@ def divide_threads(environ: Mapping[str, str] | None = None) -> int:
     return threads
 
 
+def launch_rank(environ: Mapping[str, str] | None = None) -> int:
+    """This process's rank in the launcher's environment (0 for one process), without joining any
+    process group. Raises :class:`DistributedError` for a bad environment."""
+    e = env(dict(os.environ) if environ is None else dict(environ))
+    return 0 if e is None else e.rank
+
+
 _COMM: GlooComm | None = None
 
 

@@ -879,6 +879,8 @@ def _restore_interrupted(folder: Path) -> None:
     try:
         os.replace(old, folder)
     except OSError as e:
+        if folder.exists():  # another rank of a torchrun launch put it back first
+            return
         raise TrainError(f"--resume {folder}: cannot restore it from {old} (a checkpoint save was interrupted): "
                          f"{e.strerror or e}") from None
     _say(f"restored {folder} from {old}: a checkpoint save was interrupted between its two renames")
@@ -1055,6 +1057,10 @@ def _fits_hint(data_shape: tuple[int, int, int]) -> str:
 def run(args: argparse.Namespace, explicit: set[str]) -> int:
     """Everything after argument parsing (module doc); returns the exit code. Raises
     :class:`TrainError` for user errors."""
+    global _SILENT
+    from tr_mlir.lowering.gloo import launch_rank
+
+    _SILENT = launch_rank() != 0  # torchrun: rank 0 alone prints (and writes the outputs)
     t_start = time.perf_counter()
     timings = {"load_s": 0.0, "compile_s": 0.0, "dump_ir_s": 0.0, "train_s": 0.0, "val_s": 0.0,
                "checkpoint_s": 0.0, "total_s": 0.0}
@@ -1131,6 +1137,12 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     try:
         if resume_folder is not None:
             task = Task.load(resume_folder, device=device)
+            saved_world = saved["config"].get("world_size", 1)
+            if saved_world != task.world_size:
+                raise TrainError(f"--resume {resume_folder}: the checkpoint was trained by {saved_world!r} "
+                                 f"process(es), this run has {task.world_size} (WORLD_SIZE); resume it with "
+                                 f"torchrun --nproc_per_node {saved_world!r} (another count changes the shards, the "
+                                 f"steps per epoch and with them the learning-rate schedule)")
             if tuple(task.input_shape) != tuple(ds.input_shape) or task.num_classes != ds.num_classes:
                 raise TrainError(f"--resume {resume_folder}: the checkpoint's model ({CONFIG_FILE}) reads "
                                  f"{task.input_shape} with {task.num_classes} classes, the dataset gives "
@@ -1162,7 +1174,6 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         if isinstance(e, TrainError):
             raise
         raise TrainError(str(e)) from None
-    global _SILENT
     lead = task.rank == 0  # the process that prints and writes the outputs
     _SILENT = not lead
     h, w, c = ds.input_shape
@@ -1184,6 +1195,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         "input_shape": list(ds.input_shape), "num_classes": ds.num_classes, "dataset_shape": list(data_shape),
         "input_adaptation": None if plan.mode is None else {"mode": plan.mode, "to": list(plan.to)},
         "train_size": ds.num_train, "val_size": ds.num_val, "start_epoch": start_epoch,
+        "world_size": task.world_size,
     }
 
     # -- compile -------------------------------------------------------------------------
@@ -1197,7 +1209,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     pipeline = TrCompilePass(fuse=task.fuse, amp=task.amp, num_classes=task.num_classes, reuse=task.reuse, **spec)
     _say("== compile")
     _say(f"pipeline: builtin.module({pipeline.pipeline_pass_spec()})")
-    if args.dump_ir is not None:
+    if args.dump_ir is not None and lead:
         t0 = time.perf_counter()
         try:
             files = dump_ir(task.config()["model"], args.dump_ir, fuse=task.fuse, amp=task.amp,
@@ -1414,10 +1426,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from tr_mlir.data import DatasetError
         from tr_mlir.lowering.backend import ArenaTooLargeError
+        from tr_mlir.lowering.distributed import DistributedError
 
         try:
             return run(args, explicit_flags(argv))
-        except DatasetError as e:
+        except (DatasetError, DistributedError) as e:  # DistributedError: the launch or a rank (lowering/gloo.py)
             raise TrainError(str(e)) from None
         except ArenaTooLargeError as e:
             raise TrainError(f"the model does not fit in memory: {e}") from None
