@@ -54,7 +54,9 @@ C; :func:`divide_threads` sets each rank's OpenBLAS (and torch's intra-op) threa
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
@@ -127,12 +129,13 @@ class GlooComm:
         self._torch, self._dist = torch, tdist
         self.size, self.rank, self.timeout = e.world, e.rank, timeout
         self.calls = 0
+        self.broken = False  # a collective failed: the group is unusable (a peer is gone)
         where = f"rank {e.rank} of {e.world}"
         if tdist.is_initialized():
             if tdist.get_world_size() != e.world or tdist.get_rank() != e.rank:
                 raise DistributedError(f"{where}: torch.distributed is already initialized as rank "
                                        f"{tdist.get_rank()} of {tdist.get_world_size()}")
-            self._owner = False
+            self._owner = self._joined = False
             return
         if (e.master_addr in ("127.0.0.1", "localhost") and not os.environ.get("GLOO_SOCKET_IFNAME")
                 and os.path.exists("/sys/class/net/lo")):
@@ -146,7 +149,8 @@ class GlooComm:
             raise DistributedError(f"{where}: cannot join the gloo process group at {e.master_addr}:"
                                    f"{e.master_port} (MASTER_ADDR:MASTER_PORT) within {timeout:g} s: "
                                    f"{_first_line(exc)}") from None
-        self._owner = True
+        self._owner = self._joined = True
+        atexit.register(self._at_exit)
 
     def all_reduce(self, array: np.ndarray, op: str) -> None:
         """In-place all-reduce of the contiguous float32/float16 ``array`` across the ranks:
@@ -167,6 +171,7 @@ class GlooComm:
         try:
             self._dist.all_reduce(t, op=self._dist.ReduceOp.SUM)
         except Exception as exc:  # noqa: BLE001 - gloo raises RuntimeError / DistBackendError
+            self.broken = True
             raise DistributedError(f"rank {self.rank} of {self.size}: the all-reduce ({op}, {array.size} "
                                    f"elements) failed: another rank died, was killed or did not answer within "
                                    f"{self.timeout:g} s ({TIMEOUT_ENV}): {_first_line(exc)}") from None
@@ -179,15 +184,40 @@ class GlooComm:
         try:
             self._dist.barrier()
         except Exception as exc:  # noqa: BLE001
+            self.broken = True
             raise DistributedError(f"rank {self.rank} of {self.size}: the barrier failed: another rank died or "
                                    f"did not answer within {self.timeout:g} s ({TIMEOUT_ENV}): "
                                    f"{_first_line(exc)}") from None
 
     def close(self) -> None:
-        """Leave the process group (when this communicator joined it)."""
+        """Leave the process group (when this communicator joined it): a barrier, so that no rank
+        tears its connections down while another still uses them, then
+        ``destroy_process_group``. Raises :class:`DistributedError` when the barrier fails."""
         if self._owner and self._dist.is_initialized():
-            self._dist.destroy_process_group()
             self._owner = False
+            if not self.broken:
+                self.barrier()
+            self._dist.destroy_process_group()
+
+    def _at_exit(self) -> None:
+        """At interpreter exit, for a group this communicator joined: :meth:`close`; with a
+        broken group (a peer died) end the process at once with status 1, after flushing the
+        streams: tearing down gloo's threads and sockets to a dead peer can abort the process
+        ('terminate called ...', status 134) or hang."""
+        if not self._joined:
+            return
+        if not self.broken:
+            try:
+                self.close()
+                return
+            except DistributedError as e:
+                print(f"tr-mlir: error: {e}", file=sys.stderr)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(1)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,7 +1,7 @@
 """One rank of the data-parallel numerics test (``tests/test_gloo_dp.py``), launched twice with the
 torchrun environment (RANK, WORLD_SIZE, ...), or alone (``WORLD_SIZE`` unset) as a reference.
 
-``python tests/gloo_dp_worker.py OUT.npz B STEPS`` trains each model of :data:`MODELS` with a
+``python tests/gloo_dp_worker.py OUT{rank}.npz B STEPS`` trains each model of :data:`MODELS` with a
 :class:`tr_mlir.Task` of batch ``B`` per process for ``STEPS`` steps on the data of :func:`data`
 (rank r of N takes rows ``r, r + N, ...`` of each global batch of ``N*B`` rows, the samples one
 process of batch ``N*B`` takes for that step) and writes the step losses, parameters and buffers.
@@ -9,6 +9,7 @@ process of batch ``N*B`` takes for that step) and writes the step losses, parame
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -69,7 +70,7 @@ def train_averaged(name: str, batch: int, steps: int, world: int = 2) -> dict[st
 
 
 def main(argv: list[str]) -> int:
-    path, batch, steps = argv[0], int(argv[1]), int(argv[2])
+    path, batch, steps = argv[0].format(rank=os.environ.get("RANK", "0")), int(argv[1]), int(argv[2])
     out: dict[str, np.ndarray] = {}
     for name in MODELS:
         out.update(train(name, batch, steps))
