@@ -313,6 +313,30 @@ def init(environ: Mapping[str, str] | None = None) -> GlooComm | None:
     return _COMM
 
 
+def stop_on_sigterm(prog: str, rank: int, world: int) -> None:
+    """Make SIGTERM (what ``torchrun`` sends the other workers when one fails) end this process
+    with one line on stderr, ``<prog>: error: rank <rank> of <world>: stopped by SIGTERM ...``,
+    and status 143, without running the rest of the program (no traceback, no teardown of a
+    process group whose peer may be dead). Only installed for ``world`` > 1, from the main
+    thread."""
+    import signal
+    import threading
+
+    if world <= 1 or threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        os.write(2, (f"{prog}: error: rank {rank} of {world}: stopped by SIGTERM (torchrun stops every rank "
+                     f"when one fails; see its report for the rank that did)\n").encode())
+        os._exit(143)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def cpu_backend(memory_limit: int | None = None) -> NumpyBackend:
     """The CPU backend of this process: :class:`GlooBackend` over :func:`init`'s communicator when
     launched with ``WORLD_SIZE`` > 1, else a plain :class:`NumpyBackend`."""

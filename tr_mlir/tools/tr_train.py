@@ -1175,6 +1175,9 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
             raise
         raise TrainError(str(e)) from None
     lead = task.rank == 0  # the process that prints and writes the outputs
+    from tr_mlir.lowering.gloo import stop_on_sigterm
+
+    stop_on_sigterm(PROG, task.rank, task.world_size)  # torchrun stops the others when a rank fails
     _SILENT = not lead
     h, w, c = ds.input_shape
     _say("== model")
