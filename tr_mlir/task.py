@@ -296,7 +296,8 @@ class Task:
         fuse: compile with fused blocks (same numerics as unfused in one precision).
         device: ``'cpu'``, ``'gpu'`` (``'cuda'``: the CUDA backend,
             :mod:`tr_mlir.lowering.cupy_backend`; launched by ``torchrun`` with several processes
-            it trains data-parallel, each rank on its shard of the data), ``'auto'`` (the GPU when
+            it trains data-parallel, each rank on its shard of the data, and so does ``'cpu'``
+            over gloo, :mod:`tr_mlir.lowering.gloo`), ``'auto'`` (the GPU when
             CuPy imports and a CUDA device answers, else the CPU), or a backend object (tests:
             the CUDA backend over the CPU emulator).
         seed: parameter initialization, data order, dropout.

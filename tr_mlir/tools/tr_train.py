@@ -30,13 +30,14 @@ warm-up of ``--warmup`` epochs from 0 (:class:`tr_mlir.sched.CosineAnnealingLR`)
 (:data:`OPTIMIZERS`): ``sgd`` (no momentum), ``momentum`` (0.9), ``nesterov`` (0.9), ``adam``
 (L2 decay), ``adamw`` (decoupled decay), ``lars`` (momentum 0.9, trust coefficient 1e-3); the
 default ``--lr`` depends on the optimizer (:data:`OPTIMIZERS`). BN parameters and biases get no
-weight decay (the seed's rule, :mod:`tr_mlir.optim`). ``--batch-size`` is per process (one
-process on the CPU).
+weight decay (the seed's rule, :mod:`tr_mlir.optim`). ``--batch-size`` is per process.
 
 Device: ``--device auto`` (the default) trains on the GPU when the CUDA backend can run (CuPy
 imports and a CUDA device answers), else on the CPU; ``--device gpu`` without a usable GPU is an
-error. Launched by ``torchrun`` with N processes on GPUs, every process trains on its shard of
-the data (``--batch-size`` per process) and only rank 0 prints and writes the outputs.
+error. Launched by ``torchrun`` with N processes (GPUs: NCCL; CPUs: gloo,
+:mod:`tr_mlir.lowering.gloo`), every process trains on its shard of the data (``--batch-size`` per
+process), only rank 0 prints and writes the outputs, every rank resumes from them, and a resume
+with another process count is an error (README, *Data parallel*).
 
 Geometry (:func:`plan_input`): channels always come from the dataset (the first layer adapts).
 A zoo model takes the dataset's H x W as it is, unless its classifier reads a spatial map of a
