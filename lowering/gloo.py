@@ -130,6 +130,7 @@ class GlooComm:
         self.size, self.rank, self.timeout = e.world, e.rank, timeout
         self.calls = 0
         self.broken = False  # a collective failed: the group is unusable (a peer is gone)
+        self.exit_status: int | None = None  # set by abandon()
         where = f"rank {e.rank} of {e.world}"
         if tdist.is_initialized():
             if tdist.get_world_size() != e.world or tdist.get_rank() != e.rank:
@@ -206,7 +207,7 @@ class GlooComm:
         ('terminate called ...', status 134) or hang."""
         if not self._joined:
             return
-        if not self.broken:
+        if not self.broken and self.exit_status is None:
             try:
                 self.close()
                 return
@@ -217,7 +218,13 @@ class GlooComm:
                 stream.flush()
             except (OSError, ValueError):
                 pass
-        os._exit(1)
+        os._exit(1 if self.exit_status is None else self.exit_status)
+
+    def abandon(self, status: int) -> None:
+        """Leave without the closing barrier: at exit the process ends at once with ``status``
+        (this rank failed alone; its peers see the connection close and fail in turn, instead of
+        waiting for a barrier the timeout long)."""
+        self.exit_status = status
 
 
 def _first_line(exc: BaseException) -> str:
@@ -335,6 +342,12 @@ def stop_on_sigterm(prog: str, rank: int, world: int) -> None:
         os._exit(143)
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def abandon(status: int) -> None:
+    """:meth:`GlooComm.abandon` of this process's communicator, if it has one (a no-op alone)."""
+    if _COMM is not None:
+        _COMM.abandon(status)
 
 
 def cpu_backend(memory_limit: int | None = None) -> NumpyBackend:

@@ -263,3 +263,17 @@ def test_torchrun_stops_the_others_when_a_rank_dies(tmp_path):
     assert rc != 0 and time.monotonic() - t0 < 30
     assert "tr-train: error: rank 0 of 2:" in err, err[-3000:]
     assert len(load_run_state(ck / "last")["epochs"]) == 1
+
+
+def test_a_rank_whose_peer_never_comes_fails_after_the_timeout():
+    """Rank 1 of 2 launched alone (rank 0 failed before joining, or was never started)."""
+    port = str(_free_port())
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "tr_mlir.tools.tr_train", *TRAIN, "--epochs", "1"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=LIMIT,
+                       env=_env({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                                 "MASTER_PORT": port, "TR_MLIR_DIST_TIMEOUT": "3"}))
+    assert p.returncode == 1 and time.monotonic() - t0 < 60
+    assert (f"tr-train: error: rank 1 of 2: cannot join the gloo process group at 127.0.0.1:{port} "
+            f"(MASTER_ADDR:MASTER_PORT) within 3 s") in p.stderr, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and p.stdout == ""  # rank 1 prints nothing

@@ -1440,17 +1440,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise TrainError(f"the model does not fit in memory: {e}") from None
     except TrainError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr, flush=True)
-        return 1
+        return _failed(1)
     except KeyboardInterrupt:
         print(f"\n{PROG}: interrupted", file=sys.stderr, flush=True)
-        return 130
+        return _failed(130)
     except Exception as e:  # anything else is a bug: say so without a wall of Python
         print(f"{PROG}: internal error: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         if os.environ.get(TRACEBACK_ENV) == "1":
             traceback.print_exc()
         else:
             print(f"{PROG}: set {TRACEBACK_ENV}=1 to see the Python traceback", file=sys.stderr)
-        return 1
+        return _failed(1)
+
+
+def _failed(status: int) -> int:
+    """``status``, after telling a gloo process group this rank leaves without its closing barrier
+    (the other ranks then fail at once instead of after the timeout: lowering/gloo.py)."""
+    if "tr_mlir.lowering.gloo" in sys.modules:
+        sys.modules["tr_mlir.lowering.gloo"].abandon(status)
+    return status
 
 
 if __name__ == "__main__":
