@@ -130,6 +130,33 @@ def test_launch_errors_name_the_variable(monkeypatch):
         gloo._torch_dist()
 
 
+def test_ranks_share_the_cores(monkeypatch):
+    """N ranks on C cores: each gets max(1, C // LOCAL_WORLD_SIZE) kernel threads (OpenBLAS's count,
+    which the kernels split by), OPENBLAS_NUM_THREADS wins; torch's intra-op threads follow."""
+    import torch
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from tr_mlir.lowering.kernels import _parallel
+
+    blas = _parallel._numpy_openblas()
+    if blas is None:
+        pytest.skip("NumPy has no OpenBLAS here")
+    before, torch_before = blas.num_threads, torch.get_num_threads()
+    monkeypatch.setattr(gloo, "cpu_cores", lambda: 8)
+    try:
+        for environ, want in (({"LOCAL_WORLD_SIZE": "2"}, 4), ({"LOCAL_WORLD_SIZE": "16"}, 1),
+                              ({"WORLD_SIZE": "4"}, 2), ({"LOCAL_WORLD_SIZE": "2", "OPENBLAS_NUM_THREADS": "3"}, 3)):
+            assert gloo.divide_threads(environ) == want
+            assert _parallel._numpy_openblas().num_threads == want, threadpool_info()
+            assert torch.get_num_threads() == want
+            assert _parallel.workers() == min(want, _parallel.MAX_WORKERS)
+        with pytest.raises(DistributedError, match="LOCAL_WORLD_SIZE must be an integer"):
+            gloo.divide_threads({"LOCAL_WORLD_SIZE": "two"})
+    finally:
+        threadpool_limits(limits=before, user_api="blas")
+        torch.set_num_threads(torch_before)
+
+
 def test_bad_launch_is_an_error_line_without_traceback(tmp_path):
     p = subprocess.run([sys.executable, "-m", "tr_mlir.tools.tr_train", "--epochs", "1"], cwd=ROOT, capture_output=True,
                        text=True, timeout=LIMIT, env=_env({"WORLD_SIZE": "2", "RANK": "5", "MASTER_ADDR": "127.0.0.1"}))
