@@ -118,6 +118,30 @@ def test_backend_reduces_spans_through_the_communicator():
         mean[0]((data[0],), world_size=3)
 
 
+def test_tasks_over_the_backend_in_threads_train_like_one_with_twice_the_batch():
+    """Two Tasks on GlooBackend over an in-process communicator (threads): the Task side of data
+    parallel (world_size and rank from the backend, the COMM kernels bound) without processes."""
+    import tr_mlir
+
+    comms = FakeComm.group(2)
+    opt = tr_mlir.optim.SGD(lr=0.05, momentum=0.9)
+    tasks = [tr_mlir.Task("mlp_digits", (8, 8, 1), 10, 8, optimizer=opt, seed=3, device=gloo.GlooBackend(c))
+             for c in comms]
+    assert [(t.world_size, t.rank) for t in tasks] == [(2, 0), (2, 1)]
+    x, y = worker.data((8, 8, 1), 32)
+
+    def ranks(r: int) -> list[float]:
+        return [tasks[r].train_step(x[s * 16:(s + 1) * 16][r::2], y[s * 16:(s + 1) * 16][r::2]) for s in range(2)]
+
+    losses = run_ranks([lambda r=r: ranks(r) for r in range(2)])
+    assert losses[0] == losses[1] and comms[0].calls == comms[1].calls > 0
+    one = tr_mlir.Task("mlp_digits", (8, 8, 1), 10, 16, optimizer=opt, seed=3)
+    np.testing.assert_allclose(losses[0], [one.train_step(x[s * 16:(s + 1) * 16], y[s * 16:(s + 1) * 16])
+                                           for s in range(2)], **LOSS_TOL)
+    for (k, a), (_, b) in zip(tasks[0].parameters(), one.parameters()):
+        np.testing.assert_allclose(a, b, **PARAM_TOL, err_msg=k)
+
+
 def test_launch_errors_name_the_variable(monkeypatch):
     assert gloo.cpu_backend().__class__.__name__ == "NumpyBackend"  # no WORLD_SIZE: torch is not needed
     with pytest.raises(DistributedError, match="TR_MLIR_DIST_TIMEOUT must be a positive number"):
