@@ -8,7 +8,7 @@ Each process is one rank. :func:`cpu_backend` (what :class:`tr_mlir.Task` uses f
 ``device='cpu'``) reads the torchrun environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``); with ``WORLD_SIZE`` unset or 1 it is the
 plain :class:`~tr_mlir.lowering.backend.NumpyBackend` and torch is never imported. Otherwise it
-joins a gloo process group (:class:`GlooComm`, ``init_method='env://'``) and returns a
+joins a gloo process group (:class:`GlooComm`, rendezvous at ``MASTER_ADDR:MASTER_PORT``) and returns a
 :class:`GlooBackend`: the NumPy backend whose three all-reduce kernels
 (``range_mean_allreduce``, ``range_sum_allreduce``, ``range_bn_stats_allreduce``) reduce their
 region span of the arena in place across the ranks. The span is handed to gloo as
@@ -113,8 +113,8 @@ class GlooComm:
     :class:`~tr_mlir.lowering.distributed.FakeComm` (``all_reduce(array, op)``) plus
     :meth:`barrier` and :meth:`close`.
 
-    Joins the default ``torch.distributed`` process group (``init_method='env://'``, the
-    torchrun variables of ``e``), or uses it when the process already joined one of ``e.world``
+    Joins the default ``torch.distributed`` process group (rendezvous ``tcp://MASTER_ADDR:MASTER_PORT``
+    of ``e``, rank 0 serving the store), or uses it when the process already joined one of ``e.world``
     ranks. ``timeout``: seconds for the rendezvous and for every collective.
 
     Raises:
@@ -141,11 +141,10 @@ class GlooComm:
         if (e.master_addr in ("127.0.0.1", "localhost") and not os.environ.get("GLOO_SOCKET_IFNAME")
                 and os.path.exists("/sys/class/net/lo")):
             os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # one machine: loopback, whatever the hostname resolves to
-        os.environ.setdefault("MASTER_ADDR", e.master_addr)
-        os.environ.setdefault("MASTER_PORT", str(e.master_port))
+        host = f"[{e.master_addr}]" if ":" in e.master_addr else e.master_addr  # an IPv6 address
         try:
-            tdist.init_process_group("gloo", init_method="env://", rank=e.rank, world_size=e.world,
-                                     timeout=timedelta(seconds=timeout))
+            tdist.init_process_group("gloo", init_method=f"tcp://{host}:{e.master_port}", rank=e.rank,
+                                     world_size=e.world, timeout=timedelta(seconds=timeout))
         except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError, DistStoreError, TimeoutError, ...
             raise DistributedError(f"{where}: cannot join the gloo process group at {e.master_addr}:"
                                    f"{e.master_port} (MASTER_ADDR:MASTER_PORT) within {timeout:g} s: "
