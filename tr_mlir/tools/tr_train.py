@@ -1433,7 +1433,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tr_mlir.lowering.distributed import DistributedError
 
         try:
-            return run(args, explicit_flags(argv))
+            status = run(args, explicit_flags(argv))
+            return _failed(status) if status else status  # 130: interrupted, no closing barrier
         except (DatasetError, DistributedError) as e:  # DistributedError: the launch or a rank (lowering/gloo.py)
             raise TrainError(str(e)) from None
         except ArenaTooLargeError as e:
