@@ -296,7 +296,8 @@ class Task:
         fuse: compile with fused blocks (same numerics as unfused in one precision).
         device: ``'cpu'``, ``'gpu'`` (``'cuda'``: the CUDA backend,
             :mod:`tr_mlir.lowering.cuda.backend`; launched by ``torchrun`` with several processes
-            it trains data-parallel, each rank on its shard of the data), ``'auto'`` (the GPU when
+            it trains data-parallel, each rank on its shard of the data, and so does ``'cpu'``
+            over gloo, :mod:`tr_mlir.lowering.gloo`), ``'auto'`` (the GPU when
             CuPy imports and a CUDA device answers, else the CPU), or a backend object (tests:
             the CUDA backend over the CPU emulator).
         seed: parameter initialization, data order, dropout.
@@ -445,22 +446,28 @@ class Task:
                 from tr_mlir.lowering.cuda.backend import CudaBackend
 
                 self._backend = CudaBackend()
-            else:
-                from tr_mlir.lowering.backend import NumpyBackend
+            else:  # a torchrun launch of several processes: gloo (lowering/gloo.py), else NumPy alone
+                from tr_mlir.lowering.gloo import cpu_backend
 
-                self._backend = NumpyBackend()
+                self._backend = cpu_backend()
         return self._backend
+
+    def _comm(self) -> Any:
+        """The backend's data-parallel communicator (gloo on the CPU, NCCL on GPUs), or None."""
+        backend = self._make_backend()
+        comm = getattr(backend, "comm", None)
+        return comm if comm is not None else getattr(getattr(backend, "device", None), "comm", None)
 
     @property
     def world_size(self) -> int:
-        """Data-parallel processes (the CUDA backend's communicator; 1 on the CPU)."""
-        comm = getattr(getattr(self._make_backend(), "device", None), "comm", None)
+        """Data-parallel processes (the communicator's: NCCL on GPUs, gloo on the CPU; 1 alone)."""
+        comm = self._comm()
         return 1 if comm is None else int(comm.size)
 
     @property
     def rank(self) -> int:
         """This process's data-parallel rank (0 for one process)."""
-        comm = getattr(getattr(self._make_backend(), "device", None), "comm", None)
+        comm = self._comm()
         return 0 if comm is None else int(comm.rank)
 
     def _shard(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -30,13 +30,14 @@ warm-up of ``--warmup`` epochs from 0 (:class:`tr_mlir.sched.CosineAnnealingLR`)
 (:data:`OPTIMIZERS`): ``sgd`` (no momentum), ``momentum`` (0.9), ``nesterov`` (0.9), ``adam``
 (L2 decay), ``adamw`` (decoupled decay), ``lars`` (momentum 0.9, trust coefficient 1e-3); the
 default ``--lr`` depends on the optimizer (:data:`OPTIMIZERS`). BN parameters and biases get no
-weight decay (the seed's rule, :mod:`tr_mlir.optim`). ``--batch-size`` is per process (one
-process on the CPU).
+weight decay (the seed's rule, :mod:`tr_mlir.optim`). ``--batch-size`` is per process.
 
 Device: ``--device auto`` (the default) trains on the GPU when the CUDA backend can run (CuPy
 imports and a CUDA device answers), else on the CPU; ``--device gpu`` without a usable GPU is an
-error. Launched by ``torchrun`` with N processes on GPUs, every process trains on its shard of
-the data (``--batch-size`` per process) and only rank 0 prints and writes the outputs.
+error. Launched by ``torchrun`` with N processes (GPUs: NCCL; CPUs: gloo,
+:mod:`tr_mlir.lowering.gloo`), every process trains on its shard of the data (``--batch-size`` per
+process), only rank 0 prints and writes the outputs, every rank resumes from them, and a resume
+with another process count is an error (README, *Data parallel*).
 
 Geometry (:func:`plan_input`): channels always come from the dataset (the first layer adapts).
 A zoo model takes the dataset's H x W as it is, unless its classifier reads a spatial map of a
@@ -881,6 +882,8 @@ def _restore_interrupted(folder: Path) -> None:
     try:
         os.replace(old, folder)
     except OSError as e:
+        if folder.exists():  # another rank of a torchrun launch put it back first
+            return
         raise TrainError(f"--resume {folder}: cannot restore it from {old} (a checkpoint save was interrupted): "
                          f"{e.strerror or e}") from None
     _say(f"restored {folder} from {old}: a checkpoint save was interrupted between its two renames")
@@ -1057,6 +1060,10 @@ def _fits_hint(data_shape: tuple[int, int, int]) -> str:
 def run(args: argparse.Namespace, explicit: set[str]) -> int:
     """Everything after argument parsing (module doc); returns the exit code. Raises
     :class:`TrainError` for user errors."""
+    global _SILENT
+    from tr_mlir.lowering.gloo import launch_rank
+
+    _SILENT = launch_rank() != 0  # torchrun: rank 0 alone prints (and writes the outputs)
     t_start = time.perf_counter()
     timings = {"load_s": 0.0, "compile_s": 0.0, "dump_ir_s": 0.0, "train_s": 0.0, "val_s": 0.0,
                "checkpoint_s": 0.0, "total_s": 0.0}
@@ -1139,6 +1146,12 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     try:
         if resume_folder is not None:
             task = Task.load(resume_folder, device=device)
+            saved_world = saved["config"].get("world_size", 1)
+            if saved_world != task.world_size:
+                raise TrainError(f"--resume {resume_folder}: the checkpoint was trained by {saved_world!r} "
+                                 f"process(es), this run has {task.world_size} (WORLD_SIZE); resume it with "
+                                 f"torchrun --nproc_per_node {saved_world!r} (another count changes the shards, the "
+                                 f"steps per epoch and with them the learning-rate schedule)")
             if tuple(task.input_shape) != tuple(ds.input_shape) or task.num_classes != ds.num_classes:
                 raise TrainError(f"--resume {resume_folder}: the checkpoint's model ({CONFIG_FILE}) reads "
                                  f"{task.input_shape} with {task.num_classes} classes, the dataset gives "
@@ -1171,8 +1184,10 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         if isinstance(e, TrainError):
             raise
         raise TrainError(str(e)) from None
-    global _SILENT
     lead = task.rank == 0  # the process that prints and writes the outputs
+    from tr_mlir.lowering.gloo import stop_on_sigterm
+
+    stop_on_sigterm(PROG, task.rank, task.world_size)  # torchrun stops the others when a rank fails
     _SILENT = not lead
     h, w, c = ds.input_shape
     _say("== model")
@@ -1194,6 +1209,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         "input_shape": list(ds.input_shape), "num_classes": ds.num_classes, "dataset_shape": list(data_shape),
         "input_adaptation": None if plan.mode is None else {"mode": plan.mode, "to": list(plan.to)},
         "train_size": ds.num_train, "val_size": ds.num_val, "start_epoch": start_epoch,
+        "world_size": task.world_size,
     }
 
     # -- compile -------------------------------------------------------------------------
@@ -1207,7 +1223,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     pipeline = TrCompilePass(fuse=task.fuse, amp=task.amp, num_classes=task.num_classes, reuse=task.reuse, **spec)
     _say("== compile")
     _say(f"pipeline: builtin.module({pipeline.pipeline_pass_spec()})")
-    if args.dump_ir is not None:
+    if args.dump_ir is not None and lead:
         t0 = time.perf_counter()
         try:
             files = dump_ir(task.config()["model"], args.dump_ir, fuse=task.fuse, amp=task.amp,
@@ -1424,26 +1440,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from tr_mlir.data import DatasetError
         from tr_mlir.lowering.backend import ArenaTooLargeError
+        from tr_mlir.lowering.distributed import DistributedError
 
         try:
-            return run(args, explicit_flags(argv))
-        except DatasetError as e:
+            status = run(args, explicit_flags(argv))
+            return _failed(status) if status else status  # 130: interrupted, no closing barrier
+        except (DatasetError, DistributedError) as e:  # DistributedError: the launch or a rank (lowering/gloo.py)
             raise TrainError(str(e)) from None
         except ArenaTooLargeError as e:
             raise TrainError(f"the model does not fit in memory: {e}") from None
     except TrainError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr, flush=True)
-        return 1
+        return _failed(1)
     except KeyboardInterrupt:
         print(f"\n{PROG}: interrupted", file=sys.stderr, flush=True)
-        return 130
+        return _failed(130)
     except Exception as e:  # anything else is a bug: say so without a wall of Python
         print(f"{PROG}: internal error: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         if os.environ.get(TRACEBACK_ENV) == "1":
             traceback.print_exc()
         else:
             print(f"{PROG}: set {TRACEBACK_ENV}=1 to see the Python traceback", file=sys.stderr)
-        return 1
+        return _failed(1)
+
+
+def _failed(status: int) -> int:
+    """``status``, after telling a gloo process group this rank leaves without its closing barrier
+    (the other ranks then fail at once instead of after the timeout: lowering/gloo.py)."""
+    if "tr_mlir.lowering.gloo" in sys.modules:
+        sys.modules["tr_mlir.lowering.gloo"].abandon(status)
+    return status
 
 
 if __name__ == "__main__":
