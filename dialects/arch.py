@@ -63,6 +63,8 @@ from xdsl.irdl import (
 from xdsl.traits import HasParent, IsTerminator, OpTrait, Pure, SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
 
+from tr_mlir.errors import PluginError
+
 HWC = tuple[int, int, int]
 """Static (H, W, C) of an NHWC value, batch excluded."""
 
@@ -1329,7 +1331,7 @@ _REGISTERED: list[type[LayerOp]] = []
 """Layer ops added by plugins (:func:`register_op`), in registration order."""
 
 
-class OpRegistrationError(ValueError):
+class OpRegistrationError(PluginError):
     """An op class :func:`register_op` cannot add; the message names the class and the rule."""
 
 
@@ -1379,9 +1381,16 @@ def registered_ops() -> tuple[type[LayerOp], ...]:
 
 
 def arch_dialect() -> Dialect:
-    """The ``arch`` dialect with the package's ops and every op registered so far (a fresh
-    ``Dialect`` per call: a context built after a plugin loaded knows its ops)."""
-    return Dialect("arch", [*BUILTIN_OPS, *_REGISTERED], [BlockStyleAttr])
+    """The ``arch`` dialect with the package's ops and every op registered so far (one object
+    until another op is registered: a context built after a plugin loaded knows its ops)."""
+    global _DIALECT
+    if _DIALECT is None or len(_DIALECT[0]) != len(_REGISTERED):
+        ops = tuple(_REGISTERED)
+        _DIALECT = (ops, Arch if not ops else Dialect("arch", [*BUILTIN_OPS, *ops], [BlockStyleAttr]))
+    return _DIALECT[1]
+
+
+_DIALECT: tuple[tuple[type[LayerOp], ...], Dialect] | None = None
 
 
 Arch = Dialect("arch", list(BUILTIN_OPS), [BlockStyleAttr])

@@ -515,7 +515,15 @@ class Executable:
             extra["weight_decay"] = "wd"
         spec = self.backend.kernels.get(name)
         if spec is None:
-            raise ExecutableError(f"no kernel for op '{node.op}' (looked up '{name}') in the {self.backend.name} backend")
+            from tr_mlir.lowering.cpu import KERNELS
+
+            if name in KERNELS:
+                raise ExecutableError(
+                    f"the model's graphs run op '{node.op}', whose kernel '{name}' has no {self.backend.name} "
+                    f"implementation: give it one (tr_mlir.extend.register_cuda_kernel) or train on "
+                    f"device='cpu'")
+            raise ExecutableError(f"no kernel for op '{node.op}' (looked up '{name}'): register it with "
+                                  f"@tr_mlir.extend.kernel('{name}', ...)")
         return spec, extra
 
     def _bind(self, node: Node, bucket: Sequence[Node], params: Mapping[str, Any], variant: int,

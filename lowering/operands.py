@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tr_mlir.errors import PluginError
 from tr_mlir.dialects.memplan import WORKSPACE_PREFIX  # noqa: F401 - re-exported (the DTensor naming rule)
 from tr_mlir.lowering.cpu.activation import ACTIVATIONS
 from tr_mlir.lowering.cpu.registry import kernel_name
@@ -212,13 +213,41 @@ OPERANDS: dict[str, Operands] = {
 """Kernel name -> :class:`Operands` for every op the compiler emits (module doc)."""
 
 
+class OperandsError(PluginError, KeyError):
+    """A node op without an operand row, or a row :func:`register_operands` cannot add; the
+    message names the op and the fix."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+def register_operands(name: str, entry: Operands) -> Operands:
+    """Add the operand row of a plugin's kernel ``name`` (a registry key, or a node op name in any
+    spelling: ``CONV_RELU_FP32_FWD`` and ``conv_relu_fwd`` are one row). Registering the same row
+    twice is a no-op. Returns ``entry``.
+
+    Raises :class:`OperandsError` when ``entry`` is not an :class:`Operands` or the op already has
+    another row.
+    """
+    key = kernel_name(name)
+    if not isinstance(entry, Operands):
+        raise OperandsError(f"register_operands('{name}'): expected an Operands row, got {type(entry).__name__}")
+    old = OPERANDS.get(key)
+    if old is not None and old != entry:
+        raise OperandsError(f"register_operands('{name}'): '{key}' already has an operand row {old}")
+    OPERANDS[key] = entry
+    return entry
+
+
 def operands_for(op: str) -> Operands:
     """The :class:`Operands` of node op ``op`` (any spelling: ``CONV_AMP_BWD`` or ``conv_bwd``).
 
-    Raises ``KeyError`` naming the op when the table has no entry.
+    Raises :class:`OperandsError` naming the op when the table has no entry (a plugin's kernel
+    needs one: ``tr_mlir.extend.register_operands``).
     """
     name = kernel_name(op)
     entry = OPERANDS.get(name)
     if entry is None:
-        raise KeyError(f"no operand binding for op '{op}' (looked up '{name}' in tr_mlir.lowering.operands.OPERANDS)")
+        raise OperandsError(f"no operand row for node op '{op}' (kernel '{name}'): the descriptor that emits it "
+                            f"needs one; register it with tr_mlir.extend.register_operands('{name}', Operands(...))")
     return entry

@@ -61,6 +61,7 @@ from xdsl.ir import Operation
 
 from tr_mlir.dialects import arch
 from tr_mlir.dialects.memplan import MemRegion, Target
+from tr_mlir.errors import PluginError
 
 Shape = tuple[int, int, int, int]
 """NHWC."""
@@ -776,7 +777,7 @@ _ACTIVATIONS = {
     arch.EluOp: ("ELU", "elu"), arch.SigmoidOp: ("SIGMOID", "sigmoid"),
 }
 
-DESCRIPTORS: Mapping[type[Operation], Descriptor] = {
+_BUILTIN: Mapping[type[Operation], Descriptor] = {
     arch.ConvOp: Descriptor(_build_conv, "conv_output", bwd_reads_input=True, first_layer_ok=True),
     arch.Bn1dOp: Descriptor(_build_bn("BN1D"), "bn_output", bwd_reads_input=True),
     arch.Bn2dOp: Descriptor(_build_bn("BN2D"), "bn_output", bwd_reads_input=True),
@@ -806,16 +807,64 @@ DESCRIPTORS: Mapping[type[Operation], Descriptor] = {
     arch.InvResidualIdentityOp: Descriptor(_build_inv_identity, "add_output", bwd_reads_input=True),
     arch.InvResidualNoShortcutOp: Descriptor(_build_inv_no_shortcut, "c3_bn_output", bwd_reads_input=True),
 }
-DESCRIPTORS = {cls: replace(d, build=_with_workspaces(d.build)) for cls, d in DESCRIPTORS.items()}
-"""Arch op class -> its descriptor (every layer op of a flat ArchPlan); every ``build`` plans its
-kernels' workspaces (:func:`plan_workspaces`)."""
+DESCRIPTORS: dict[type[Operation], Descriptor] = {cls: replace(d, build=_with_workspaces(d.build))
+                                                 for cls, d in _BUILTIN.items()}
+"""Arch op class -> its descriptor (every layer op of a flat ArchPlan, plugins' included:
+:func:`register_descriptor`); every ``build`` plans its kernels' workspaces (:func:`plan_workspaces`)."""
+
+
+class DescriptorRegistrationError(PluginError):
+    """A descriptor :func:`register_descriptor` cannot add; the message names the op and the rule."""
+
+
+def register_descriptor(op: type[Operation], descriptor: Descriptor, *, workspaces: bool = True) -> Descriptor:
+    """Make ``descriptor`` the compiler knowledge of the (plugin) arch op class ``op``.
+
+    ``workspaces``: plan the scratch memory of the kernels the descriptor's nodes run
+    (:func:`plan_workspaces`, the built-in descriptors' rule); ``False`` for a ``build`` that
+    already does (one composed of registered descriptors' builds, as
+    :func:`tr_mlir.extend.chain_descriptor`). Returns the registered (wrapped) descriptor.
+    Registering the same descriptor for the same class twice is a no-op.
+
+    Raises :class:`DescriptorRegistrationError` when ``op`` is not an op class, already has a
+    descriptor, or ``descriptor`` is not a :class:`Descriptor` with a callable ``build`` and an
+    ``output`` name.
+    """
+    what = getattr(op, "name", None) or getattr(op, "__qualname__", repr(op))
+    if not (isinstance(op, type) and issubclass(op, Operation)):
+        raise DescriptorRegistrationError(f"register_descriptor({what!r}): expected an arch op class")
+    if not isinstance(descriptor, Descriptor):
+        raise DescriptorRegistrationError(f"register_descriptor({what}): expected a Descriptor, got "
+                                          f"{type(descriptor).__name__}")
+    if not callable(descriptor.build) or not isinstance(descriptor.output, str) or not descriptor.output:
+        raise DescriptorRegistrationError(f"register_descriptor({what}): a Descriptor needs a callable build "
+                                          "and the name of its output tensor (output=...)")
+    wrapped = replace(descriptor, build=_with_workspaces(descriptor.build)) if workspaces else descriptor
+    old = DESCRIPTORS.get(op)
+    if old is not None:
+        if _REGISTERED.get(op) is descriptor:
+            return old
+        raise DescriptorRegistrationError(f"register_descriptor({what}): '{what}' already has a descriptor")
+    DESCRIPTORS[op] = wrapped
+    _REGISTERED[op] = descriptor
+    return wrapped
+
+
+_REGISTERED: dict[type[Operation], Descriptor] = {}
+"""Plugin op class -> the descriptor as given to :func:`register_descriptor` (before wrapping)."""
+
+
 
 
 def descriptor_for(op: Operation) -> Descriptor:
     """The descriptor of ``op``'s class; raises :class:`DescriptorError` when there is none."""
     d = DESCRIPTORS.get(type(op))
     if d is None:
-        raise DescriptorError(f"no layer descriptor for '{op.name}' (is the model flat? run arch-plan first)")
+        if getattr(op, "has_trait", None) is not None and op.has_trait(arch.IsTreeForm):
+            raise DescriptorError(f"'{op.name}' is a tree-form op: the memplan passes need the flat ArchPlan "
+                                  "(run arch-plan first)")
+        raise DescriptorError(f"no layer descriptor for '{op.name}': register one "
+                              "(tr_mlir.extend.register_descriptor) in the plugin that defines the op")
     return d
 
 

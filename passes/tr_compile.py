@@ -37,9 +37,12 @@ class TrCompilePass(CompileSpecOptions, ModulePass):
     amp: bool | None = None
     num_classes: int | None = None
     cbrp: bool = False
+    skip: str = ""
+    extra: str = ""
     reuse: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        ArchPlanPass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, cbrp=self.cbrp).apply(ctx, op)
+        ArchPlanPass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, cbrp=self.cbrp,
+                     skip=self.skip, extra=self.extra).apply(ctx, op)
         op.verify()
         MemplanCompilePass(**{k: getattr(self, k) for k in SPEC_OPTIONS}, reuse=self.reuse).apply(ctx, op)

@@ -169,7 +169,7 @@ def _by_stride(base: str, ds: str) -> Callable[[Mapping[str, Any]], str]:
     return lambda params: ds if params.get("stride") == 2 else base
 
 
-LAYER_SPECS: Mapping[type[arch.LayerOp], LayerSpec] = {
+LAYER_SPECS: dict[type[arch.LayerOp], LayerSpec] = {
     arch.ConvOp: LayerSpec((*_ints("k", "out_ch", "p", "s"), Param("groups", int, 1, True)), "conv"),
     arch.Bn1dOp: LayerSpec(_BN, "bn"),
     arch.Bn2dOp: LayerSpec(_BN, "bn"),
@@ -219,8 +219,39 @@ LAYER_SPECS: Mapping[type[arch.LayerOp], LayerSpec] = {
 }
 """Op class -> YAML params and default name (facts sheet sections 2.3, 2.5, 3.10, 5.2)."""
 
-KINDS: Mapping[str, type[arch.LayerOp]] = {op.LAYER_KIND: op for op in LAYER_SPECS if op is not arch.BnOp}
-"""YAML kind name -> op class (the markers are handled separately)."""
+KINDS: dict[str, type[arch.LayerOp]] = {op.LAYER_KIND: op for op in LAYER_SPECS if op is not arch.BnOp}
+"""YAML kind name -> op class (the markers are handled separately; plugins' kinds included)."""
+
+
+def register_yaml_spec(op: type[arch.LayerOp], spec: LayerSpec) -> LayerSpec:
+    """Give the (plugin) layer op class ``op`` its ArchPlan YAML form: ``spec.params`` are its
+    YAML params (each a property of the op), ``spec.name`` the default layer name; its YAML kind is
+    the op's ``LAYER_KIND``. Registering the same spec twice is a no-op. Returns ``spec``.
+
+    Raises :class:`tr_mlir.errors.PluginError` when ``op`` already has another spec, its
+    ``LAYER_KIND`` is another op's kind, or a param names no property of the op.
+    """
+    from tr_mlir.errors import PluginError
+
+    what = getattr(op, "name", repr(op))
+    if not isinstance(spec, LayerSpec):
+        raise PluginError(f"register_yaml_spec({what}): expected a LayerSpec, got {type(spec).__name__}")
+    old = LAYER_SPECS.get(op)
+    if old is not None:
+        if old == spec:
+            return spec
+        raise PluginError(f"register_yaml_spec({what}): '{what}' already has a YAML spec")
+    kind = getattr(op, "LAYER_KIND", "")
+    if not kind or (kind in KINDS and KINDS[kind] is not op) or kind in MARKER_NAMES:
+        raise PluginError(f"register_yaml_spec({what}): its LAYER_KIND {kind!r} is empty or already a YAML kind")
+    props = set(op.get_irdl_definition().properties)
+    bad = [p.key for p in spec.params if p.constant is None and p.key not in props]
+    if bad:
+        raise PluginError(f"register_yaml_spec({what}): params {bad} are not properties of the op "
+                          f"(it has {sorted(props)})")
+    LAYER_SPECS[op] = spec
+    KINDS[kind] = op
+    return spec
 
 
 # --------------------------------------------------------------------------------------

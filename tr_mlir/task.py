@@ -62,9 +62,12 @@ CONFIG_FILE = "config.json"
 STATE_FILE = "state.npz"
 FORMAT = "tr-mlir-task-1"
 
+from tr_mlir.errors import TrMlirError  # noqa: E402  (the root of TaskError)
 
-class TaskError(ValueError):
-    """A bad argument to the Task API (shape, dtype, size, option); the message says which and why."""
+
+class TaskError(TrMlirError, ValueError):
+    """A bad argument to the Task API (shape, dtype, size, option, plugin), or a model the compiler or
+    the backend cannot run; the message says which and why."""
 
 
 @dataclass(frozen=True)
@@ -262,6 +265,7 @@ Task's own checks."""
 _OPTIONAL_CONFIG_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "reuse": (lambda v: isinstance(v, bool), "a bool"),
     "state_sha256": (lambda v: isinstance(v, str), "a string"),
+    "plugins": (lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v), "a list of strings"),
 }
 """Keys that saves of earlier versions lack."""
 
@@ -304,6 +308,10 @@ class Task:
         reuse: place transient DTensors by lifetime (``memplan-assign-offsets``): tensors never live
             at the same time share bytes. ``False`` keeps the seed's one-slot-per-tensor layout
             (same numerics, bit for bit; more memory).
+        plugins: plugin files or module names loaded before the model is built
+            (:func:`tr_mlir.extend.load_plugin`: their ops, fusion steps, descriptors and kernels),
+            kept in :meth:`config` so :meth:`load` loads them again. Installed plugins (the
+            ``tr_mlir.plugins`` entry points) are always loaded.
 
     Raises:
         TaskError: a bad argument, or ``device='gpu'`` on a machine without a usable GPU.
@@ -314,7 +322,7 @@ class Task:
                  scheduler: _sched.CosineAnnealingLR | None = None,
                  loss: CrossEntropyLoss = CrossEntropyLoss(label_smoothing=0.0),
                  amp: bool = False, fuse: bool = False, device: str = "cpu", seed: int = 0,
-                 reuse: bool = True):
+                 reuse: bool = True, plugins: Sequence[str | os.PathLike] = ()):
         if isinstance(input_shape, (str, bytes)) or not isinstance(input_shape, Sequence) or len(input_shape) != 3:
             raise TaskError(f"Task: input_shape must be (H, W, C), got {input_shape!r}")
         self.input_shape = tuple(_check_int("Task", f"input_shape[{i}]", d) for i, d in enumerate(input_shape))
@@ -330,6 +338,16 @@ class Task:
         for name, flag in (("amp", amp), ("fuse", fuse), ("reuse", reuse)):
             if not isinstance(flag, bool):
                 raise TaskError(f"Task: {name} must be a bool, got {flag!r}")
+        if isinstance(plugins, (str, bytes, os.PathLike)) or not isinstance(plugins, Sequence):
+            raise TaskError(f"Task: plugins must be a list of plugin files or module names, got {plugins!r}")
+        from tr_mlir.errors import PluginError
+        from tr_mlir.extend import load_plugins
+
+        try:
+            load_plugins(plugins)
+        except PluginError as e:
+            raise TaskError(f"Task: {e}") from e
+        self.plugins = [os.fspath(p) for p in plugins]
         self._backend = None
         if isinstance(device, str):
             if device not in ("cpu", "auto", "gpu", "cuda"):
@@ -417,7 +435,12 @@ class Task:
         except (DiagnosticException, PassFailedException, VerifyException) as e:
             raise TaskError(f"Task.compile: the compiler rejected the model: {e}") from e
         self.module = module
-        exe = Executable(module, backend=backend, seed=self.seed, decay_all=self.optimizer.decay_all)
+        from tr_mlir.lowering.executable import ExecutableError
+
+        try:
+            exe = Executable(module, backend=backend, seed=self.seed, decay_all=self.optimizer.decay_all)
+        except (ExecutableError, TrMlirError) as e:
+            raise TaskError(f"Task.compile: the {backend.name} backend cannot run the model: {e}") from e
         self.exe, self.train_size, self.val_size = exe, train_size, val_size
         for name, value in self.optimizer.scalars().items():
             if exe.has(name):
@@ -844,7 +867,7 @@ class Task:
             "scheduler": None if self.scheduler is None else self.scheduler.config(),
             "label_smoothing": self.loss.label_smoothing, "amp": self.amp, "fuse": self.fuse,
             "device": self.device, "seed": self.seed, "train_size": self.train_size, "val_size": self.val_size,
-            "steps": self.steps, "epochs": self.epochs, "reuse": self.reuse,
+            "steps": self.steps, "epochs": self.epochs, "reuse": self.reuse, "plugins": list(self.plugins),
         }
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -950,6 +973,15 @@ class Task:
                 raise TaskError(f"Task.load: {source} does not describe a task: {type(e).__name__}: {e} "
                                 f"(in '{what}')") from e
 
+        plugins = cfg.get("plugins", [])
+        if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
+            raise TaskError(f"Task.load: {source} does not describe a task: 'plugins' must be a list of strings")
+        try:
+            from tr_mlir.extend import load_plugins
+
+            load_plugins(plugins)
+        except TrMlirError as e:
+            raise TaskError(f"Task.load: {source} needs its plugins: {e}") from e
         module = part("model", lambda: Parser(make_context(), cfg["model"]).parse_module())
         optimizer = part("optimizer", lambda: _optim.from_config(cfg["optimizer"]))
         scheduler = part("scheduler", lambda: _sched.from_config(cfg["scheduler"]))
@@ -958,7 +990,7 @@ class Task:
             task = cls(module, tuple(cfg["input_shape"]), cfg["num_classes"], cfg["batch_size"],
                        optimizer=optimizer, scheduler=scheduler, loss=loss, amp=cfg["amp"], fuse=cfg["fuse"],
                        device=cfg["device"] if device is None else device, seed=cfg["seed"],
-                       reuse=cfg.get("reuse", True))
+                       reuse=cfg.get("reuse", True), plugins=plugins)
         except TaskError as e:
             raise TaskError(f"Task.load: {source} does not describe a task: {e}") from e
         task.steps, task.epochs = cfg["steps"], cfg["epochs"]

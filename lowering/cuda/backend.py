@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -1173,16 +1173,41 @@ def _impls(ops: GpuOps) -> dict[str, Impl]:
     return t
 
 
-def cuda_kernels(ops: GpuOps) -> dict[str, KernelSpec]:
-    """The GPU kernel table: for every name of :data:`KERNELS` its spec with the GPU function.
+_IMPL_NAMES: frozenset[str] = frozenset(_impls(None))  # type: ignore[arg-type]  # the table's names only
+"""The kernels the backend implements itself (building the table binds no device)."""
 
-    Raises ``KeyError`` naming registry kernels without a GPU implementation (a new NumPy kernel
-    must get one)."""
+CUDA_IMPLS: dict[str, Callable[[GpuOps], Impl]] = {}
+"""Plugins' CUDA implementations: kernel name -> ``factory(ops: GpuOps) -> fn``, where ``fn`` takes
+the arguments of the kernel's registry spec (device arrays, keyword params) and launches on
+``ops`` (:func:`register_cuda_kernel`)."""
+
+
+def register_cuda_kernel(name: str, factory: Callable[[GpuOps], Impl]) -> None:
+    """Give the registry kernel ``name`` (its CPU implementation registered with ``@kernel``) a
+    CUDA implementation: ``factory(ops)`` returns the launcher, called with the spec's arrays and
+    params like the CPU function (``ops.compile(source)`` / ``ops.launch(...)`` build it from CUDA
+    C++ source). Raises ``KeyError`` when ``name`` is not a registered kernel."""
+    if name not in KERNELS:
+        raise KeyError(f"register_cuda_kernel('{name}'): no kernel '{name}' is registered; register its CPU "
+                       "implementation with @tr_mlir.extend.kernel first")
+    CUDA_IMPLS[name] = factory
+
+
+def missing_cuda_kernels(names: Iterable[str] | None = None) -> list[str]:
+    """Registry kernels (all, or ``names``) without a CUDA implementation, sorted. The built-in
+    kernels all have one (``tests/test_gpu_kernels.py``); a plugin's CPU-only kernel is listed."""
+    have = set(_IMPL_NAMES) | set(CUDA_IMPLS)
+    return sorted(n for n in (KERNELS if names is None else names) if n not in have)
+
+
+def cuda_kernels(ops: GpuOps) -> dict[str, KernelSpec]:
+    """The GPU kernel table: for every name of :data:`KERNELS` with a CUDA implementation (the
+    built-in ones and :data:`CUDA_IMPLS`) its spec with the GPU function. A kernel without one is
+    left out: the executable reports it, by name, only when a model's graphs use it."""
     impls = _impls(ops)
-    missing = sorted(set(KERNELS) - set(impls))
-    if missing:
-        raise KeyError(f"kernels without a CUDA implementation: {missing}")
-    return {name: dataclasses.replace(spec, fn=impls[name]) for name, spec in KERNELS.items()}
+    for name, factory in CUDA_IMPLS.items():
+        impls[name] = factory(ops)
+    return {name: dataclasses.replace(spec, fn=impls[name]) for name, spec in KERNELS.items() if name in impls}
 
 
 # --------------------------------------------------------------------------------------
