@@ -3,7 +3,8 @@
 Tests are ``*.mlir`` files (``Inputs`` folders hold their helper files and are not tests).
 RUN lines see the ``bin`` folder of the Python that runs lit first on PATH, so ``tr-opt``,
 ``filecheck`` and ``xdsl-opt`` resolve to that venv even when it is not activated.
-Substitutions: ``FileCheck`` -> ``filecheck`` (the Python port), ``TR_ROUNDTRIP`` (print
+Substitutions: ``FileCheck`` -> ``filecheck`` (the Python port), ``%plugins`` -> the example
+plugins folder (``examples/plugins``, loaded with ``tr-opt --load-plugin %plugins/FILE.py``), ``TR_ROUNDTRIP`` (print
 generic, re-parse, print custom, FileCheck against the file) and ``TR_GENERIC_ROUNDTRIP``
 (the same, checked with the ``CHECK-GENERIC`` prefix on the generic form). Temporaries
 (``%t``) go under ``<repo>/lit_out`` (or ``$TR_LIT_OUT``). With psutil installed each test
@@ -32,7 +33,16 @@ config.environment["PATH"] = os.pathsep.join(
 # a traceback switch set in the caller's shell must not change what the tests see
 config.environment.pop("TR_OPT_TRACEBACK", None)
 
+# a plugin (tr_mlir.extend) may import modules found through PYTHONPATH: lit's sandbox drops it
+for var in ("PYTHONPATH", "TR_MLIR_PLUGINS"):
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
+
 config.substitutions.append(("FileCheck", "filecheck"))
+# %plugins: the example plugins (examples/plugins, docs/fusion-tutorial.md)
+config.substitutions.append(
+    ("%plugins", os.path.join(os.path.dirname(config.test_source_root), "examples", "plugins"))
+)
 config.substitutions.append(
     (
         "TR_ROUNDTRIP",

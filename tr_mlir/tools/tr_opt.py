@@ -29,7 +29,12 @@
   ``2147483648.0`` as a bit pattern its parser refused in a dense array), and a hexadecimal
   literal in a dense literal or array is a bit pattern, as in MLIR (how xDSL prints infinities);
 * ``-t`` built before any work (:meth:`TrOptMain._build_target`): an unknown or mistyped target
-  option, or a second target, is a command-line error, and the ``mlir`` target's options hold.
+  option, or a second target, is a command-line error, and the ``mlir`` target's options hold;
+* plugins (:mod:`tr_mlir.extend`): ``--load-plugin FILE_OR_MODULE`` (repeatable) loads a plugin
+  before anything else, so its ops parse, its passes run in ``-p`` / ``--pass-pipeline`` and its
+  fusion steps join ``arch-plan``; installed plugins (the ``tr_mlir.plugins`` entry point group)
+  load always, and so do the dialects and passes of other packages' ``xdsl.universe`` entry
+  points, as in stock ``xdsl-opt``. A plugin that fails to load is an error naming it.
 
 With ``--verify-diagnostics`` / ``--parsing-diagnostics`` the behaviour is xDSL's: diagnostics of
 each ``--split-input-file`` chunk are printed to stdout and the exit code is 0.
@@ -96,7 +101,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 import tr_mlir
 from tr_mlir.dialects import get_all_dialects
-from tr_mlir.passes import get_all_passes, module_name
+from tr_mlir.passes import PASSES, get_all_passes, module_name
 
 PROG = "tr-opt"
 
@@ -941,6 +946,9 @@ class TrOptMain(xDSLOptMain):
         self._chunk_offset = 0
         self._pass_start = 0.0
         try:
+            self._stage = "loading plugins"
+            load_cli_plugins(sys.argv[1:] if args is None else args)
+            self._stage = "reading the command line"
             super().__init__(description, args)
         except (SystemExit, KeyboardInterrupt):
             raise
@@ -955,13 +963,20 @@ class TrOptMain(xDSLOptMain):
             self.ctx.register_dialect(name, upstream[name])
         for name, factory in get_all_dialects().items():
             self.ctx.register_dialect(name, factory)
+        for name, factory in _other_universes().all_dialects.items():
+            if name not in self.ctx.registered_dialect_names:
+                self.ctx.register_dialect(name, factory)
 
     def register_all_passes(self) -> None:
         upstream = get_xdsl_passes()
         for name in XDSL_PASSES:
             self.register_pass(name, upstream[name])
         for name, factory in get_all_passes().items():
-            self.register_pass(name, _guarded_pass_factory(name, factory))
+            builtin = isinstance(PASSES.get(name), str)
+            self.register_pass(name, _guarded_pass_factory(name, factory) if builtin else factory)
+        for name, factory in _other_universes().all_passes.items():
+            if name not in self.available_passes:
+                self.register_pass(name, factory)
 
     def register_all_targets(self) -> None:
         super().register_all_targets()
@@ -983,6 +998,14 @@ class TrOptMain(xDSLOptMain):
             raise SystemExit(1)
 
         arg_parser.error = error  # type: ignore[method-assign]
+        arg_parser.add_argument(
+            "--load-plugin",
+            action="append",
+            default=[],
+            metavar="FILE_OR_MODULE",
+            help="load a tr-mlir plugin (a Python file or an importable module, see tr_mlir.extend) "
+            "before reading the input; repeatable",
+        )
         arg_parser.add_argument(
             "--pass-pipeline",
             type=str,
@@ -1253,6 +1276,61 @@ def _emit(head: str, notes: Iterable[str] = ()) -> None:
     print(head, file=sys.stderr)
     for note in notes:
         print(note, file=sys.stderr, end="" if note.endswith("\n") else "\n")
+
+
+def plugin_args(argv: Sequence[str]) -> list[str]:
+    """The values of every ``--load-plugin X`` / ``--load-plugin=X`` in ``argv`` (read before
+    argparse: the plugins' dialects and passes must be registered before the parser is built)."""
+    out: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a == "--":
+            break
+        if a == "--load-plugin":
+            value = next(it, None)
+            if value is None:
+                raise TrOptError("argument --load-plugin: expected one argument")
+            out.append(value)
+        elif a.startswith("--load-plugin="):
+            out.append(a.split("=", 1)[1])
+    return out
+
+
+def load_cli_plugins(argv: Sequence[str]) -> None:
+    """Load the plugins ``argv`` names and the installed ones (:func:`tr_mlir.extend.load_plugins`);
+    a plugin that fails is a :class:`TrOptError` naming it."""
+    from tr_mlir.errors import PluginError
+    from tr_mlir.extend import load_plugins
+
+    try:
+        load_plugins(plugin_args(argv))
+    except PluginError as e:
+        raise TrOptError(str(e)) from None
+
+
+def _other_universes() -> Any:
+    """The ``xdsl.universe`` entry points of other packages (not ours, not xDSL's: tr-opt keeps its
+    curated xDSL subset), merged as xDSL's ``Universe.get_multiverse`` merges them."""
+    from importlib.metadata import entry_points
+
+    from xdsl.universe import Universe
+
+    merged = Universe()
+    for ep in sorted(entry_points(group="xdsl.universe"), key=lambda e: e.name):
+        if ep.name in ("tr_mlir", "xdsl"):
+            continue
+        try:
+            universe = ep.load()
+        except Exception as e:  # noqa: BLE001 - another package's plugin is broken: say which
+            raise TrOptError(f"the xdsl.universe entry point '{ep.name}' ({ep.value}) failed to load: "
+                             f"{type(e).__name__}: {e}") from None
+        if not isinstance(universe, Universe):
+            raise TrOptError(f"the xdsl.universe entry point '{ep.name}' ({ep.value}) is not an xdsl Universe")
+        for k, v in universe.all_dialects.items():
+            merged.all_dialects.setdefault(k, v)
+        for k, v in universe.all_passes.items():
+            merged.all_passes.setdefault(k, v)
+    return merged
 
 
 def main(argv: Sequence[str] | None = None) -> None:

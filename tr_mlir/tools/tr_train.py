@@ -278,6 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--torch-model", default=None, metavar="FILE.py:FACTORY",
                    help="import the torch.nn.Module that FACTORY(num_classes) or FACTORY() of FILE.py returns "
                         "(tr_mlir.frontend.torch), with its weights, for the dataset's shape (default: none)")
+    p.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
+                   help="load a tr-mlir plugin (a Python file or module: its ops, fusion steps, descriptors and "
+                        "kernels, see tr_mlir.extend) before building the model; repeatable (default: none; "
+                        "installed plugins load always)")
     p.add_argument("--dataset", default=DEFAULT_DATASET, choices=list(DATASETS),
                    help="dataset (python -m tr_mlir.data --list)")
     p.add_argument("--data-dir", type=Path, default=None, metavar="DIR",
@@ -335,9 +339,11 @@ def explicit_flags(argv: Sequence[str]) -> set[str]:
     """The destinations of the options given on the command line ``argv`` (not defaulted)."""
     p = build_parser()
     unset = object()  # argparse fills in defaults only for attributes the namespace lacks
-    ns = argparse.Namespace(**{d: unset for d in vars(p.parse_args([]))})
+    defaults = vars(p.parse_args([]))
+    # an append option (--plugin) appends to the namespace's value: give it a fresh list
+    ns = argparse.Namespace(**{d: [] if isinstance(v, list) else unset for d, v in defaults.items()})
     p.parse_args(list(argv), namespace=ns)
-    return {d for d, v in vars(ns).items() if v is not unset}
+    return {d for d, v in vars(ns).items() if v is not unset and not (isinstance(defaults[d], list) and v == [])}
 
 
 TRAINING_KEYS: tuple[str, ...] = ("model", "blueprint", "dataset", "batch_size", "optimizer", "lr", "weight_decay",
@@ -1111,6 +1117,13 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     from tr_mlir.blueprint import BluePrintError
 
     t0 = time.perf_counter()
+    from tr_mlir.errors import PluginError
+    from tr_mlir.extend import load_plugins
+
+    try:
+        load_plugins(args.plugin)
+    except PluginError as e:
+        raise TrainError(f"--plugin: {e}") from None
     if resume_folder is not None:
         source, layer, plan = _resumed_source(saved["config"])
         ds = _load_data(args, source)
@@ -1177,7 +1190,8 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
             options = dict(optimizer=choice.build(lr, args.weight_decay),
                            scheduler=CosineAnnealingLR(T_max=args.epochs, warmup_epochs=args.warmup),
                            loss=CrossEntropyLoss(label_smoothing=args.label_smoothing),
-                           amp=args.amp, fuse=args.fuse, device=device, seed=args.seed, reuse=args.reuse)
+                           amp=args.amp, fuse=args.fuse, device=device, seed=args.seed, reuse=args.reuse,
+                           plugins=args.plugin)
             task = (layer.task(args.batch_size, **options) if source.build_for is not None  # with its weights
                     else Task(layer, ds.input_shape, ds.num_classes, args.batch_size, **options))
     except (TaskError, BluePrintError, ValueError) as e:
@@ -1201,7 +1215,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         "epochs": args.epochs, "batch_size": args.batch_size, "optimizer": args.optimizer, "lr": lr,
         "weight_decay": args.weight_decay, "label_smoothing": args.label_smoothing, "warmup": args.warmup,
         "amp": args.amp, "fuse": args.fuse, "device": args.device, "device_used": device, "seed": args.seed,
-        "reuse": task.reuse, "drop_last": args.drop_last, "dump_ir": None if args.dump_ir is None else str(args.dump_ir),
+        "reuse": task.reuse, "drop_last": args.drop_last, "plugins": list(task.plugins), "dump_ir": None if args.dump_ir is None else str(args.dump_ir),
         "report_json": None if args.report_json is None else str(args.report_json),
         "plot": None if args.plot is None else str(args.plot),
         "save_dir": None if args.save_dir is None else str(args.save_dir),
