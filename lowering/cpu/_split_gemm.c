@@ -1,0 +1,201 @@
+
+/* Split GEMMs on a persistent C worker thread: the calling thread runs one job, a pthread the
+   other; hand-off and completion by a short spin on atomics, then a condition variable. No
+   Python and no GIL on the worker, so a hand-off costs about a microsecond where a Python
+   thread needs a futex wake-up and the GIL (tens of microseconds). */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TR_PAUSE() _mm_pause()
+#else
+#define TR_PAUSE() ((void)0)
+#endif
+
+typedef void (*sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                          const float *, int64_t, float, float *, int64_t);
+typedef void (*sgemm32_t)(int, int, int, int32_t, int32_t, int32_t, float, const float *, int32_t,
+                          const float *, int32_t, float, float *, int32_t);
+
+typedef struct tr_job_s {
+    int64_t ta, tb;              /* CblasNoTrans (111) or CblasTrans (112) */
+    int64_t m, n, k, lda, ldb, ldc;
+    const float *a, *b;
+    float *c;
+    const float *bias;           /* optional: c[i, j] += bias[j] */
+    const float *sum_src;        /* optional: sum_dst[j] = sum over i < sum_rows of sum_src[i * sum_ld + j] */
+    float *sum_dst;
+    int64_t sum_ld, sum_n, sum_rows;
+    double seconds;              /* out: how long the job took */
+    void (*call)(const int64_t *, const double *);  /* optional: call(iargs, fargs) instead */
+    int64_t iargs[8];
+    double fargs[8];
+    struct tr_job_s *next;       /* optional: run right after, on the same thread */
+    int64_t own;                 /* 1: the GEMM with the kernels' own OpenBLAS instance (tr_setup_own) */
+} tr_job;
+
+static void *g_sgemm, *g_sgemm_own;
+static int g_ilp64, g_ilp64_own;
+static tr_job *g_list;
+static int g_count;
+static atomic_int g_next;
+static atomic_int g_posted, g_done, g_sleeping;
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t g_cv_done = PTHREAD_COND_INITIALIZER;
+static int g_started;
+static int64_t g_idle_spin_ns = 20000, g_wait_spin_ns = 1000000;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void run_one(tr_job *j);
+
+static void run_job(tr_job *j) {
+    for (; j; j = j->next) run_one(j);
+}
+
+static void run_one(tr_job *j) {
+    double t0 = now();
+    if (j->call) {
+        j->call(j->iargs, j->fargs);
+        j->seconds = now() - t0;
+        return;
+    }
+    void *sgemm = j->own && g_sgemm_own ? g_sgemm_own : g_sgemm;
+    int ilp64 = j->own && g_sgemm_own ? g_ilp64_own : g_ilp64;
+    if (j->m > 0 && j->n > 0) {
+        if (ilp64)
+            ((sgemm64_t)sgemm)(101, (int)j->ta, (int)j->tb, j->m, j->n, j->k, 1.0f, j->a, j->lda, j->b, j->ldb,
+                                 0.0f, j->c, j->ldc);
+        else
+            ((sgemm32_t)sgemm)(101, (int)j->ta, (int)j->tb, (int32_t)j->m, (int32_t)j->n, (int32_t)j->k, 1.0f,
+                                 j->a, (int32_t)j->lda, j->b, (int32_t)j->ldb, 0.0f, j->c, (int32_t)j->ldc);
+    }
+    if (j->bias) {
+        for (int64_t i = 0; i < j->m; i++) {
+            float *row = j->c + i * j->ldc;
+            for (int64_t q = 0; q < j->n; q++) row[q] = row[q] + j->bias[q];
+        }
+    }
+    if (j->sum_dst && j->sum_rows > 0) {
+        for (int64_t q = 0; q < j->sum_n; q++) j->sum_dst[q] = j->sum_src[q];
+        for (int64_t i = 1; i < j->sum_rows; i++) {
+            const float *row = j->sum_src + i * j->sum_ld;
+            for (int64_t q = 0; q < j->sum_n; q++) j->sum_dst[q] = j->sum_dst[q] + row[q];
+        }
+    }
+    j->seconds = now() - t0;
+}
+
+static int spin_until(atomic_int *v, int want_diff_from, int want_eq, int mode, int64_t spin_ns) {
+    /* mode 0: wait while *v == want_diff_from; mode 1: wait until *v == want_eq.
+       Spins up to spin_ns; returns 1 when satisfied, 0 on timeout. */
+    double limit = now() + 1e-9 * (double)spin_ns;
+    for (int64_t it = 0;; it++) {
+        int x = atomic_load_explicit(v, memory_order_acquire);
+        if (mode == 0 ? x != want_diff_from : x == want_eq) return 1;
+        if ((it & 63) == 63 && now() > limit) return 0;
+        TR_PAUSE();
+    }
+}
+
+/* Run jobs of the posted list until none is left (each thread takes the next one). */
+static void drain(void) {
+    for (;;) {
+        int i = atomic_fetch_add_explicit(&g_next, 1, memory_order_acq_rel);
+        if (i >= g_count) return;
+        run_job(&g_list[i]);
+    }
+}
+
+static void *worker_main(void *arg) {
+    (void)arg;
+    int seen = 0;
+    for (;;) {
+        if (!spin_until(&g_posted, seen, 0, 0, g_idle_spin_ns)) {
+            pthread_mutex_lock(&g_mu);
+            atomic_store(&g_sleeping, 1);
+            while (atomic_load(&g_posted) == seen) pthread_cond_wait(&g_cv, &g_mu);
+            atomic_store(&g_sleeping, 0);
+            pthread_mutex_unlock(&g_mu);
+        }
+        seen = atomic_load_explicit(&g_posted, memory_order_acquire);
+        drain();
+        pthread_mutex_lock(&g_mu);
+        atomic_store_explicit(&g_done, seen, memory_order_release);
+        pthread_cond_broadcast(&g_cv_done);
+        pthread_mutex_unlock(&g_mu);
+    }
+    return 0;
+}
+
+int tr_setup(void *sgemm, int ilp64, int64_t idle_spin_ns, int64_t wait_spin_ns) {
+    g_sgemm = sgemm;
+    g_ilp64 = ilp64;
+    g_idle_spin_ns = idle_spin_ns;
+    g_wait_spin_ns = wait_spin_ns;
+    return 0;
+}
+
+/* The kernels' own OpenBLAS instance (jobs with own = 1). */
+int tr_setup_own(void *sgemm, int ilp64) {
+    g_sgemm_own = sgemm;
+    g_ilp64_own = ilp64;
+    return 0;
+}
+
+/* Run one job (and its chain) on the calling thread. */
+void tr_run_here(tr_job *j) {
+    run_job(j);
+}
+
+/* After fork(): the child has no worker thread; reset the state so the next call starts one. */
+void tr_after_fork(void) {
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER, cv2 = PTHREAD_COND_INITIALIZER;
+    g_mu = mu;
+    g_cv = cv;
+    g_cv_done = cv2;
+    atomic_store(&g_posted, 0);
+    atomic_store(&g_done, 0);
+    atomic_store(&g_sleeping, 0);
+    g_started = 0;
+}
+
+/* Run the `count` jobs of `jobs` on this thread and the worker thread, each taking the next
+   job not yet started (the calling thread starts with the first); return when all are done (0),
+   or -1 when the worker thread cannot be started (nothing was run). One caller at a time. */
+int tr_run_list(tr_job *jobs, int count) {
+    if (!g_started) {
+        pthread_t th;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&th, &at, worker_main, 0);
+        pthread_attr_destroy(&at);
+        if (rc != 0) return -1;
+        g_started = 1;
+    }
+    pthread_mutex_lock(&g_mu);
+    g_list = jobs;
+    g_count = count;
+    atomic_store_explicit(&g_next, 0, memory_order_release);
+    int seq = atomic_load(&g_posted) + 1;
+    atomic_store_explicit(&g_posted, seq, memory_order_release);
+    if (atomic_load(&g_sleeping)) pthread_cond_signal(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    drain();
+    if (!spin_until(&g_done, 0, seq, 1, g_wait_spin_ns)) {
+        pthread_mutex_lock(&g_mu);
+        while (atomic_load(&g_done) != seq) pthread_cond_wait(&g_cv_done, &g_mu);
+        pthread_mutex_unlock(&g_mu);
+    }
+    return 0;
+}
