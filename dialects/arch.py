@@ -1384,7 +1384,7 @@ def arch_dialect() -> Dialect:
     """The ``arch`` dialect with the package's ops and every op registered so far (one object
     until another op is registered: a context built after a plugin loaded knows its ops)."""
     global _DIALECT
-    if _DIALECT is None or len(_DIALECT[0]) != len(_REGISTERED):
+    if _DIALECT is None or _DIALECT[0] != tuple(_REGISTERED):
         ops = tuple(_REGISTERED)
         _DIALECT = (ops, Arch if not ops else Dialect("arch", [*BUILTIN_OPS, *ops], [BlockStyleAttr]))
     return _DIALECT[1]

@@ -61,7 +61,7 @@ from xdsl.ir import Operation
 
 from tr_mlir.dialects import arch
 from tr_mlir.dialects.memplan import MemRegion, Target
-from tr_mlir.errors import PluginError
+from tr_mlir.errors import PluginError, TrMlirError
 
 Shape = tuple[int, int, int, int]
 """NHWC."""
@@ -74,7 +74,7 @@ BN_MOMENTUM = 0.1
 """PyTorch's batch-norm defaults (the arch ops' defaults too)."""
 
 
-class DescriptorError(Exception):
+class DescriptorError(TrMlirError):
     """A layer the descriptors cannot plan (the message names the rule; phase 1 reports it at the op)."""
 
 
@@ -737,6 +737,8 @@ def plan_workspaces(lp: LayerPlan, ctx: LayerCtx) -> LayerPlan:
     from tr_mlir.lowering.cpu import lookup
     from tr_mlir.lowering.operands import operands_for, workspace_tensor_name
 
+    check_node_kernels(lp)
+
     def with_ws(pattern: NodePattern) -> NodePattern:
         spec = lookup(pattern.op)
         if spec.workspace_rule(ctx.target) is None:
@@ -758,6 +760,22 @@ def plan_workspaces(lp: LayerPlan, ctx: LayerCtx) -> LayerPlan:
     lp.backward = [with_ws(p) for p in lp.backward]
     lp.inference = [with_ws(p) for p in lp.inference]
     return lp
+
+
+def check_node_kernels(lp: LayerPlan) -> None:
+    """Every node op of ``lp`` has a kernel and an operand row; raises :class:`DescriptorError`
+    naming the node op and the registration that is missing (phase 1 reports it at the layer)."""
+    from tr_mlir.lowering.cpu import KERNELS, kernel_name
+    from tr_mlir.lowering.operands import OPERANDS
+
+    for pattern in (*lp.forward, *lp.backward, *lp.inference):
+        name = kernel_name(pattern.op)
+        if name not in KERNELS:
+            raise DescriptorError(f"its descriptor emits node op '{pattern.op}', which has no kernel '{name}': "
+                                  f"register one with @tr_mlir.extend.kernel('{name}', writes=[...])")
+        if name not in OPERANDS:
+            raise DescriptorError(f"its descriptor emits node op '{pattern.op}', which has no operand row: "
+                                  f"tr_mlir.extend.register_operands('{name}', Operands(...))")
 
 
 def _with_workspaces(build: Callable[[LayerCtx], LayerPlan]) -> Callable[[LayerCtx], LayerPlan]:

@@ -62,6 +62,7 @@ from tr_mlir.dialects.memplan import (
 )
 from tr_mlir.passes._descriptors import (
     DescriptorError,
+    check_node_kernels,
     LayerPlan,
     Shape,
     TensorDesc,
@@ -299,6 +300,7 @@ def _plan_variant(model: ModelOp, ops: list[Operation], v: VariantSpec, target: 
                 hwc = ins[0][1:]
             out = (ins[0][0], *hwc)
             plan = desc.build(layer_ctx(op, ins, out, amp=amp, first=index == 0, target=target))
+            check_node_kernels(plan)
         except (VerifyException, DescriptorError) as e:
             text = str(e)
             if not text.startswith("'"):

@@ -39,11 +39,12 @@ that fills it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
@@ -81,7 +82,7 @@ __all__ = [
     "TrMlirError", "chain_descriptor", "check", "fused_op", "fusion_pass", "kernel", "load_plugin", "load_plugins",
     "loaded_plugins", "reads_model_input", "register_cuda_kernel", "register_descriptor", "register_fused_chain",
     "register_fusion_step", "register_op", "register_operands", "register_pass", "register_yaml_spec",
-    "replace_ops", "rewrite_models",
+    "replace_ops", "rewrite_models", "scoped",
 ]
 
 ENTRY_POINT_GROUP = "tr_mlir.plugins"
@@ -560,6 +561,30 @@ def load_plugins(specs: Iterable[str | os.PathLike[str]] = (), *, entry_points: 
             modules.append(load_plugin(ep.module))
     modules += [load_plugin(s) for s in specs]
     return modules
+
+
+@contextlib.contextmanager
+def scoped() -> Iterator[None]:
+    """Undo, on exit, every registration made inside the block (ops, passes, fusion steps,
+    descriptors, kernels, operand rows, CUDA implementations, YAML specs, loaded plugins): the
+    registries are process-wide, so a test, a notebook comparing fusions, or a sweep over plugins
+    uses this to keep one plugin's registrations from reaching the next. Objects created inside
+    (op classes, compiled Tasks) keep working; new lookups no longer find the plugin's entries."""
+    from tr_mlir.archplan_yaml import KINDS
+    from tr_mlir.lowering.cuda import backend as cuda_backend
+    from tr_mlir.passes import _descriptors
+
+    saved = [(d, dict(d)) for d in (PASSES, DESCRIPTORS, _descriptors._REGISTERED, OPERANDS, KERNELS, LAYER_SPECS,
+                                    KINDS, cuda_backend.CUDA_IMPLS, _LOADED)]
+    steps, ops = list(FUSION_STEPS), list(arch._REGISTERED)
+    try:
+        yield
+    finally:
+        for d, old in saved:
+            d.clear()
+            d.update(old)
+        FUSION_STEPS[:] = steps
+        arch._REGISTERED[:] = ops
 
 
 _ = (TensorDesc, registered_ops, Mapping)  # re-exported names and helpers used in the docs
