@@ -2,7 +2,7 @@
 
 Load it with ``tr-opt --load-plugin examples/plugins/conv_relu.py``, ``tr-train --plugin ...`` or
 ``Task(..., plugins=["examples/plugins/conv_relu.py"])``. The walk-through is
-``docs/fusion-tutorial.md``; ``lit_tests/plugins/conv-relu.mlir`` is its regression test.
+``docs/fusion-tutorial.md``; ``lit_tests/plugins/arch_merge_conv_relu.mlir`` is its regression test.
 
 One call registers the op (its properties are the conv's: ``out_ch``, ``k``, ``s``, ``p``,
 ``groups``), its layer descriptor (the conv's and the ReLU's composed, so it runs the existing
