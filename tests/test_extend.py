@@ -434,3 +434,29 @@ def test_bn_relu_after_add_trains_bit_for_bit():
 
 
 _ = (IntegerAttr, I64, prop_def, maxpool)
+
+
+def test_installed_plugins_load_through_their_entry_point(monkeypatch):
+    """A package's ``tr_mlir.plugins`` entry point is loaded by every tool (load_plugins)."""
+    import importlib.metadata as md
+
+    class EP:
+        name, value, group = "conv_relu_example", "tr_mlir_test_ep_plugin", "tr_mlir.plugins"
+        module = "tr_mlir_test_ep_plugin"
+
+    sys.path.insert(0, str(REPO / "examples" / "plugins"))
+    import shutil
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp())
+    shutil.copy(PLUGIN, tmp / "tr_mlir_test_ep_plugin.py")
+    monkeypatch.syspath_prepend(str(tmp))
+    real = md.entry_points
+    monkeypatch.setattr(md, "entry_points", lambda **kw: [EP()] if kw.get("group") == "tr_mlir.plugins" else real(**kw))
+    from tr_mlir.passes import PASSES
+
+    with extend.scoped():
+        extend.load_plugins([])
+        assert "arch-merge-conv-relu" in PASSES
+    sys.path.remove(str(REPO / "examples" / "plugins"))
+    sys.modules.pop("tr_mlir_test_ep_plugin", None)

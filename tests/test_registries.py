@@ -86,6 +86,41 @@ def test_pass_follows_the_convention(name: str) -> None:
     )
 
 
+EXAMPLE_PLUGINS = sorted((REPO / "examples" / "plugins").glob("*.py"))
+
+
+@pytest.mark.parametrize("plugin", EXAMPLE_PLUGINS, ids=lambda p: p.name)
+def test_plugin_entries_follow_the_conventions(plugin: Path) -> None:
+    """A plugin's passes, ops, descriptors and kernels meet the rules of the built-in ones: a
+    documented ModulePass under its own name with a lit test of its stem whose RUN line names it
+    (and loads the plugin); arch ops prefixed ``arch.`` with a descriptor and a YAML form;
+    ``extend.check()`` clean."""
+    from tr_mlir import extend
+    from tr_mlir.archplan_yaml import LAYER_SPECS
+    from tr_mlir.dialects import arch
+    from tr_mlir.passes._descriptors import DESCRIPTORS
+
+    with extend.scoped():
+        before = dict(PASSES)
+        extend.load_plugin(plugin)
+        added = {n: c for n, c in PASSES.items() if n not in before}
+        assert added or arch.registered_ops(), f"{plugin.name} registers nothing"
+        for name, cls in added.items():
+            assert isinstance(cls, type) and issubclass(cls, ModulePass)
+            assert cls.name == name and cls.__doc__ and cls.__doc__.strip()
+            assert name == name.lower() and "_" not in name
+            assert get_all_passes()[name]() is cls
+            lit_tests = sorted(LIT_DIR.glob(f"**/{stem(name)}.mlir"))
+            assert lit_tests, f"plugin pass '{name}' has no lit test lit_tests/**/{stem(name)}.mlir"
+            assert any(f" {name}" in p.read_text() and f"--load-plugin %plugins/{plugin.name}" in p.read_text()
+                       for p in lit_tests), f"no RUN line loads {plugin.name} and names pass '{name}'"
+        dialect = get_all_dialects()["arch"]()
+        for op in arch.registered_ops():
+            assert op.name.startswith("arch.") and op in dialect.operations
+            assert op in DESCRIPTORS and op in LAYER_SPECS
+        extend.check()
+
+
 def test_every_pass_module_is_registered() -> None:
     modules = sorted(p.stem for p in PASSES_DIR.glob("*.py") if not p.stem.startswith("_"))
     registered = {stem(name) for name in PASSES}
