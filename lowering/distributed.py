@@ -44,8 +44,10 @@ from typing import Any
 
 import numpy as np
 
+from tr_mlir.errors import TrMlirError
 
-class DistributedError(RuntimeError):
+
+class DistributedError(TrMlirError, RuntimeError):
     """A bad launcher environment or a failed rendezvous; the message says which variable or peer."""
 
 

@@ -65,6 +65,7 @@ from tr_mlir.dialects.memplan import (
     ProgramOp,
     VariantOp,
 )
+from tr_mlir.errors import TrMlirError
 from tr_mlir.lowering.backend import Backend, CapturedGraph, NumpyBackend, check_arena
 from tr_mlir.lowering.cpu import KernelSpec, kernel_name
 from tr_mlir.lowering.operands import WORKSPACE_PREFIX, operands_for, workspace_tensor_name
@@ -83,7 +84,7 @@ _BATCH_REGIONS = frozenset({*_INPUT_REGIONS, MemRegion.F_FEATURE_FP32, MemRegion
                             MemRegion.T_TEMP_INT8, MemRegion.R_PREDICTED_LABEL})
 
 
-class ExecutableError(Exception):
+class ExecutableError(TrMlirError):
     """The module cannot be executed (no program, a plan for another target, an op without a
     kernel, a node whose operands do not fit its kernel); the message names what and where."""
 

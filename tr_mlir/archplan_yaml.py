@@ -76,6 +76,7 @@ from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
 from tr_mlir.blueprint import MAX_NESTING
 from tr_mlir.dialects import arch
+from tr_mlir.errors import TrMlirError
 from tr_mlir.passes.arch_expand import MAX_LAYERS
 
 VERSION = "ArchPlan-1.0"
@@ -91,7 +92,7 @@ MARKER_NAMES = {ADD2_START: "add2_start", ADD2_SHORTCUT_END: "add2_sc_end", ADD2
 BN_EPS, BN_MOMENTUM = 1e-5, 0.1
 
 
-class ArchPlanYamlError(ValueError, DiagnosticException):
+class ArchPlanYamlError(TrMlirError, ValueError, DiagnosticException):
     """Invalid ArchPlan YAML, or a module that has no ArchPlan YAML form.
 
     ``line`` (1-based, ``None`` when writing) and ``field`` (e.g. ``layers[3].params.k``) locate

@@ -79,6 +79,7 @@ from tr_mlir.dialects.arch import (
     TanhOp,
     YieldOp,
 )
+from tr_mlir.errors import TrMlirError
 
 __all__ = [
     "BlockStyle", "BluePrintError", "BluePrintTypeError", "Layer",
@@ -89,7 +90,7 @@ __all__ = [
 ]
 
 
-class BluePrintError(ValueError):
+class BluePrintError(TrMlirError, ValueError):
     """A BluePrint factory or :func:`emit` was given an invalid argument.
 
     ``str(e)`` is the bare message (the seed's text for the checks the seed has).

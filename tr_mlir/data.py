@@ -61,6 +61,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tr_mlir.errors import TrMlirError
+
 __all__ = [
     "DATASETS", "Batch", "Dataset", "DatasetError", "DatasetSpec", "MNIST_MIRRORS",
     "MNIST_SHA256", "default_data_dir", "download_mnist", "iterate_batches", "load_dataset",
@@ -68,7 +70,7 @@ __all__ = [
 ]
 
 
-class DatasetError(Exception):
+class DatasetError(TrMlirError):
     """A dataset is missing, malformed or asked for with bad options; the message says what and
     how to fix it (command-line tools print it without a traceback)."""
 

@@ -18,10 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from tr_mlir.errors import TrMlirError
+
 __all__ = ["ExportError", "onnx", "state_dict"]
 
 
-class ExportError(ValueError):
+class ExportError(TrMlirError, ValueError):
     """The Task cannot be exported (a missing optional package, an op without an ONNX form)."""
 
 

@@ -35,9 +35,10 @@ from tr_mlir.dialects.memplan import (
     is_train_variant,
     slot_bytes,
 )
+from tr_mlir.errors import TrMlirError
 
 
-class MemplanSummaryError(ValueError, DiagnosticException):
+class MemplanSummaryError(TrMlirError, ValueError, DiagnosticException):
     """The module has nothing to summarize (no ``memplan.program`` with plans)."""
 
 

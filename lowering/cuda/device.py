@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tr_mlir.errors import TrMlirError
 from tr_mlir.lowering.cuda.sources import NVRTC_OPTIONS, SOURCE
 
 
@@ -20,7 +21,7 @@ class CaptureAllocationError(RuntimeError):
     """Device memory was allocated while a CUDA graph was being captured."""
 
 
-class CudaUnavailableError(RuntimeError):
+class CudaUnavailableError(TrMlirError, RuntimeError):
     """No usable CUDA device (CuPy missing, no driver, or no GPU); the message says which."""
 
 

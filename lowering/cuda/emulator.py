@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from tr_mlir.errors import TrMlirError
 from tr_mlir.lowering.cuda.sources import KERNELS_CU, NVRTC_OPTIONS, SOURCE, Param, barrier_kernels, signatures
 
 
@@ -64,7 +65,7 @@ class LaunchError(RuntimeError):
     """A kernel launch does not match the kernel (arguments) or the device (pointers, sizes)."""
 
 
-class NvrtcUnavailable(RuntimeError):
+class NvrtcUnavailable(TrMlirError, RuntimeError):
     """No NVRTC library was found (install the ``nvidia-cuda-nvrtc`` wheel, or CuPy)."""
 
 

@@ -77,10 +77,12 @@ from typing import Any
 
 import numpy as np
 
+from tr_mlir.errors import TrMlirError
+
 __all__ = ["TorchImportError", "TorchModel", "TorchNaming", "from_torch", "load_factory", "main", "train_source"]
 
 
-class TorchImportError(ValueError):
+class TorchImportError(TrMlirError, ValueError):
     """A module that cannot be imported into the ``arch`` dialect, or torch missing.
 
     ``str(e)`` names the graph node, the op and, where torch records it, the line of the user's

@@ -101,6 +101,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 import tr_mlir
 from tr_mlir.dialects import get_all_dialects
+from tr_mlir.errors import TrMlirError
 from tr_mlir.passes import PASSES, get_all_passes, module_name
 
 PROG = "tr-opt"
@@ -125,7 +126,7 @@ TRACEBACK_ENV = "TR_OPT_TRACEBACK"
 """Environment variable: set to 1 to print Python tracebacks along with diagnostics."""
 
 
-class TrOptError(Exception):
+class TrOptError(TrMlirError):
     """A user error with a ready message, printed as ``tr-opt: error: <message>``.
 
     ``notes`` are printed after the message line (context such as an annotated pipeline).
@@ -136,7 +137,7 @@ class TrOptError(Exception):
         self.notes = tuple(notes)
 
 
-class PipelineSyntaxError(ValueError):
+class PipelineSyntaxError(TrMlirError, ValueError):
     """An ``--pass-pipeline`` string that is not ``builtin.module(pass, pass{opts}, ...)``."""
 
 
@@ -701,7 +702,7 @@ class TrParser(Parser):
 # --------------------------------------------------------------------------------------
 
 
-class DominanceError(VerifyException):
+class DominanceError(TrMlirError, VerifyException):
     """A use of a value that its definition does not dominate; ``op`` is the user."""
 
     def __init__(self, op: Operation, message: str):

@@ -137,6 +137,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from tr_mlir.errors import TrMlirError
+
 PROG = "tr-train"
 
 REPORT_SCHEMA_VERSION = 1
@@ -160,7 +162,7 @@ SYNTHETIC_DEFAULT_SHAPE = (32, 32, 3)
 """Input of ``--dataset synthetic`` for a BluePrint that names no input shape."""
 
 
-class TrainError(Exception):
+class TrainError(TrMlirError):
     """A user error with a ready message, printed as ``tr-train: error: <message>`` (exit 1)."""
 
 
