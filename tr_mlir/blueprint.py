@@ -110,7 +110,7 @@ I64_MAX = (1 << 63) - 1
 """Largest integer argument: ``arch`` op properties are 64-bit signed integers (``i64``)."""
 
 
-def _int(where: str, name: str, v: Any) -> int:
+def check_int(where: str, name: str, v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise BluePrintTypeError(f"{where}: {name} must be an int, got {type(v).__name__} {v!r}")
     if not -I64_MAX - 1 <= v <= I64_MAX:
@@ -119,7 +119,7 @@ def _int(where: str, name: str, v: Any) -> int:
 
 
 def _at_least(where: str, name: str, v: Any, low: int) -> int:
-    v = _int(where, name, v)
+    v = check_int(where, name, v)
     if v < low:
         raise BluePrintError(f"{where}: {name} must be >= {low}, got {v}")
     return v
@@ -131,7 +131,7 @@ def _float(where: str, name: str, v: Any) -> float:
     return float(v)
 
 
-def _bool(where: str, name: str, v: Any) -> bool:
+def check_bool(where: str, name: str, v: Any) -> bool:
     if not isinstance(v, bool):
         raise BluePrintTypeError(f"{where}: {name} must be True or False, got {type(v).__name__} {v!r}")
     return v
@@ -439,7 +439,7 @@ class Flatten(_Primitive):
     start_dim: int = 1
 
     def __post_init__(self) -> None:
-        start_dim = _int("flatten", "start_dim", self.start_dim)
+        start_dim = check_int("flatten", "start_dim", self.start_dim)
         if start_dim != 1:
             raise BluePrintError(
                 f"flatten: start_dim must be 1 (flatten all but the batch), got {start_dim}"
@@ -504,7 +504,7 @@ class Fc(_Primitive):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out_features", _at_least("fc", "out_features", self.out_features, 1))
-        _bool("fc", "bias", self.bias)
+        check_bool("fc", "bias", self.bias)
 
 
 @_layer
@@ -571,7 +571,7 @@ class GapFc(_Primitive):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out_features", _at_least("gap_fc", "out_features", self.out_features, 1))
-        _bool("gap_fc", "bias", self.bias)
+        check_bool("gap_fc", "bias", self.bias)
 
 
 _BLOCK3 = "block(mid_ch, out_ch, style)"
@@ -693,7 +693,7 @@ class Repeat(Layer):
     times: int
 
     def __post_init__(self) -> None:
-        times = _int("repeat", "times", self.times)
+        times = check_int("repeat", "times", self.times)
         if times < 1:
             raise BluePrintError("repeat: times must be >= 1")
         _child("repeat", "body", self.body)
@@ -902,10 +902,10 @@ def mbconv(expand_ratio: int, out_ch: int, stride: int) -> Layer:
 
     ``expand_ratio`` must be 1 or 6 (checked first), ``stride`` 1 or 2, as in the seed.
     """
-    expand_ratio = _int("mbconv", "expand_ratio", expand_ratio)
+    expand_ratio = check_int("mbconv", "expand_ratio", expand_ratio)
     if expand_ratio not in (1, 6):
         raise BluePrintError("mbconv: expand_ratio must be 1 or 6")
-    stride = _int("mbconv", "stride", stride)
+    stride = check_int("mbconv", "stride", stride)
     if stride not in (1, 2):
         raise BluePrintError("mbconv: stride must be 1 or 2")
     out_ch = _at_least("mbconv", "out_ch", out_ch, 1)
@@ -996,8 +996,8 @@ def emit(
         raise BluePrintTypeError(f"emit: input_shape must be (H, W, C), got {input_shape!r}")
     hwc = tuple(_at_least("emit", f"input_shape[{i}]", d, 1) for i, d in enumerate(input_shape))
     num_classes = _at_least("emit", "num_classes", num_classes, 1)
-    _bool("emit", "amp", amp)
-    _bool("emit", "fuse", fuse)
+    check_bool("emit", "amp", amp)
+    check_bool("emit", "fuse", fuse)
     if not isinstance(name, str) or not _SYMBOL.fullmatch(name):
         raise BluePrintError(f"emit: name must be a symbol name like 'resnet50', got {name!r}")
     op = ModelOp(name, hwc, num_classes, amp=amp, fuse=fuse)

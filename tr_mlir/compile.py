@@ -52,10 +52,10 @@ def arch_plan(
         xdsl.utils.exceptions.DiagnosticException: a pass rejected the network (bad
             geometry, a softmax_ce / class-count mismatch, ...); the message names the op.
     """
-    from tr_mlir.blueprint import _bool, emit
+    from tr_mlir.blueprint import check_bool, emit
     from tr_mlir.passes.arch_plan import ArchPlanPass
 
-    _bool("arch_plan", "cbrp", cbrp)
+    check_bool("arch_plan", "cbrp", cbrp)
     module = emit(model, input_shape, amp=amp, fuse=fuse, num_classes=num_classes, name=name)
     ArchPlanPass(cbrp=cbrp).apply(make_context(), module)
     module.verify()
@@ -116,7 +116,7 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
             geometry, a first layer that cannot read the input buffers, bad spec values, an
             unknown optimizer or target, ...); the message names the op.
     """
-    from tr_mlir.blueprint import BluePrintTypeError, _bool, _int, emit
+    from tr_mlir.blueprint import BluePrintTypeError, check_bool, check_int, emit
     from tr_mlir.passes.tr_compile import TrCompilePass
 
     # Python types here (the passes check the values and report them as diagnostics)
@@ -124,12 +124,12 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
                        ("world_size", world_size), ("train_res", train_res),
                        ("train_res_end", train_res_end), ("val_res", val_res)):
         if value is not None or key in ("batch_size", "train_size", "val_size", "world_size"):
-            _int("compile", key, value)
+            check_int("compile", key, value)
     for key, value in (("optimizer", optimizer), ("target", target)):
         if not isinstance(value, str):
             raise BluePrintTypeError(f"compile: {key} must be a str, got {type(value).__name__} {value!r}")
-    _bool("compile", "cbrp", cbrp)
-    _bool("compile", "reuse", reuse)
+    check_bool("compile", "cbrp", cbrp)
+    check_bool("compile", "reuse", reuse)
     module = emit(model, input_shape, amp=amp, fuse=fuse, num_classes=num_classes, name=name)
     TrCompilePass(
         cbrp=cbrp, batch_size=batch_size, train_size=train_size, val_size=val_size, train_res=train_res,

@@ -60,7 +60,7 @@ def state_dict(task: Any) -> dict[str, Any]:
         for name, a in values.items():
             out[name] = torch.from_numpy(np.ascontiguousarray(a.transpose(0, 3, 1, 2)) if a.ndim == 4 else a.copy())
         return out
-    from tr_mlir.frontend.torch import _to_torch_layout
+    from tr_mlir.frontend.torch import to_torch_layout
 
     for e in naming.entries:
         if e.layout == "folded_bias":
@@ -68,7 +68,7 @@ def state_dict(task: Any) -> dict[str, Any]:
         elif e.layout == "batches":
             out[e.torch_name] = torch.tensor(int(e.value) + int(task.steps), dtype=torch.int64)
         else:
-            out[e.torch_name] = torch.from_numpy(_to_torch_layout(e, values[e.canonical]))
+            out[e.torch_name] = torch.from_numpy(to_torch_layout(e, values[e.canonical]))
     return out
 
 

@@ -37,7 +37,7 @@ are cast into fp32 workspaces (``col`` for x, ``wbuf`` for w, ``ybuf`` for y or 
 the dX accumulator), the GEMM and every accumulation run in fp32, and the result is rounded to
 fp16 once. The weight gradient may be formed transposed in ``wbuf`` (the fast GEMM
 orientation), then copied into dw. :func:`conv_workspace_sizes` gives the sizes. (These are the
-CPU kernels' workspaces; the CUDA kernels need only ``wbuf``, for an fp16 dw: :func:`_ws_bwd_cuda`.)
+CPU kernels' workspaces; the CUDA kernels need only ``wbuf``, for an fp16 dw: :func:`ws_bwd_cuda`.)
 """
 
 from __future__ import annotations
@@ -671,7 +671,7 @@ def _ws_bwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int, groups: int
     return {n: ((v,), F32) for n, v in sizes.items()}
 
 
-def _ws_bwd_cuda(arrays: dict[str, ArrayInfo], **_: Any) -> dict[str, ArrayInfo]:
+def ws_bwd_cuda(arrays: dict[str, ArrayInfo], **_: Any) -> dict[str, ArrayInfo]:
     """The CUDA backward's one workspace (``GpuOps.conv_wgrad`` of
     :mod:`tr_mlir.lowering.cuda.backend`): ``wbuf``, the fp32 accumulator of an fp16 dw (the AMP
     G16 copy). Its forward, input gradient and fp32 weight gradient are implicit GEMMs or direct
@@ -699,7 +699,7 @@ def conv_fwd(x, w, y, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k:
 
 
 @kernel("conv_bwd", writes=("dx", "dw"), workspaces=WORKSPACES, workspace_fn=_ws_bwd,
-        target_workspace_fns={CUDA: _ws_bwd_cuda}, also=("conv_bwd_first_layer",))
+        target_workspace_fns={CUDA: ws_bwd_cuda}, also=("conv_bwd_first_layer",))
 def conv_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1,
              p: int = 0, groups: int = 1) -> None:
     """Convolution backward: ``dw`` (overwritten) from dy and x, then ``dx`` from dy and w.

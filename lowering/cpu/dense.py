@@ -40,7 +40,7 @@ def _fc_dims(x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> tuple[int, i
     return n, f, o
 
 
-def _ws_fc(arrays: dict[str, ArrayInfo], **_: object) -> dict[str, ArrayInfo]:
+def ws_fc(arrays: dict[str, ArrayInfo], **_: object) -> dict[str, ArrayInfo]:
     xs, ws = arrays["x"][0], arrays["w"][0]
     n, f, o = _fc_dims(xs, ws)
     half = {k for k, (_, d) in arrays.items() if d != F32}
@@ -226,14 +226,14 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> 
     return True
 
 
-@kernel("fc_fwd", writes=("y",), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=_ws_fc,
+@kernel("fc_fwd", writes=("y",), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=ws_fc,
         target_workspace_fns={CUDA: None}, also=("fc_inf",))
 def fc_fwd(x, w, y, b=None, xbuf=None, wbuf=None, ybuf=None) -> None:
     """Fully connected forward: ``y = x_flat @ w.T + b`` (b None: no bias)."""
     fc_forward(x, w, b, y, {k: v for k, v in (("xbuf", xbuf), ("wbuf", wbuf), ("ybuf", ybuf)) if v is not None})
 
 
-@kernel("fc_bwd", writes=("dx", "dw", "db"), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=_ws_fc,
+@kernel("fc_bwd", writes=("dx", "dw", "db"), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=ws_fc,
         target_workspace_fns={CUDA: None}, also=("fc_bwd_first_layer",))
 def fc_bwd(dy, w, x, dw, db=None, dx=None, xbuf=None, wbuf=None, ybuf=None) -> None:
     """Fully connected backward: dw (out, F) and db (out) overwritten, then dx (may be x's

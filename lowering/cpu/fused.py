@@ -41,10 +41,10 @@ import numpy as np
 
 from ._util import F32, take
 from .conv import WORKSPACES as CONV_WS
-from .conv import ConvGeom, _ws_bwd_cuda, conv_dgrad, conv_forward, conv_geom, conv_wgrad, conv_workspace_sizes
+from .conv import ConvGeom, conv_dgrad, conv_forward, conv_geom, conv_wgrad, conv_workspace_sizes, ws_bwd_cuda
 from .dense import fc_backward, fc_forward
 from .norm import bn_affine, bn_backward, bn_forward_train
-from .pool import _ws_maxpool_fwd, gap_backward, gap_forward, maxpool_bwd, maxpool_fwd
+from .pool import gap_backward, gap_forward, maxpool_bwd, maxpool_fwd, ws_maxpool_fwd
 from .registry import CUDA, ArrayInfo, KernelSpec, kernel, register
 from .window import window
 
@@ -410,7 +410,7 @@ def _workspace_fn(kind: BlockKind, phase: str):
             out["t"] = (y_shape, F32)
         if lay.pool and phase != "bwd":  # the max pool kernel's own rule
             k, s, pp = lay.pool
-            out["eq"] = _ws_maxpool_fwd({"y": (y_shape, x_dt)}, k=k, s=s, p=pp)["eq"]
+            out["eq"] = ws_maxpool_fwd({"y": (y_shape, x_dt)}, k=k, s=s, p=pp)["eq"]
         if lay.pool and phase == "bwd":
             out["eq"] = (y_shape, np.dtype(bool))
             k, s, _ = lay.pool
@@ -431,7 +431,7 @@ def _cuda_workspace_fn(kind: BlockKind, phase: str):
         sizes: dict[str, int] = {}
         for st in lay.stages if phase == "bwd" else ():
             stage = {"dw": arrays[f"dw{st.tag}"]} if f"dw{st.tag}" in arrays else {}
-            for n, (shape, _) in _ws_bwd_cuda(stage).items():
+            for n, (shape, _) in ws_bwd_cuda(stage).items():
                 sizes[n] = max(sizes.get(n, 0), int(np.prod(shape)))
         out: dict[str, ArrayInfo] = {n: ((v,), F32) for n, v in sizes.items()}
         if lay.projection and phase == "fwd":
@@ -496,13 +496,13 @@ for _kind in BLOCKS.values():
 
 
 def _ws_gap_fc(arrays: dict[str, ArrayInfo], **_: Any) -> dict[str, ArrayInfo]:
-    from .dense import _ws_fc
+    from .dense import ws_fc
 
     sub = {"x": arrays["g"], "w": arrays["w"]}
     for ours, theirs in (("y", "y"), ("dy", "dy"), ("dw", "dw"), ("g", "dx")):
         if ours in arrays:
             sub[theirs] = arrays[ours]
-    return _ws_fc(sub)
+    return ws_fc(sub)
 
 
 @kernel("gap_fc_fwd", writes=("g", "y"), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=_ws_gap_fc,

@@ -73,7 +73,7 @@ def _check_out(y_shape: tuple[int, ...], x_shape: tuple[int, ...], win: Window) 
         raise ValueError(f"expected pool output of shape {want}, got {tuple(y_shape)}")
 
 
-def _ws_maxpool_fwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int = 0) -> dict[str, ArrayInfo]:
+def ws_maxpool_fwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int = 0) -> dict[str, ArrayInfo]:
     n = int(np.prod(arrays["y"][0], dtype=np.int64))
     return {"eq": ((2 * n,), np.dtype(bool))}  # the comparison and an int8 scratch
 
@@ -85,7 +85,7 @@ def _ws_maxpool_bwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int = 0)
     return out
 
 
-@kernel("maxpool_fwd", writes=("y", "mask"), workspaces=("eq",), workspace_fn=_ws_maxpool_fwd,
+@kernel("maxpool_fwd", writes=("y", "mask"), workspaces=("eq",), workspace_fn=ws_maxpool_fwd,
         target_workspace_fns={CUDA: None}, also=("maxpool_inf",))
 def maxpool_fwd(x, y, mask, eq, *, k: int, s: int, p: int = 0) -> None:
     """Max pool: ``y`` (N, Ho, Wo, C) and ``mask`` (same shape, INT8 winning tap index).

@@ -149,7 +149,7 @@ def _to_task_layout(e: NameEntry, a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
-def _to_torch_layout(e: NameEntry, a: np.ndarray) -> np.ndarray:
+def to_torch_layout(e: NameEntry, a: np.ndarray) -> np.ndarray:
     """Inverse of :func:`_to_task_layout`."""
     a = np.asarray(a, dtype=np.float32)
     if e.layout == "oihw":
