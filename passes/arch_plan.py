@@ -11,7 +11,9 @@ Options (MLIR syntax, e.g. ``arch-plan{fuse=true amp=true num_classes=1000}``): 
 ``amp`` and ``num_classes`` first rewrite the model attributes they name (DESIGN section 1),
 so a module emitted with ``amp=false`` can be planned with AMP; ``cbrp`` (default false)
 adds the quadruple merge; ``skip`` names fusion steps to leave out, ``extra`` opt-in fusion
-steps to add (comma-separated pass names, e.g. ``arch-plan{fuse=true skip="arch-merge-blocks"}``).
+steps to add (comma-separated pass names without spaces, e.g.
+``arch-plan{fuse=true skip="arch-merge-blocks,arch-merge-binary"}``; both only matter with
+``fuse``).
 
 The fusion steps are an open list (:data:`FUSION_STEPS`): a plugin adds its own fusion pass
 with :func:`register_fusion_step` (``tr_mlir.extend.register_fusion_step``), saying where it
@@ -77,7 +79,8 @@ def register_fusion_step(name: str, *, after: str | None = None, before: str | N
 
     It runs right after the step ``after`` or right before the step ``before`` (at most one;
     neither: after the last fusion step), for every fused model when ``default`` is true, else
-    only when named in ``arch-plan{extra="..."}`` (``Task(..., fusions=...)``). Registering the
+    only when named in ``arch-plan{extra="..."}`` / ``tr-compile{extra="..."}`` (a comma-separated
+    list of step names; ``Task`` and ``tr-train`` run the default steps). Registering the
     same step twice at the same place is a no-op.
 
     Raises :class:`FusionStepError` when ``name`` is not a registered pass (register it first,

@@ -301,6 +301,9 @@ def _plan_variant(model: ModelOp, ops: list[Operation], v: VariantSpec, target: 
             out = (ins[0][0], *hwc)
             plan = desc.build(layer_ctx(op, ins, out, amp=amp, first=index == 0, target=target))
             check_node_kernels(plan)
+            if desc.output not in {t.name for t in plan.tensors}:
+                raise DescriptorError(f"its descriptor names output tensor '{desc.output}', which is not one of "
+                                      f"its layer plan's tensors {[t.name for t in plan.tensors][:8]}")
         except (VerifyException, DescriptorError) as e:
             text = str(e)
             if not text.startswith("'"):

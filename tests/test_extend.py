@@ -167,6 +167,10 @@ def test_tr_train_with_a_plugin(tmp_path):
     assert (tmp_path / "ir" / "10-arch-merge-conv-relu.mlir").is_file()
     assert "arch.conv_relu" in (tmp_path / "ir" / "12-arch-mark-first-layer.mlir").read_text()
     assert json.loads(report.read_text())["config"]["plugins"] == [str(PLUGIN)]
+    replay = subprocess.run(["sh", str(tmp_path / "ir" / "replay.sh")], capture_output=True, text=True,
+                            env={**__import__("os").environ, "PATH": f"{Path(sys.executable).parent}:"
+                                                                     f"{__import__('os').environ['PATH']}"})
+    assert replay.returncode == 0 and "all passes replay identically" in replay.stdout, replay.stdout[-2000:]
     bad = subprocess.run([sys.executable, "-m", "tr_mlir.tools.tr_train", "--plugin", str(tmp_path / "no.py"),
                           "--dataset", "digits", "--epochs", "1"], capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 1
@@ -460,3 +464,74 @@ def test_installed_plugins_load_through_their_entry_point(monkeypatch):
         assert "arch-merge-conv-relu" in PASSES
     sys.path.remove(str(REPO / "examples" / "plugins"))
     sys.modules.pop("tr_mlir_test_ep_plugin", None)
+
+
+def test_fused_chain_keeps_optional_properties():
+    """fc without bias fuses (an optional property stays optional) and trains like the unfused model."""
+    from tr_mlir.blueprint import fc, flatten
+
+    model = seq(flatten(), fc(16, False), relu(), fc(12, True), relu(), fc(10, True))
+    x, y = _data(16, (4, 4, 2))
+    ref = _train(Task(model, (4, 4, 2), 10, 8, fuse=False), x, y, steps=2)
+    with extend.scoped():
+        extend.register_fused_chain("arch.test_fc_relu", [arch.FcOp, arch.ReluOp], layer_kind="TestFcRelu",
+                                    pass_name="arch-merge-test-fc-relu")
+        task = Task(model, (4, 4, 2), 10, 8, fuse=True)
+        got = _train(task, x, y, steps=2)
+        lines = [ln for ln in str(task.module).splitlines() if "= arch.test_fc_relu" in ln]
+        assert len(lines) == 2 and "bias" not in lines[0] and " bias " in lines[1]
+    _assert_same(ref, got)
+
+
+def test_one_plugin_under_two_spellings_loads_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    monkeypatch.syspath_prepend(str(REPO / "examples" / "plugins"))
+    with extend.scoped():
+        a = extend.load_plugin("examples/plugins/conv_relu.py")
+        assert extend.load_plugin(PLUGIN) is a
+        assert extend.load_plugin("./examples/plugins/../plugins/conv_relu.py") is a
+        assert extend.load_plugin("conv_relu") is a  # the module name of the same file
+        assert extend.loaded_plugins() == (str(PLUGIN),)
+        with pytest.raises(PluginError, match="is a directory"):
+            extend.load_plugin(str(tmp_path) + "/")
+    sys.modules.pop("conv_relu", None)
+
+
+def test_plugin_code_failing_later_is_the_plugins_error(tmp_path):
+    """An exception in a plugin's descriptor build (at compile) names the plugin's file and line in
+    tr-opt, not 'internal error'; a descriptor naming no output tensor gets a diagnostic."""
+    plugin = tmp_path / "bad_build.py"
+    plugin.write_text(
+        "from typing import ClassVar\nfrom xdsl.irdl import irdl_op_definition\nfrom tr_mlir import extend\n\n"
+        "@extend.register_op\n@irdl_op_definition\nclass BadOp(extend.LayerOp):\n"
+        "    name = 'arch.test_bad_build'\n    LAYER_KIND: ClassVar[str] = 'TestBadBuild'\n"
+        "    assembly_format = '$input attr-dict `:` type($input) `->` type($output)'\n\n"
+        "def build(ctx):\n    return ctx.no_such_field\n\n"
+        "extend.register_descriptor(BadOp, extend.Descriptor(build, 'bad_output'))\n"
+        "extend.register_yaml_spec(BadOp, extend.LayerSpec(name='bad'))\n")
+    model = tmp_path / "m.mlir"
+    model.write_text("""arch.model @m input(6, 6, 3) num_classes = 10 {
+^bb0(%x: tensor<?x6x6x3xf32>):
+  %c = arch.conv %x out_ch = 8 k = 3 p = 1 : tensor<?x6x6x3xf32> -> tensor<?x?x?x?xf32>
+  %d = arch.test_bad_build %c : tensor<?x?x?x?xf32> -> tensor<?x?x?x?xf32>
+  %g = arch.gap_fc %d out_features = 10 bias : tensor<?x?x?x?xf32> -> tensor<?x?x?x?xf32>
+  %l = arch.softmax_ce %g num_classes = 10 : tensor<?x?x?x?xf32> -> tensor<?x?x?x?xf32>
+  arch.output %l : tensor<?x?x?x?xf32>
+}
+""")
+    tr_opt = [sys.executable, "-m", "tr_mlir.tools.tr_opt", "--load-plugin", str(plugin), str(model), "-p",
+              "tr-compile{batch_size=4 train_size=8 val_size=8}"]
+    out = subprocess.run(tr_opt, capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 1
+    assert f"tr-opt: error: plugin '{plugin}': {plugin}:13: AttributeError" in out.stderr, out.stderr
+    assert "internal error" not in out.stderr
+    plugin.write_text(plugin.read_text().replace(
+        "def build(ctx):\n    return ctx.no_such_field\n",
+        "def build(ctx):\n    lp = extend.LayerPlan()\n    y = lp.add('y', ctx.feat, ctx.featdt, ctx.inputs[0])\n"
+        "    f = extend.NodePattern(f'IDENTITY_{ctx.prec}_FWD', ('$x',), (y,), ())\n"
+        "    lp.forward = lp.inference = [f]\n"
+        "    lp.backward = [extend.NodePattern(f'IDENTITY_{ctx.prec}_BWD', ('$dy',), ('$dx',), ())]\n"
+        "    return lp\n"))
+    out = subprocess.run(tr_opt, capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 1
+    assert "its descriptor names output tensor 'bad_output', which is not one of its layer plan's tensors" in out.stderr

@@ -1,6 +1,6 @@
 """``docs/fusion-tutorial.md`` is a test: its plugin is ``examples/plugins/conv_relu.py`` verbatim,
 and its Python blocks run (each in a fresh process, from the repository root, so a plugin's
-registrations never reach other tests)."""
+registrations never reach other tests; a block marked as continuing the one above runs with it)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,19 @@ REPO = Path(__file__).resolve().parents[1]
 TUTORIAL = REPO / "docs" / "fusion-tutorial.md"
 
 
+CONTINUES = "# (continues the block above"
+
+
 def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", TUTORIAL.read_text(), flags=re.S)
+    """The tutorial's Python blocks; a block whose first line is ``# (continues the block above...``
+    is joined to the one before it (one program, split by prose)."""
+    blocks: list[str] = []
+    for block in re.findall(r"```python\n(.*?)```", TUTORIAL.read_text(), flags=re.S):
+        if block.startswith(CONTINUES) and blocks:
+            blocks[-1] += block
+        else:
+            blocks.append(block)
+    return blocks
 
 
 def test_the_tutorial_plugin_is_the_example_file():

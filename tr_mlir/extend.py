@@ -52,7 +52,8 @@ from typing import Any, ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.irdl import irdl_op_definition, prop_def, traits_def
+from xdsl.dialects.builtin import UnitAttr
+from xdsl.irdl import BaseAttr, OptPropertyDef, irdl_op_definition, opt_prop_def, prop_def, traits_def
 from xdsl.passes import ModulePass
 from xdsl.traits import OpTrait, Pure
 
@@ -82,7 +83,7 @@ __all__ = [
     "TrMlirError", "chain_descriptor", "check", "fused_op", "fusion_pass", "kernel", "load_plugin", "load_plugins",
     "loaded_plugins", "reads_model_input", "register_cuda_kernel", "register_descriptor", "register_fused_chain",
     "register_fusion_step", "register_op", "register_operands", "register_pass", "register_yaml_spec",
-    "replace_ops", "rewrite_models", "scoped",
+    "plugin_frame", "plugin_spec", "replace_ops", "rewrite_models", "scoped",
 ]
 
 ENTRY_POINT_GROUP = "tr_mlir.plugins"
@@ -200,10 +201,25 @@ def _derived_traits(chain: Sequence[type[LayerOp]]) -> list[OpTrait]:
     return traits
 
 
+def _optional(pdef: Any) -> bool:
+    return isinstance(pdef, OptPropertyDef)
+
+
+def _is_unit(pdef: Any) -> bool:
+    return isinstance(pdef.constr, BaseAttr) and pdef.constr.attr is UnitAttr
+
+
 def _format(props: Mapping[str, Any]) -> str:
+    """The custom syntax of a fused op: each property as the chain ops spell theirs (a unit flag
+    ``bias``, ``name = value``; optional and defaulted ones may be left out)."""
     parts = []
     for name, pdef in props.items():
-        parts.append(f"(`{name}` `=` ${name}^)?" if pdef.default_value is not None else f"`{name}` `=` ${name}")
+        if _is_unit(pdef):
+            parts.append(f"(`{name}` ${name}^)?")
+        elif _optional(pdef) or pdef.default_value is not None:
+            parts.append(f"(`{name}` `=` ${name}^)?")
+        else:
+            parts.append(f"`{name}` `=` ${name}")
     return f"$input {' '.join(parts)} attr-dict `:` type($input) `->` type($output)".replace("  ", " ")
 
 
@@ -254,7 +270,8 @@ def fused_op(name: str, chain: Sequence[type[LayerOp]], *, layer_kind: str,
         "__annotations__": {"LAYER_KIND": ClassVar[str], "CHAIN": ClassVar[tuple], "PROPERTY_OF": ClassVar[dict]},
     }
     for key, pdef in props.items():
-        body[key] = prop_def(pdef.constr, default_value=pdef.default_value)
+        body[key] = (opt_prop_def(pdef.constr, default_value=pdef.default_value) if _optional(pdef)
+                     else prop_def(pdef.constr, default_value=pdef.default_value))
     cls_name = "".join(part.capitalize() for part in name.removeprefix("arch.").split("_")) + "Op"
     cls = irdl_op_definition(type(cls_name, (FusedChainOp,), body))
     return register_op(cls)  # type: ignore[return-value]
@@ -483,10 +500,35 @@ def check_nodes(patterns: Iterable[NodePattern], where: str) -> None:
 # --------------------------------------------------------------------------------------
 
 _LOADED: dict[str, ModuleType] = {}
+"""Canonical plugin spec (:func:`plugin_spec`) -> its module, in load order."""
+
+
+def _is_file_spec(key: str) -> bool:
+    return key.endswith(".py") or os.sep in key or (os.altsep is not None and os.altsep in key)
+
+
+def plugin_spec(spec: str | os.PathLike[str]) -> str:
+    """The canonical form of a plugin spec: a file's absolute resolved path, or a module name as
+    given. ``Task.save`` records this form, so a checkpoint loads its plugins from any directory."""
+    key = os.fspath(spec)
+    return str(Path(key).resolve()) if _is_file_spec(key) else key
+
+
+def _origin(key: str) -> str | None:
+    """The resolved file a spec runs: the file itself, or a module's source file (found without
+    importing it); ``None`` when there is none."""
+    if _is_file_spec(key):
+        return key
+    try:
+        found = importlib.util.find_spec(key)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(found, "origin", None)
+    return str(Path(origin).resolve()) if origin and origin not in ("built-in", "frozen") else None
 
 
 def loaded_plugins() -> tuple[str, ...]:
-    """The plugin specs loaded in this process, in load order (as given to :func:`load_plugin`)."""
+    """The plugins loaded in this process, in load order (canonical specs, :func:`plugin_spec`)."""
     return tuple(_LOADED)
 
 
@@ -499,16 +541,25 @@ def load_plugin(spec: str | os.PathLike[str]) -> ModuleType:
     module that cannot be imported, an exception its code raised (with the plugin's own line), or
     what :func:`check` finds missing.
     """
-    key = os.fspath(spec)
+    given = os.fspath(spec)
+    key = plugin_spec(given)
     if key in _LOADED:
         return _LOADED[key]
+    origin = _origin(key)
+    for loaded, module in _LOADED.items():  # one file under two spellings (a path and a module name)
+        if origin is not None and _origin(loaded) == origin:
+            return module
     path = Path(key)
-    is_file = key.endswith(".py") or os.sep in key or (os.altsep is not None and os.altsep in key)
+    is_file = _is_file_spec(key)
     try:
         if is_file:
+            if path.is_dir():
+                raise PluginError(f"plugin '{given}': is a directory; name the plugin's .py file (or its module)")
             if not path.is_file():
-                raise PluginError(f"plugin '{key}': no such file")
-            name = f"tr_mlir_plugin_{path.stem}_{abs(hash(str(path.resolve()))) % 10**8}"
+                raise PluginError(f"plugin '{given}': no such file")
+            name = f"tr_mlir_plugin_{path.stem}"
+            if name in sys.modules:
+                name = f"{name}_{abs(hash(key)) % 10**8}"
             loader_spec = importlib.util.spec_from_file_location(name, path)
             if loader_spec is None or loader_spec.loader is None:
                 raise PluginError(f"plugin '{key}': not a Python file Python can load")
@@ -524,16 +575,16 @@ def load_plugin(spec: str | os.PathLike[str]) -> ModuleType:
                 module = importlib.import_module(key)
             except ModuleNotFoundError as e:
                 if e.name is not None and key.startswith(e.name):
-                    raise PluginError(f"plugin '{key}': no such file or importable module") from None
+                    raise PluginError(f"plugin '{given}': no such file or importable module") from None
                 raise
     except PluginError as e:
-        if str(e).startswith(f"plugin '{key}'"):
+        if str(e).startswith(f"plugin '{given}'"):
             raise
-        raise PluginError(f"plugin '{key}': {e}") from e
+        raise PluginError(f"plugin '{given}': {e}") from e
     except SyntaxError as e:
-        raise PluginError(f"plugin '{key}': {e.filename}:{e.lineno}: syntax error: {e.msg}") from None
+        raise PluginError(f"plugin '{given}': {e.filename}:{e.lineno}: syntax error: {e.msg}") from None
     except Exception as e:  # noqa: BLE001 - the plugin's own code failed: say where
-        raise PluginError(f"plugin '{key}': {_where(e, key)}{type(e).__name__}: {e}") from e
+        raise PluginError(f"plugin '{given}': {_where(e, key)}{type(e).__name__}: {e}") from e
     _LOADED[key] = module
     check()
     return module
@@ -547,6 +598,24 @@ def _where(e: BaseException, key: str) -> str:
     mine = [f for f in frames if key.endswith(".py") and os.path.abspath(f.filename) == os.path.abspath(key)]
     f = (mine or frames[-1:] or [None])[-1]
     return f"{f.filename}:{f.lineno}: " if f is not None else ""
+
+
+def plugin_frame(e: BaseException) -> str | None:
+    """``'plugin FILE: FILE:LINE'`` when the innermost frame of ``e``'s traceback that runs code of
+    a loaded plugin (its descriptor's ``build``, its pass, its kernel) exists, else ``None``: the
+    tools report such an exception as the plugin's error, not as a bug of tr-mlir."""
+    import traceback
+
+    files = {}
+    for key, module in _LOADED.items():
+        f = getattr(module, "__file__", None)
+        if f:
+            files[os.path.abspath(f)] = key
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        key = files.get(os.path.abspath(frame.filename))
+        if key is not None:
+            return f"plugin '{key}': {frame.filename}:{frame.lineno}"
+    return None
 
 
 def load_plugins(specs: Iterable[str | os.PathLike[str]] = (), *, entry_points: bool = True) -> list[ModuleType]:
@@ -569,7 +638,9 @@ def scoped() -> Iterator[None]:
     descriptors, kernels, operand rows, CUDA implementations, YAML specs, loaded plugins): the
     registries are process-wide, so a test, a notebook comparing fusions, or a sweep over plugins
     uses this to keep one plugin's registrations from reaching the next. Objects created inside
-    (op classes, compiled Tasks) keep working; new lookups no longer find the plugin's entries."""
+    keep working once built: compile a Task inside the block (``Task.compile()`` or a first
+    ``train_step``; a Task compiles lazily, and one first compiled after the block no longer sees the
+    plugin's fusion steps); new lookups no longer find the plugin's entries."""
     from tr_mlir.archplan_yaml import KINDS
     from tr_mlir.lowering.cuda import backend as cuda_backend
     from tr_mlir.passes import _descriptors

@@ -347,7 +347,9 @@ class Task:
             load_plugins(plugins)
         except PluginError as e:
             raise TaskError(f"Task: {e}") from e
-        self.plugins = [os.fspath(p) for p in plugins]
+        from tr_mlir.extend import plugin_spec
+
+        self.plugins = [plugin_spec(p) for p in plugins]  # absolute paths: a save loads from anywhere
         self._backend = None
         if isinstance(device, str):
             if device not in ("cpu", "auto", "gpu", "cuda"):

@@ -1195,6 +1195,9 @@ class TrOptMain(xDSLOptMain):
             case ArgSpecParseError():  # only -t is parsed outside setup_pipeline
                 err = _spec_error(e, "target", getattr(getattr(self, "args", None), "target", ""))
                 _emit(f"{PROG}: error: {err}", err.notes)
+            case _ if _plugin_frame(e) is not None:  # a loaded plugin's code failed: its error
+                _emit(f"{PROG}: error: {_plugin_frame(e)}: {type(e).__name__}: {e}",
+                      [f"{PROG}: note: while {self._stage} ({self._where()})", *pass_note])
             case _:
                 _emit(
                     f"{PROG}: internal error: {type(e).__name__}: {e}",
@@ -1277,6 +1280,12 @@ def _emit(head: str, notes: Iterable[str] = ()) -> None:
     print(head, file=sys.stderr)
     for note in notes:
         print(note, file=sys.stderr, end="" if note.endswith("\n") else "\n")
+
+
+def _plugin_frame(e: BaseException) -> str | None:
+    from tr_mlir.extend import plugin_frame
+
+    return plugin_frame(e)
 
 
 def plugin_args(argv: Sequence[str]) -> list[str]:

@@ -717,6 +717,9 @@ def dump_ir(tree_text: str, out_dir: Path, *, fuse: bool, amp: bool, num_classes
     for old in out_dir.glob("[0-9][0-9]-*.mlir"):
         old.unlink()
     registry = get_all_passes()
+    from tr_mlir.extend import loaded_plugins
+
+    plugin_flags = "".join(f" --load-plugin {shlex.quote(p)}" for p in loaded_plugins())
     passes = [registry[name]()() for name in plan_steps(fuse, cbrp=False)]
     passes += MemplanCompilePass(**spec, reuse=reuse).phases()
     width = max(2, len(str(len(passes))))
@@ -731,7 +734,7 @@ def dump_ir(tree_text: str, out_dir: Path, *, fuse: bool, amp: bool, num_classes
         path = out_dir / f"{i:0{width}d}-{p.name}.mlir"
         path.write_text(_as_tr_opt_prints(module))
         spec_text = str(p.pipeline_pass_spec())
-        script.append(f"tr-opt {files[-1].name} -p {shlex.quote(spec_text)} | cmp -s - {path.name} "
+        script.append(f"tr-opt{plugin_flags} {files[-1].name} -p {shlex.quote(spec_text)} | cmp -s - {path.name} "
                       f"|| {{ echo 'differs: {path.name}'; status=1; }}")
         files.append(path)
     script += ['[ $status = 0 ] && echo "all passes replay identically"', "exit $status"]
@@ -1471,7 +1474,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\n{PROG}: interrupted", file=sys.stderr, flush=True)
         return _failed(130)
-    except Exception as e:  # anything else is a bug: say so without a wall of Python
+    except Exception as e:  # anything else is a bug (ours, or a loaded plugin's): say so without a wall of Python
+        from tr_mlir.extend import plugin_frame
+
+        where = plugin_frame(e)
+        if where is not None:
+            print(f"{PROG}: error: {where}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            return _failed(1)
         print(f"{PROG}: internal error: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         if os.environ.get(TRACEBACK_ENV) == "1":
             traceback.print_exc()
