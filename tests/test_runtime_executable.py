@@ -108,7 +108,7 @@ def test_operand_table_names_real_kernel_arguments():
         named = [a for a in (*ops.ins, *ops.outs, *ops.in_ranges, *ops.out_ranges, ops.host) if a]
         for arg in named:
             assert arg.rstrip("*") in spec.arrays, (name, arg)
-    with pytest.raises(KeyError, match="no operand binding for op 'FOO_FWD'"):
+    with pytest.raises(KeyError, match="no operand row for node op 'FOO_FWD'"):
         operands_for("FOO_FWD")
 
 
