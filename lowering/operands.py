@@ -179,7 +179,7 @@ OPERANDS: dict[str, Operands] = {
     "add_fwd": Operands(("a", "b"), ("y",)),
     "add_bwd": Operands(("dy",), ("da", "db")),
     "grad_accum": Operands(("dy", "dx"), ("dx",)),
-    "scalar_increment": Operands(("step",), ("step",)),
+    "scalar_increment": Operands(("step", "has_nan"), ("step",)),
     "adam_bias_correction": Operands(("step", "beta1", "beta2"), ("bc1", "bc2")),
     **{f"lars_compute_trust_ratio_{f}": _LARS_TRUST for f in ("fc", "first", "deep")},
     **{f"lars_update_{f}": _LARS_UPDATE for f in ("fc", "first", "deep")},

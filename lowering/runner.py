@@ -104,6 +104,8 @@ class Runner:
         self._rows = exe.scalar("local_batch_size")
         self._stage_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._probs = self._find_output(G.INF_MAIN_A, "probs")
+        self.after_step: Callable[[], None] | None = None
+        """Called after every optimizer step (the host side of a loss-scale rule, :mod:`tr_mlir.amp`)."""
 
     # -- staging -------------------------------------------------------------------------
 
@@ -164,6 +166,8 @@ class Runner:
         if prefetch is not None:
             prefetch("b" if ab == "a" else "a")
         self._replay(self._post[(variant, ab, last)])
+        if self.after_step is not None:
+            self.after_step()
 
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
         """One optimizer step on a full batch (``train_base``), alternating the input buffers;

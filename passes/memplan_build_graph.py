@@ -35,7 +35,7 @@ Train graph (GraphIds of facts section 10):
   (``RANGE_H2D_COPY_A|B``, out ranges ``[I_*_LABEL]``, ``[I_*_DATA]``), ``first_comm`` /
   ``deep_comm`` (``RANGE_MEAN_ALLREDUCE`` over ``[G_BN_BIAS .. G_FIRST_CONV]`` /
   ``[G_DEEP_CONV .. R_RESULT]``), ``stats_comm`` (with BN: ``RANGE_BN_STATS_ALLREDUCE`` over
-  ``[B_NEXT_MEAN .. B_NEXT_VAR]``), ``optimizer`` (Adam/AdamW: ``SCALAR_INCREMENT(step -> step)``,
+  ``[B_NEXT_MEAN .. B_NEXT_VAR]``), ``optimizer`` (Adam/AdamW: ``SCALAR_INCREMENT(step, has_nan -> step)``,
   ``ADAM_BIAS_CORRECTION(step, beta, beta2 -> bias_corr1, bias_corr2)``; weights:
   ``RANGE_UPDATE_WEIGHT_<K>`` over W ``[W_FC_WEIGHT .. W_DEEP_CONV]``, G, (M), (V), ids
   ``[lr, wd, (beta), (beta2, eps), scaling, (bias_corr1, bias_corr2), has_nan]``; bias-like
@@ -431,7 +431,8 @@ class _Builder:
         momentum, adam = opt.uses_momentum, opt.uses_adam
         out = b[GraphId.OPTIMIZER]
         if adam:
-            out.append(Node("SCALAR_INCREMENT", (s("step"),), (s("step"),)))
+            # has_nan: a step skipped on overflow is not counted (PyTorch's GradScaler semantics)
+            out.append(Node("SCALAR_INCREMENT", (s("step"), s("has_nan")), (s("step"),)))
             out.append(Node("ADAM_BIAS_CORRECTION", (s("step"), s("beta"), s("beta2")),
                             (s("bias_corr1"), s("bias_corr2"))))
 

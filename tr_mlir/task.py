@@ -262,6 +262,9 @@ Task's own checks."""
 _OPTIONAL_CONFIG_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "reuse": (lambda v: isinstance(v, bool), "a bool"),
     "state_sha256": (lambda v: isinstance(v, str), "a string"),
+    "init": (lambda v: v in ("seed", "torch"), "'seed' or 'torch'"),
+    "loss_scaler": (lambda v: v is None or isinstance(v, dict), "null or an object (GradScaler.config())"),
+    "augment": (lambda v: v is None or isinstance(v, dict), "null or an object (an augmentation's config())"),
 }
 """Keys that saves of earlier versions lack."""
 
@@ -303,6 +306,14 @@ class Task:
         reuse: place transient DTensors by lifetime (``memplan-assign-offsets``): tensors never live
             at the same time share bytes. ``False`` keeps the seed's one-slot-per-tensor layout
             (same numerics, bit for bit; more memory).
+        init: ``'seed'`` (the plan's rules: trunc-normal convs, Kaiming-uniform FC weights, zero
+            biases) or ``'torch'`` (PyTorch's ``nn.Conv2d`` / ``nn.Linear`` defaults);
+            :mod:`tr_mlir.inits`.
+        loss_scaler: AMP only: ``None`` (the seed's rule: 8192, halved on overflow, no growth) or a
+            :class:`tr_mlir.amp.GradScaler` (PyTorch's GradScaler rule); :mod:`tr_mlir.amp`.
+        augment: a :mod:`tr_mlir.augment` transform (e.g. ``augment.preset('cifar')``) applied by
+            :meth:`fit` to every training batch on a background thread, seeded by the Task seed
+            and the epoch; ``None``: none.
 
     Raises:
         TaskError: a bad argument, or ``device='gpu'`` on a machine without a usable GPU.
@@ -313,7 +324,7 @@ class Task:
                  scheduler: _sched.CosineAnnealingLR | None = None,
                  loss: CrossEntropyLoss = CrossEntropyLoss(label_smoothing=0.0),
                  amp: bool = False, fuse: bool = False, device: str = "cpu", seed: int = 0,
-                 reuse: bool = True):
+                 reuse: bool = True, init: str = "seed", loss_scaler: Any = None, augment: Any = None):
         if isinstance(input_shape, (str, bytes)) or not isinstance(input_shape, Sequence) or len(input_shape) != 3:
             raise TaskError(f"Task: input_shape must be (H, W, C), got {input_shape!r}")
         self.input_shape = tuple(_check_int("Task", f"input_shape[{i}]", d) for i, d in enumerate(input_shape))
@@ -348,6 +359,19 @@ class Task:
         self.seed = _check_int("Task", "seed", seed, low=0)
         self.optimizer, self.scheduler, self.loss = optimizer, scheduler, loss
         self.amp, self.fuse, self.device, self.reuse = amp, fuse, device, reuse
+        from tr_mlir import amp as _amp
+        from tr_mlir.inits import INITS
+
+        if init not in INITS:
+            raise TaskError(f"Task: init must be one of {', '.join(map(repr, INITS))}, got {init!r}")
+        if loss_scaler is not None and not isinstance(loss_scaler, _amp.GradScaler):
+            raise TaskError(f"Task: loss_scaler must be None or tr_mlir.amp.GradScaler, got {loss_scaler!r}")
+        if loss_scaler is not None and not amp:
+            raise TaskError("Task: loss_scaler needs amp=True (fp32 training has no loss scale)")
+        if augment is not None and not callable(augment):
+            raise TaskError(f"Task: augment must be None or a tr_mlir.augment transform, got {augment!r}")
+        self.init, self.loss_scaler, self.augment = init, loss_scaler, augment
+        self._scaler_state = [0.0, 0]  # GradScaler: host copy of (scale, growth tracker)
         self._tree = self._emit(model)
         self.train_size: int | None = None
         self.val_size: int | None = None
@@ -425,9 +449,21 @@ class Task:
         exe.scalar("dropout_seed")[:] = np.array([self.seed & 0x7FFFFFFF, 0], np.int32)
         exe.set_scalar("lr", self._lr_at(self.steps))
         self._entries()
+        if kept is None and self.init == "torch":
+            from tr_mlir.inits import torch_init
+
+            values = torch_init([(e.name, e.shape) for e in self._params], self.seed)
+            for e in self._params:
+                if e.name in values:
+                    self._put(e, values[e.name])
+        if kept is None and self.loss_scaler is not None:
+            exe.set_scalar("scaling", self.loss_scaler.init_scale)
+            self._scaler_state = [float(self.loss_scaler.init_scale), 0]
         if kept is not None:
             self._restore(kept)
         self.runner = Runner(exe)
+        if self.loss_scaler is not None:
+            self.runner.after_step = self._scaler_step
         self.runner.prepare_weights()
         self._bn_dirty = True
         self.compile_seconds = time.perf_counter() - t0
@@ -488,10 +524,18 @@ class Task:
         """The learning rate of the next optimizer step."""
         return self._lr_at(self.steps)
 
+    def _scaler_step(self) -> None:
+        """GradScaler rule after one step (:mod:`tr_mlir.amp`): reads ``has_nan``, writes ``scaling``."""
+        found = self.exe.get_scalar("has_nan") != 0
+        scale, tracker = self.loss_scaler.update(self._scaler_state[0], self._scaler_state[1], found)
+        self._scaler_state = [scale, tracker]
+        self.exe.set_scalar("scaling", scale)
+
     @property
     def loss_scale(self) -> float:
-        """The AMP loss scale in the arena (1.0 in fp32): 8192 at the start, halved (floor 1) on
-        every step whose gradients overflow, which is skipped."""
+        """The AMP loss scale in the arena (1.0 in fp32): with the seed's rule 8192 at the start,
+        halved (floor 1) on every step whose gradients overflow, which is skipped; with a
+        :class:`tr_mlir.amp.GradScaler`, its rule."""
         self._ready()
         return self.exe.get_scalar("scaling")
 
@@ -610,6 +654,8 @@ class Task:
             if self.exe.has(name):
                 out[f"scalar/{name}"] = np.array(self.exe.get_scalar(name), np.float64)
         out["scalar/dropout_seed"] = np.array(self.exe.to_host(self.exe.scalar("dropout_seed")), np.int64)
+        if self.loss_scaler is not None:
+            out["scalar/scaler_growth_tracker"] = np.array(self._scaler_state[1], np.float64)
         return out
 
     def _state_layout(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -623,6 +669,8 @@ class Task:
         want.update({f"scalar/{name}": ((), np.dtype(np.float64)) for name in self._STATE_SCALARS
                      if self.exe.has(name)})
         want["scalar/dropout_seed"] = ((2,), np.dtype(np.int64))
+        if self.loss_scaler is not None:
+            want["scalar/scaler_growth_tracker"] = ((), np.dtype(np.float64))
         return want
 
     def _check_state(self, state: Mapping[str, np.ndarray], source: Path) -> None:
@@ -674,6 +722,9 @@ class Task:
                 exe.set_scalar(name, float(state[key]))
         if "scalar/dropout_seed" in state:
             exe.scalar("dropout_seed")[:] = np.asarray(state["scalar/dropout_seed"], np.int32)
+        if self.loss_scaler is not None:
+            self._scaler_state = [float(exe.get_scalar("scaling")),
+                                  int(state.get("scalar/scaler_growth_tracker", 0))]
         exe.set_scalar("lr", self._lr_at(self.steps))
 
     # -- data validation ---------------------------------------------------------------
@@ -787,6 +838,10 @@ class Task:
             seed = self.seed * 1_000_003 + self.epochs
             batches = ((b.x, b.y) for b in iterate_batches(tx, ty, self.batch_size, shuffle=shuffle, seed=seed,
                                                            drop_last=drop_last))
+            if self.augment is not None:
+                from tr_mlir.augment import epoch_rng, prefetch
+
+                batches = prefetch(batches, self.augment, epoch_rng(self.seed, self.epochs))
             if on_batch is not None:
                 batches = _tapped(batches, on_batch)
             met = self.runner.train_epoch(batches, nb, lambda b: self._lr_at(start + b))
@@ -837,7 +892,9 @@ class Task:
             "scheduler": None if self.scheduler is None else self.scheduler.config(),
             "label_smoothing": self.loss.label_smoothing, "amp": self.amp, "fuse": self.fuse,
             "device": self.device, "seed": self.seed, "train_size": self.train_size, "val_size": self.val_size,
-            "steps": self.steps, "epochs": self.epochs, "reuse": self.reuse,
+            "steps": self.steps, "epochs": self.epochs, "reuse": self.reuse, "init": self.init,
+            "loss_scaler": None if self.loss_scaler is None else self.loss_scaler.config(),
+            "augment": None if self.augment is None else self.augment.config(),
         }
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -947,11 +1004,17 @@ class Task:
         optimizer = part("optimizer", lambda: _optim.from_config(cfg["optimizer"]))
         scheduler = part("scheduler", lambda: _sched.from_config(cfg["scheduler"]))
         loss = part("label_smoothing", lambda: CrossEntropyLoss(cfg["label_smoothing"]))
+        from tr_mlir import amp as _amp
+        from tr_mlir import augment as _augment
+
+        scaler = part("loss_scaler", lambda: _amp.from_config(cfg.get("loss_scaler")))
+        aug = part("augment", lambda: None if cfg.get("augment") is None else _augment.from_config(cfg["augment"]))
         try:
             task = cls(module, tuple(cfg["input_shape"]), cfg["num_classes"], cfg["batch_size"],
                        optimizer=optimizer, scheduler=scheduler, loss=loss, amp=cfg["amp"], fuse=cfg["fuse"],
                        device=cfg["device"] if device is None else device, seed=cfg["seed"],
-                       reuse=cfg.get("reuse", True))
+                       reuse=cfg.get("reuse", True), init=cfg.get("init", "seed"), loss_scaler=scaler,
+                       augment=aug)
         except TaskError as e:
             raise TaskError(f"Task.load: {source} does not describe a task: {e}") from e
         task.steps, task.epochs = cfg["steps"], cfg["epochs"]
