@@ -265,6 +265,7 @@ _OPTIONAL_CONFIG_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "init": (lambda v: v in ("seed", "torch"), "'seed' or 'torch'"),
     "loss_scaler": (lambda v: v is None or isinstance(v, dict), "null or an object (GradScaler.config())"),
     "augment": (lambda v: v is None or isinstance(v, dict), "null or an object (an augmentation's config())"),
+    "ema": (lambda v: v is None or isinstance(v, dict), "null or an object (EMA.config())"),
 }
 """Keys that saves of earlier versions lack."""
 
@@ -314,6 +315,10 @@ class Task:
         augment: a :mod:`tr_mlir.augment` transform (e.g. ``augment.preset('cifar')``) applied by
             :meth:`fit` to every training batch on a background thread, seeded by the Task seed
             and the epoch; ``None``: none.
+        ema: ``None``, a decay in [0, 1) or a :class:`tr_mlir.ema.EMA`: keep an exponential moving
+            average of the weights in the plan, updated by the ``EMA_UPDATE`` graph after every
+            optimizer step (:mod:`tr_mlir.ema`); ``evaluate(..., ema=True)`` and :meth:`fit`'s
+            ``val_ema_*`` columns use it.
 
     Raises:
         TaskError: a bad argument, or ``device='gpu'`` on a machine without a usable GPU.
@@ -324,7 +329,8 @@ class Task:
                  scheduler: _sched.CosineAnnealingLR | None = None,
                  loss: CrossEntropyLoss = CrossEntropyLoss(label_smoothing=0.0),
                  amp: bool = False, fuse: bool = False, device: str = "cpu", seed: int = 0,
-                 reuse: bool = True, init: str = "seed", loss_scaler: Any = None, augment: Any = None):
+                 reuse: bool = True, init: str = "seed", loss_scaler: Any = None, augment: Any = None,
+                 ema: Any = None):
         if isinstance(input_shape, (str, bytes)) or not isinstance(input_shape, Sequence) or len(input_shape) != 3:
             raise TaskError(f"Task: input_shape must be (H, W, C), got {input_shape!r}")
         self.input_shape = tuple(_check_int("Task", f"input_shape[{i}]", d) for i, d in enumerate(input_shape))
@@ -371,6 +377,15 @@ class Task:
         if augment is not None and not callable(augment):
             raise TaskError(f"Task: augment must be None or a tr_mlir.augment transform, got {augment!r}")
         self.init, self.loss_scaler, self.augment = init, loss_scaler, augment
+        from tr_mlir.ema import EMA
+
+        if ema is not None and not isinstance(ema, EMA):
+            try:
+                ema = EMA(ema)
+            except ValueError as e:
+                raise TaskError(f"Task: ema must be None, a decay in [0, 1) or tr_mlir.ema.EMA, got {ema!r}") from e
+        self.ema = ema
+        self._ema_count = 0  # EMA updates made (t of tr_mlir.ema)
         self._scaler_state = [0.0, 0]  # GradScaler: host copy of (scale, growth tracker)
         self._tree = self._emit(model)
         self.train_size: int | None = None
@@ -435,7 +450,7 @@ class Task:
             TrCompilePass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, batch_size=self.batch_size,
                           train_size=train_size, val_size=val_size, optimizer=self.optimizer.kind.value,
                           target=backend.target.value, world_size=self.world_size,
-                          reuse=self.reuse).apply(make_context(), module)
+                          reuse=self.reuse, ema=self.ema is not None).apply(make_context(), module)
             module.verify()
         except (DiagnosticException, PassFailedException, VerifyException) as e:
             raise TaskError(f"Task.compile: the compiler rejected the model: {e}") from e
@@ -456,14 +471,22 @@ class Task:
             for e in self._params:
                 if e.name in values:
                     self._put(e, values[e.name])
+        if kept is None and self.ema is not None:
+            self._reset_ema()
         if kept is None and self.loss_scaler is not None:
             exe.set_scalar("scaling", self.loss_scaler.init_scale)
             self._scaler_state = [float(self.loss_scaler.init_scale), 0]
         if kept is not None:
             self._restore(kept)
         self.runner = Runner(exe)
-        if self.loss_scaler is not None:
-            self.runner.after_step = self._scaler_step
+        self.runner.after_step = self._after_step
+        if self.ema is not None:
+            decay = exe.scalar("ema_decay")
+
+            def before() -> None:
+                decay[0] = self.ema.decay_at(self._ema_count)
+
+            self.runner.before_step = before
         self.runner.prepare_weights()
         self._bn_dirty = True
         self.compile_seconds = time.perf_counter() - t0
@@ -524,6 +547,26 @@ class Task:
         """The learning rate of the next optimizer step."""
         return self._lr_at(self.steps)
 
+    def _after_step(self) -> None:
+        if self.ema is not None:
+            self._ema_count += 1
+        if self.loss_scaler is not None:
+            self._scaler_step()
+
+    def _reset_ema(self) -> None:
+        """EMA := the current weights, no update made yet (AveragedModel's deep copy)."""
+        for e in self._params:
+            self.exe.view(self._ema_tid[e.name])[...] = self.exe.view(e.tid)
+        self._ema_count = 0
+
+    def ema_parameters(self) -> list[tuple[str, np.ndarray]]:
+        """``[(name, float32 array copy)]`` of the EMA of every parameter (names and layouts of
+        :meth:`parameters`). Raises :class:`TaskError` without ``ema``."""
+        self._ready()
+        if self.ema is None:
+            raise TaskError("Task.ema_parameters: the task keeps no EMA (Task(ema=DECAY))")
+        return [(e.name, self._get(_Entry(e.name, self._ema_tid[e.name], e.store, e.index))) for e in self._params]
+
     def _scaler_step(self) -> None:
         """GradScaler rule after one step (:mod:`tr_mlir.amp`): reads ``has_nan``, writes ``scaling``."""
         found = self.exe.get_scalar("has_nan") != 0
@@ -566,6 +609,8 @@ class Task:
                 params.append(_Entry(name, t.id, store, index, state))
         self._params = params
         self._buffers = buffers
+        self._ema_tid = {e.name: exe.ids[exe.tensors[e.tid].name + ".ema"] for e in params
+                         if exe.has(exe.tensors[e.tid].name + ".ema")}
         self._prev = {e.name: exe.ids[exe.tensors[e.tid].name.replace("bn_next_", "bn_prev_")] for e in buffers}
 
     def _get(self, e: _Entry) -> np.ndarray:
@@ -626,6 +671,8 @@ class Task:
         self._ready()
         for e, a in self._load(self._params, params, "parameters"):
             self._put(e, a)
+        if self.ema is not None:
+            self._reset_ema()
         self.runner.prepare_weights()
         self._bn_dirty = True
 
@@ -656,6 +703,11 @@ class Task:
         out["scalar/dropout_seed"] = np.array(self.exe.to_host(self.exe.scalar("dropout_seed")), np.int64)
         if self.loss_scaler is not None:
             out["scalar/scaler_growth_tracker"] = np.array(self._scaler_state[1], np.float64)
+        if self.ema is not None:
+            for e in self._params:
+                out[f"ema/{e.name}"] = np.array(self.exe.to_host(self.exe.view(self._ema_tid[e.name])).reshape(e.store),
+                                                np.float32)
+            out["scalar/ema_updates"] = np.array(self._ema_count, np.float64)
         return out
 
     def _state_layout(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -671,6 +723,9 @@ class Task:
         want["scalar/dropout_seed"] = ((2,), np.dtype(np.int64))
         if self.loss_scaler is not None:
             want["scalar/scaler_growth_tracker"] = ((), np.dtype(np.float64))
+        if self.ema is not None:
+            want.update({f"ema/{e.name}": (e.store, f32) for e in self._params})
+            want["scalar/ema_updates"] = ((), np.dtype(np.float64))
         return want
 
     def _check_state(self, state: Mapping[str, np.ndarray], source: Path) -> None:
@@ -722,6 +777,11 @@ class Task:
                 exe.set_scalar(name, float(state[key]))
         if "scalar/dropout_seed" in state:
             exe.scalar("dropout_seed")[:] = np.asarray(state["scalar/dropout_seed"], np.int32)
+        if self.ema is not None:
+            for e in self._params:
+                if f"ema/{e.name}" in state:
+                    exe.view(self._ema_tid[e.name]).reshape(e.store)[...] = np.asarray(state[f"ema/{e.name}"], np.float32)
+            self._ema_count = int(state.get("scalar/ema_updates", self._ema_count))
         if self.loss_scaler is not None:
             self._scaler_state = [float(exe.get_scalar("scaling")),
                                   int(state.get("scalar/scaler_growth_tracker", 0))]
@@ -853,6 +913,9 @@ class Task:
             if vx is not None:
                 ev = self.runner.evaluate(vx, vy)
                 row.update(val_loss=ev.loss, val_top1=ev.top1, val_top5=ev.top5)
+                if self.ema is not None:
+                    ev = self.runner.evaluate(vx, vy, ema=True)
+                    row.update(val_ema_loss=ev.loss, val_ema_top1=ev.top1, val_ema_top5=ev.top5)
             row["seconds"] = time.perf_counter() - t0
             history.append(row)
             if verbose:
@@ -860,26 +923,32 @@ class Task:
                       flush=True)
         return history
 
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    def evaluate(self, x: np.ndarray, y: np.ndarray, ema: bool = False) -> dict[str, float]:
         """``{'loss', 'top1', 'top5'}`` of the inference graph over any number of samples (the
-        last batch padded and masked), with BN inference parameters refreshed first."""
+        last batch padded and masked), with BN inference parameters refreshed first; ``ema``: of
+        the EMA model (``INF_EMA_A/B``, :mod:`tr_mlir.ema`; :class:`TaskError` without ``ema``)."""
         self._ready()
+        if ema and self.ema is None:
+            raise TaskError("Task.evaluate: ema=True, but the task keeps no EMA (Task(ema=DECAY))")
         x = self._x(x, "Task.evaluate")
         y = self._y(y, x.shape[0], "Task.evaluate")
         x, y = self._shard(x, y)
         self._refresh()
-        m = self.runner.evaluate(x, y)
+        m = self.runner.evaluate(x, y, ema=ema)
         return {"loss": m.loss, "top1": m.top1, "top5": m.top5}
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
+    def predict(self, x: np.ndarray, ema: bool = False) -> np.ndarray:
         """Softmax probabilities ``(N, num_classes)`` float32 for any number of samples (N = 0
-        gives an empty ``(0, num_classes)`` array, as a torch model does for an empty batch)."""
+        gives an empty ``(0, num_classes)`` array, as a torch model does for an empty batch);
+        ``ema``: of the EMA model (as :meth:`evaluate`)."""
         self._ready()
+        if ema and self.ema is None:
+            raise TaskError("Task.predict: ema=True, but the task keeps no EMA (Task(ema=DECAY))")
         x = self._x(x, "Task.predict", allow_empty=True)
         if x.shape[0] == 0:
             return np.zeros((0, self.num_classes), np.float32)
         self._refresh()
-        return self.runner.predict(x)
+        return self.runner.predict(x, ema=ema)
 
     # -- save / load ---------------------------------------------------------------------
 
@@ -895,6 +964,7 @@ class Task:
             "steps": self.steps, "epochs": self.epochs, "reuse": self.reuse, "init": self.init,
             "loss_scaler": None if self.loss_scaler is None else self.loss_scaler.config(),
             "augment": None if self.augment is None else self.augment.config(),
+            "ema": None if self.ema is None else self.ema.config(),
         }
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -1008,13 +1078,16 @@ class Task:
         from tr_mlir import augment as _augment
 
         scaler = part("loss_scaler", lambda: _amp.from_config(cfg.get("loss_scaler")))
+        from tr_mlir import ema as _ema
+
+        ema = part("ema", lambda: _ema.from_config(cfg.get("ema")))
         aug = part("augment", lambda: None if cfg.get("augment") is None else _augment.from_config(cfg["augment"]))
         try:
             task = cls(module, tuple(cfg["input_shape"]), cfg["num_classes"], cfg["batch_size"],
                        optimizer=optimizer, scheduler=scheduler, loss=loss, amp=cfg["amp"], fuse=cfg["fuse"],
                        device=cfg["device"] if device is None else device, seed=cfg["seed"],
                        reuse=cfg.get("reuse", True), init=cfg.get("init", "seed"), loss_scaler=scaler,
-                       augment=aug)
+                       augment=aug, ema=ema)
         except TaskError as e:
             raise TaskError(f"Task.load: {source} does not describe a task: {e}") from e
         task.steps, task.epochs = cfg["steps"], cfg["epochs"]
