@@ -243,3 +243,45 @@ def test_prefetch_raises_worker_errors():
     next(it)
     with pytest.raises(RuntimeError, match="boom"):
         next(it)
+
+
+# --------------------------------------------------------------------------------------
+# 2. progressive resizing
+# --------------------------------------------------------------------------------------
+
+
+def test_resnet8_cifar_resize_and_ema_without_recompiling():
+    """resnet8_cifar on CIFAR-shaped synthetic data: epoch 1 at 24x24 (train_base), epoch 2 at
+    32x32 (train_lowres), one executable; the EMA is updated every step and evaluated."""
+    from tr_mlir.dialects.memplan import GraphId
+    from tr_mlir.lowering.runner import TRAIN_BASE, TRAIN_LAST, TRAIN_LOWRES, TRAIN_LOWRES_LAST
+
+    x, y = batch(40, (32, 32, 3))
+    t = Task("resnet8_cifar", (32, 32, 3), 10, 16, resize=(24, 32, 1), ema=0.9, augment=A.preset("cifar"))
+    t.compile(40, 24)
+    exe = t.exe
+    assert [v.hw for v in exe.variants] == [(24, 24), (24, 24), (32, 32), (32, 32), (32, 32), (32, 32)]
+    deep = list(GraphId).index(GraphId.DEEP_FWD_BWD)
+    ema = list(GraphId).index(GraphId.EMA_UPDATE)
+    watch = {id(exe._slots[v][deep]): v for v in (TRAIN_BASE, TRAIN_LAST, TRAIN_LOWRES, TRAIN_LOWRES_LAST)}
+    ema_graph = exe._slots[TRAIN_BASE][ema]
+    assert ema_graph is not None and ema_graph is exe._slots[TRAIN_LOWRES][ema]  # shape-invariant: one capture
+    seen: list = []
+
+    def replay(graphs):
+        for g in graphs:
+            if id(g) in watch:
+                seen.append(watch[id(g)])
+            elif g is ema_graph:
+                seen.append("ema")
+            g.replay()
+
+    t.runner._replay = replay
+    rows = t.fit((x, y), (x[:24], y[:24]), epochs=2)
+    assert t.exe is exe  # no recompile at the switch
+    steps = [s for s in seen if s != "ema"]
+    assert steps == [TRAIN_BASE, TRAIN_BASE, TRAIN_LAST, TRAIN_LOWRES, TRAIN_LOWRES, TRAIN_LOWRES_LAST]
+    assert seen.count("ema") == 6 and all(seen[2 * i + 1] == "ema" for i in range(6))  # after each step
+    assert all(np.isfinite(r["train_loss"]) and "val_ema_top1" in r for r in rows)
+    with pytest.raises(TaskError, match="resize must be"):
+        Task("resnet8_cifar", (32, 32, 3), 10, 16, resize=(24, 32))

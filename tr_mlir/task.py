@@ -266,6 +266,8 @@ _OPTIONAL_CONFIG_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "loss_scaler": (lambda v: v is None or isinstance(v, dict), "null or an object (GradScaler.config())"),
     "augment": (lambda v: v is None or isinstance(v, dict), "null or an object (an augmentation's config())"),
     "ema": (lambda v: v is None or isinstance(v, dict), "null or an object (EMA.config())"),
+    "resize": (lambda v: v is None or (isinstance(v, list) and len(v) == 3 and all(map(_is_int, v))),
+               "null or [start, end, switch_epoch]"),
 }
 """Keys that saves of earlier versions lack."""
 
@@ -315,6 +317,15 @@ class Task:
         augment: a :mod:`tr_mlir.augment` transform (e.g. ``augment.preset('cifar')``) applied by
             :meth:`fit` to every training batch on a background thread, seeded by the Task seed
             and the epoch; ``None``: none.
+        resize: progressive resizing ``(start, end, switch_epoch)``: :meth:`fit` trains epochs
+            ``0 .. switch_epoch - 1`` (counted over the task's life, :attr:`epochs`) at resolution
+            ``start`` with the ``train_base`` / ``train_last`` variants and the later ones at
+            ``end`` with ``train_lowres`` / ``train_lowres_last``, both compiled into the one plan
+            and arena (no recompile at the switch); training batches are resized on the host
+            (bilinear, :func:`tr_mlir.data.resize_batch`) from ``input_shape`` to the epoch's
+            resolution (heights; the width keeps the aspect ratio). Validation and inference stay
+            at ``input_shape``. The model must accept every resolution (a global pooling before the
+            classifier); ``None``: every epoch at ``input_shape``.
         ema: ``None``, a decay in [0, 1) or a :class:`tr_mlir.ema.EMA`: keep an exponential moving
             average of the weights in the plan, updated by the ``EMA_UPDATE`` graph after every
             optimizer step (:mod:`tr_mlir.ema`); ``evaluate(..., ema=True)`` and :meth:`fit`'s
@@ -330,7 +341,7 @@ class Task:
                  loss: CrossEntropyLoss = CrossEntropyLoss(label_smoothing=0.0),
                  amp: bool = False, fuse: bool = False, device: str = "cpu", seed: int = 0,
                  reuse: bool = True, init: str = "seed", loss_scaler: Any = None, augment: Any = None,
-                 ema: Any = None):
+                 ema: Any = None, resize: Sequence[int] | None = None):
         if isinstance(input_shape, (str, bytes)) or not isinstance(input_shape, Sequence) or len(input_shape) != 3:
             raise TaskError(f"Task: input_shape must be (H, W, C), got {input_shape!r}")
         self.input_shape = tuple(_check_int("Task", f"input_shape[{i}]", d) for i, d in enumerate(input_shape))
@@ -386,6 +397,16 @@ class Task:
                 raise TaskError(f"Task: ema must be None, a decay in [0, 1) or tr_mlir.ema.EMA, got {ema!r}") from e
         self.ema = ema
         self._ema_count = 0  # EMA updates made (t of tr_mlir.ema)
+        if resize is not None:
+            if isinstance(resize, (str, bytes)) or not isinstance(resize, Sequence) or len(resize) != 3:
+                raise TaskError(f"Task: resize must be (start, end, switch_epoch), got {resize!r}")
+            resize = (_check_int("Task", "resize start", resize[0]), _check_int("Task", "resize end", resize[1]),
+                      _check_int("Task", "resize switch_epoch", resize[2], low=0))
+            h, w = self.input_shape[:2]
+            for r in resize[:2]:
+                if r * w % h:
+                    raise TaskError(f"Task: resize resolution {r} gives the {h}x{w} input no whole width")
+        self.resize = resize
         self._scaler_state = [0.0, 0]  # GradScaler: host copy of (scale, growth tracker)
         self._tree = self._emit(model)
         self.train_size: int | None = None
@@ -450,7 +471,10 @@ class Task:
             TrCompilePass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, batch_size=self.batch_size,
                           train_size=train_size, val_size=val_size, optimizer=self.optimizer.kind.value,
                           target=backend.target.value, world_size=self.world_size,
-                          reuse=self.reuse, ema=self.ema is not None).apply(make_context(), module)
+                          reuse=self.reuse, ema=self.ema is not None,
+                          **({} if self.resize is None else {"train_res": self.resize[0],
+                                                             "train_res_end": self.resize[1]})
+                          ).apply(make_context(), module)
             module.verify()
         except (DiagnosticException, PassFailedException, VerifyException) as e:
             raise TaskError(f"Task.compile: the compiler rejected the model: {e}") from e
@@ -546,6 +570,17 @@ class Task:
     def lr(self) -> float:
         """The learning rate of the next optimizer step."""
         return self._lr_at(self.steps)
+
+    def _epoch_resolution(self, epoch: int) -> tuple[bool, tuple[int, int] | None]:
+        """``(lowres variants?, (H, W) to resize the batches to or None)`` of epoch ``epoch``
+        (0-based) under :attr:`resize`."""
+        if self.resize is None:
+            return False, None
+        start, end, switch = self.resize
+        lowres = epoch >= switch and end != start
+        res = end if epoch >= switch else start
+        h, w = self.input_shape[:2]
+        return lowres, None if res == h else (res, res * w // h)
 
     def _after_step(self) -> None:
         if self.ema is not None:
@@ -895,16 +930,25 @@ class Task:
         for _ in range(epochs):
             t0 = time.perf_counter()
             start = self.steps
+            lowres, size = self._epoch_resolution(self.epochs)
             seed = self.seed * 1_000_003 + self.epochs
             batches = ((b.x, b.y) for b in iterate_batches(tx, ty, self.batch_size, shuffle=shuffle, seed=seed,
                                                            drop_last=drop_last))
-            if self.augment is not None:
+            if self.augment is not None or size is not None:
                 from tr_mlir.augment import epoch_rng, prefetch
+                from tr_mlir.data import resize_batch
 
-                batches = prefetch(batches, self.augment, epoch_rng(self.seed, self.epochs))
+                aug = self.augment
+
+                def prep(x: np.ndarray, rng: np.random.Generator, aug: Any = aug, size: Any = size) -> np.ndarray:
+                    if aug is not None:
+                        x = aug(x, rng)
+                    return x if size is None else resize_batch(x, size)
+
+                batches = prefetch(batches, prep, epoch_rng(self.seed, self.epochs))
             if on_batch is not None:
                 batches = _tapped(batches, on_batch)
-            met = self.runner.train_epoch(batches, nb, lambda b: self._lr_at(start + b))
+            met = self.runner.train_epoch(batches, nb, lambda b: self._lr_at(start + b), lowres=lowres)
             self.steps += nb
             self.epochs += 1
             self._bn_dirty = False  # the epoch's last step refreshed them
@@ -965,6 +1009,7 @@ class Task:
             "loss_scaler": None if self.loss_scaler is None else self.loss_scaler.config(),
             "augment": None if self.augment is None else self.augment.config(),
             "ema": None if self.ema is None else self.ema.config(),
+            "resize": None if self.resize is None else list(self.resize),
         }
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -1087,7 +1132,7 @@ class Task:
                        optimizer=optimizer, scheduler=scheduler, loss=loss, amp=cfg["amp"], fuse=cfg["fuse"],
                        device=cfg["device"] if device is None else device, seed=cfg["seed"],
                        reuse=cfg.get("reuse", True), init=cfg.get("init", "seed"), loss_scaler=scaler,
-                       augment=aug, ema=ema)
+                       augment=aug, ema=ema, resize=cfg.get("resize"))
         except TaskError as e:
             raise TaskError(f"Task.load: {source} does not describe a task: {e}") from e
         task.steps, task.epochs = cfg["steps"], cfg["epochs"]
