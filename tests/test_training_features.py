@@ -285,3 +285,58 @@ def test_resnet8_cifar_resize_and_ema_without_recompiling():
     assert all(np.isfinite(r["train_loss"]) and "val_ema_top1" in r for r in rows)
     with pytest.raises(TaskError, match="resize must be"):
         Task("resnet8_cifar", (32, 32, 3), 10, 16, resize=(24, 32))
+
+
+# --------------------------------------------------------------------------------------
+# tr-train flags
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--loss-scaler", "torch"], "--loss-scaler torch needs --amp"),
+    (["--amp", "--loss-scaler", "torch", "--scaler-backoff", "1.5"], "--scaler-backoff must be in (0, 1)"),
+    (["--amp", "--loss-scaler", "torch", "--scaler-interval", "0"], "--scaler-interval must be an integer >= 1"),
+    (["--ema", "1.0"], "--ema must be a decay in [0, 1)"),
+    (["--resize-schedule", "24"], "--resize-schedule expects START:END"),
+    (["--resize-schedule", "6:8:9"], "K (epochs at END) must be in 1..3"),
+    (["--resize-schedule", "0:8"], "resolutions must be >= 1"),
+    (["--augment", "nope"], "invalid choice: 'nope'"),
+    (["--init", "xavier"], "invalid choice: 'xavier'"),
+])
+def test_bad_feature_flags(flags, needle, capsys):
+    from tr_mlir.tools.tr_train import main
+
+    try:
+        code = main(["--device", "cpu", "--model", "mlp_digits", "--epochs", "3", *flags])
+    except SystemExit as e:  # argparse's usage errors (the parser exits 1)
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "error:" in err and needle in err, err
+    assert "Traceback" not in err
+
+
+def test_resize_schedule_of_a_model_without_global_pooling_is_an_error(capsys):
+    from tr_mlir.tools.tr_train import main
+
+    code = main(["--device", "cpu", "--model", "mlp_digits", "--epochs", "2", "--resize-schedule", "6:8"])
+    err = capsys.readouterr().err
+    assert code == 1 and "error:" in err and "Traceback" not in err, err
+
+
+MNIST = __import__("pathlib").Path("/work/shared/data/mnist")
+
+
+@pytest.mark.skipif(not (MNIST / "train-images-idx3-ubyte.gz").exists(), reason="MNIST files absent")
+def test_mnist_preset_keeps_digits_on_their_background():
+    """On real MNIST the affine preset fills with the background (the normalized 0) and keeps the
+    ink: per image the mean moves little, the minimum stays the background value."""
+    from tr_mlir.data import load_dataset
+
+    ds = load_dataset("mnist", MNIST)
+    x = ds.train_x[:256]
+    out = A.preset("mnist")(x, np.random.default_rng(0))
+    bg = float(ds.train_x.min())
+    assert np.allclose(out.min(axis=(1, 2, 3)), bg, atol=1e-5)
+    assert np.abs(out.mean(axis=(1, 2, 3)) - x.mean(axis=(1, 2, 3))).max() < 0.35 * x.std()
+    assert not np.array_equal(out, x)
