@@ -115,3 +115,32 @@ def test_ema_resume_is_bit_identical(tmp_path):
         assert np.array_equal(a, b), n
     for (n, a), (_, b) in zip(whole.parameters(), back.parameters()):
         assert np.array_equal(a, b), n
+
+
+def test_every_feature_on_the_cuda_backend_matches_the_cpu():
+    """The CUDA backend (over the CPU kernel emulator): EMA update and evaluation, progressive
+    resizing, GradScaler and torch init give the CPU's numbers."""
+    from tr_mlir import augment as A
+    from tr_mlir.amp import GradScaler
+    from tr_mlir.lowering.cuda import emulator as emu
+
+    if emu.host_compiler() is None:
+        pytest.skip("no host C++ compiler for the kernel emulator")
+    from tr_mlir.lowering.cuda.backend import CudaBackend
+
+    x = RNG.standard_normal((32, 8, 8, 1)).astype(np.float32)
+    y = RNG.integers(0, 10, 32)
+    out = {}
+    for dev in ("cpu", CudaBackend(emu.EmulatedDevice())):
+        t = Task("resnet_tiny", (8, 8, 1), 10, 16, amp=True, device=dev, seed=1, ema=0.8, resize=(6, 8, 1),
+                 init="torch", loss_scaler=GradScaler(init_scale=1024.0, growth_interval=2),
+                 augment=A.preset("digits"))
+        t.fit((x, y), (x, y), epochs=2)
+        out[t.device] = (dict(t.ema_parameters()), t.evaluate(x, y, ema=True), t.loss_scale, t.exe.backend.name)
+    assert out["gpu"][3] == "cuda"
+    tol = 3e-3
+    for name, p in out["cpu"][0].items():
+        np.testing.assert_allclose(out["gpu"][0][name], p, rtol=tol, atol=tol, err_msg=name)
+    for k in ("loss", "top1"):
+        assert out["gpu"][1][k] == pytest.approx(out["cpu"][1][k], rel=tol, abs=tol)
+    assert out["gpu"][2] == out["cpu"][2]
