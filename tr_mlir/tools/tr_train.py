@@ -1305,6 +1305,10 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     spec = {"batch_size": task.batch_size, "train_size": train_size, "val_size": ds.num_val,
             "world_size": task.world_size, "optimizer": task.optimizer.kind.value,
             "target": "cuda" if task.device == "gpu" else "cpu"}
+    if task.resize is not None:
+        spec.update(train_res=task.resize[0], train_res_end=task.resize[1])
+    if task.ema is not None:
+        spec["ema"] = True
     pipeline = TrCompilePass(fuse=task.fuse, amp=task.amp, num_classes=task.num_classes, reuse=task.reuse, **spec)
     _say("== compile")
     _say(f"pipeline: builtin.module({pipeline.pipeline_pass_spec()})")
@@ -1326,8 +1330,11 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     except ArenaTooLargeError as e:
         raise TrainError(f"{source.label} does not fit in memory: {e}; lower --batch-size") from None
     except TaskError as e:
-        raise _rejected(source.label, ds, str(e).removeprefix("Task.compile: the compiler rejected the model: ")
-                        ) from None
+        why = str(e).removeprefix("Task.compile: the compiler rejected the model: ")
+        if task.resize is not None and "differs across variants" in why:
+            raise TrainError(f"--resize-schedule {args.resize_schedule}: {source.label} cannot train at several "
+                             f"resolutions: {why}") from None
+        raise _rejected(source.label, ds, why) from None
     timings["compile_s"] = time.perf_counter() - t0
     n_params = sum(int(a.size) for _, a in task.parameters())
     _say(f"compiled in {timings['compile_s']:.2f} s (ArchPlan, memory plan, {len(task.exe.graphs)} graphs captured); "
