@@ -74,7 +74,7 @@ def after_deep(ab: str, last: bool) -> tuple[GraphId, ...]:
             G.CAST_FIRST_GRAD_FP16_TO_FP32, G.FIRST_COMM,
             G.ACCUM_METRICS_TRAIN_LAST if last else G.ACCUM_METRICS,
             G.NAN_CHECK_AND_GRAD_SCALING, G.STATS_COMM, G.UPDATE_STATS,
-            G.OPTIMIZER, G.LARS_FC_OPT, G.LARS_FIRST_CONV_OPT, G.LARS_DEEP_CONV_OPT,
+            G.OPTIMIZER, G.LARS_FC_OPT, G.LARS_FIRST_CONV_OPT, G.LARS_DEEP_CONV_OPT, G.EMA_UPDATE,
             G.CAST_MAIN_FP32_TO_FP16) + ((G.UPDATE_BN_INF_PARAMS,) if last else ())
 
 

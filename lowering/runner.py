@@ -55,6 +55,7 @@ _FIRST_FWD = {"a": G.FIRST_LAYER_FWD_A, "b": G.FIRST_LAYER_FWD_B}
 _FIRST_BWD = {"a": G.FIRST_LAYER_BWD_A, "b": G.FIRST_LAYER_BWD_B}
 _TRANSFER = {"a": G.TRANSFER_A, "b": G.TRANSFER_B}
 _INF = {"a": G.INF_MAIN_A, "b": G.INF_MAIN_B}
+_INF_EMA = {"a": G.INF_EMA_A, "b": G.INF_EMA_B}
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,10 @@ class Runner:
                       for last in (False, True)}
         self._transfer = {ab: s(TRAIN_BASE, (_TRANSFER[ab],)) for ab in _AB}
         self._infer = {(v, ab): s(v, (_INF[ab],)) for v in (VAL_BASE, VAL_LAST) for ab in _AB}
+        self._infer_ema = {(v, ab): s(v, (_INF_EMA[ab],)) for v in (VAL_BASE, VAL_LAST) for ab in _AB}
+        self._cast_ema = s(TRAIN_BASE, (G.CAST_EMA_FP32_TO_FP16,))
+        self.has_ema = exe.has("ema_decay")
+        """Whether the plan holds an EMA of the weights (:mod:`tr_mlir.ema`)."""
         self._accum_val = {VAL_BASE: s(VAL_BASE, (G.ACCUM_METRICS,)),
                            VAL_LAST: s(VAL_LAST, (G.ACCUM_METRICS_VAL_LAST,))}
         self._cast_main = s(TRAIN_BASE, (G.CAST_MAIN_FP32_TO_FP16,))
@@ -104,6 +109,10 @@ class Runner:
         self._rows = exe.scalar("local_batch_size")
         self._stage_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._probs = self._find_output(G.INF_MAIN_A, "probs")
+        self.before_step: Callable[[], None] | None = None
+        """Called before every optimizer step (the EMA decay of the step, :mod:`tr_mlir.ema`)."""
+        self.after_step: Callable[[], None] | None = None
+        """Called after every optimizer step (the host side of a loss-scale rule, :mod:`tr_mlir.amp`)."""
 
     # -- staging -------------------------------------------------------------------------
 
@@ -160,10 +169,14 @@ class Runner:
               prefetch: Callable[[str], None] | None = None) -> None:
         self._lr[0] = lr
         self._rows[0] = rows
+        if self.before_step is not None:
+            self.before_step()
         self._replay(self._pre[(variant, ab)])
         if prefetch is not None:
             prefetch("b" if ab == "a" else "a")
         self._replay(self._post[(variant, ab, last)])
+        if self.after_step is not None:
+            self.after_step()
 
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
         """One optimizer step on a full batch (``train_base``), alternating the input buffers;
@@ -224,9 +237,14 @@ class Runner:
 
     # -- inference ----------------------------------------------------------------------
 
-    def _inference(self, x: np.ndarray, y: np.ndarray | None, sink: Callable[[int, int, int], None] | None
-                   ) -> Metrics:
+    def _inference(self, x: np.ndarray, y: np.ndarray | None, sink: Callable[[int, int, int], None] | None,
+                   ema: bool = False) -> Metrics:
         n = x.shape[0]
+        if ema and not self.has_ema:
+            raise ValueError("the plan holds no EMA (compile with ema)")
+        infer = self._infer_ema if ema else self._infer
+        if ema:
+            self._replay(self._cast_ema)
         bv, lv = self.batch[VAL_BASE], self.batch[VAL_LAST]
         self._replay(self._clear)
         start, b = 0, 0
@@ -237,7 +255,7 @@ class Runner:
             self.stage(ab, v, x[start:start + rows], None if y is None else y[start:start + rows])
             self._rows[0] = rows
             self._replay(self._transfer[ab])
-            self._replay(self._infer[(v, ab)])
+            self._replay(infer[(v, ab)])
             self._replay(self._accum_val[v] if y is not None else ())
             if sink is not None:
                 sink(v, start, rows)
@@ -247,12 +265,14 @@ class Runner:
         self._rows[0] = self.batch[TRAIN_BASE]
         return self.metrics(n)
 
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> Metrics:
-        """Loss, top-1, top-5 of the inference graph over any number of samples (module doc)."""
-        return self._inference(x, y, None)
+    def evaluate(self, x: np.ndarray, y: np.ndarray, ema: bool = False) -> Metrics:
+        """Loss, top-1, top-5 of the inference graph over any number of samples (module doc);
+        ``ema``: of the EMA model (``CAST_EMA_FP32_TO_FP16`` once, then ``INF_EMA_{A|B}``)."""
+        return self._inference(x, y, None, ema)
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        """Softmax probabilities ``(N, num_classes)`` float32 of the inference graph."""
+    def predict(self, x: np.ndarray, ema: bool = False) -> np.ndarray:
+        """Softmax probabilities ``(N, num_classes)`` float32 of the inference graph (``ema``: of
+        the EMA model)."""
         if self._probs is None:
             raise ValueError("the inference graph computes no probabilities")
         k = self.exe.tensors[self._probs].shape[-1]
@@ -262,5 +282,5 @@ class Runner:
             probs = self.exe.view(self._probs, v).reshape(-1, k)
             out[start:start + rows] = self.exe.to_host(probs[:rows])
 
-        self._inference(x, None, sink)
+        self._inference(x, None, sink, ema)
         return out

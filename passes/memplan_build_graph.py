@@ -35,7 +35,7 @@ Train graph (GraphIds of facts section 10):
   (``RANGE_H2D_COPY_A|B``, out ranges ``[I_*_LABEL]``, ``[I_*_DATA]``), ``first_comm`` /
   ``deep_comm`` (``RANGE_MEAN_ALLREDUCE`` over ``[G_BN_BIAS .. G_FIRST_CONV]`` /
   ``[G_DEEP_CONV .. R_RESULT]``), ``stats_comm`` (with BN: ``RANGE_BN_STATS_ALLREDUCE`` over
-  ``[B_NEXT_MEAN .. B_NEXT_VAR]``), ``optimizer`` (Adam/AdamW: ``SCALAR_INCREMENT(step -> step)``,
+  ``[B_NEXT_MEAN .. B_NEXT_VAR]``), ``optimizer`` (Adam/AdamW: ``SCALAR_INCREMENT(step, has_nan -> step)``,
   ``ADAM_BIAS_CORRECTION(step, beta, beta2 -> bias_corr1, bias_corr2)``; weights:
   ``RANGE_UPDATE_WEIGHT_<K>`` over W ``[W_FC_WEIGHT .. W_DEEP_CONV]``, G, (M), (V), ids
   ``[lr, wd, (beta), (beta2, eps), scaling, (bias_corr1, bias_corr2), has_nan]``; bias-like
@@ -400,6 +400,7 @@ class _Builder:
             span = (R.B_NEXT_MEAN, R.B_NEXT_VAR)
             b[GraphId.STATS_COMM].append(Node("RANGE_BN_STATS_ALLREDUCE", in_ranges=(span,), out_ranges=(span,)))
         self._optimizer(b)
+        self._ema(b, params)
         if amp and self.populated(R.W_FC_WEIGHT, R.W_FIRST_CONV, R.W_DEEP_CONV):
             b[GraphId.CAST_MAIN_FP32_TO_FP16].append(Node(
                 "RANGE_CAST_FP32_TO_FP16", in_ranges=((R.W_FC_WEIGHT, R.W_DEEP_CONV),),
@@ -431,7 +432,8 @@ class _Builder:
         momentum, adam = opt.uses_momentum, opt.uses_adam
         out = b[GraphId.OPTIMIZER]
         if adam:
-            out.append(Node("SCALAR_INCREMENT", (s("step"),), (s("step"),)))
+            # has_nan: a step skipped on overflow is not counted (PyTorch's GradScaler semantics)
+            out.append(Node("SCALAR_INCREMENT", (s("step"), s("has_nan")), (s("step"),)))
             out.append(Node("ADAM_BIAS_CORRECTION", (s("step"), s("beta"), s("beta2")),
                             (s("bias_corr1"), s("bias_corr2"))))
 
@@ -459,6 +461,41 @@ class _Builder:
         if self.populated(R.W_BN_BIAS, R.W_BN_WEIGHT, R.W_FC_BIAS):
             ins, outs = spans(R.W_BN_BIAS, R.W_FC_BIAS)
             out.append(Node(f"RANGE_UPDATE_BIAS_{bias_kind}", ids(False), (), ins, outs))
+
+    @property
+    def has_ema(self) -> bool:
+        """Whether the plan holds EMA tensors (``memplan-create-plans{ema=true}``)."""
+        return "ema_decay" in self.ids
+
+    def _ema(self, b: dict[GraphId, list[Node]], params: _Params) -> None:
+        """EMA (issue 17): ``ema_update`` = ``RANGE_EMA_PARAM_UPDATE(ema_decay)`` over
+        ``[W_BN_BIAS .. W_DEEP_CONV] -> [E_BN_BIAS .. E_DEEP_CONV]`` (after the optimizer);
+        ``cast_ema_fp32_to_fp16`` = the EMA model made ready for inference: AMP cast of the EMA
+        weights to their fp16 twins, then one ``BN_UPDATE_EQ_PARAMS`` per BN from the EMA gamma /
+        beta and the (raw model's) running statistics into the ``.ema`` eq scale / bias."""
+        if not self.has_ema:
+            return
+        s = self.scalar
+        b[GraphId.EMA_UPDATE].append(Node("RANGE_EMA_PARAM_UPDATE", (s("ema_decay"),), (),
+                                          ((R.W_BN_BIAS, R.W_DEEP_CONV),), ((R.E_BN_BIAS, R.E_DEEP_CONV),)))
+        out = b[GraphId.CAST_EMA_FP32_TO_FP16]
+        if self.amp and self.populated(R.E_FC_WEIGHT, R.E_FIRST_CONV, R.E_DEEP_CONV):
+            out.append(Node("RANGE_CAST_FP32_TO_FP16", in_ranges=((R.E_FC_WEIGHT, R.E_DEEP_CONV),),
+                            out_ranges=((R.E_FC_WEIGHT_FP16, R.E_DEEP_CONV_FP16),)))
+        raw: list[Node] = []
+        self._bn_inference_params(raw, params)
+        out += [self._to_ema(n, inputs_only=False) for n in raw]
+
+    def _to_ema(self, node: Node, inputs_only: bool = True) -> Node:
+        """``node`` with every DTensor that has an ``.ema`` twin replaced by the twin (weights,
+        AMP working weights, BN eq scale / bias); ``inputs_only``: leave the outputs alone."""
+        def twin(ids: tuple[int, ...]) -> tuple[int, ...]:
+            return tuple(self.ids.get(names[i] + ".ema", i) for i in ids)
+
+        names = {t.id: t.name for t in self.tensors}
+
+        return Node(node.op, twin(node.inputs), node.outputs if inputs_only else twin(node.outputs),
+                    node.in_ranges, node.out_ranges, node.param)
 
     def _lars(self, b: dict[GraphId, list[Node]]) -> None:
         s = self.scalar
@@ -502,6 +539,9 @@ class _Builder:
                     alias[layer.op.results[0]] = alias.get(v, v)
                     continue
                 nodes += [self.node(layer, p, params, ab, alias) for p in layer.plan.inference]
+            if self.has_ema:  # the same inference reading the EMA weights (``cast_ema_fp32_to_fp16`` first)
+                ema = GraphId.INF_EMA_A if ab == "a" else GraphId.INF_EMA_B
+                buckets[ema] = [self._to_ema(n) for n in nodes]
         span = (R.R_RESULT_ACCUMULATED, R.R_RESULT_ACCUMULATED)
         buckets[GraphId.VAL_RESULT_COMM].append(Node("RANGE_MEAN_ALLREDUCE", in_ranges=(span,), out_ranges=(span,)))
         return GraphOp(INFER_GRAPH, buckets, params.table)

@@ -14,7 +14,8 @@ the compile spec of ``memplan-derive-shapes``: ``batch_size`` (per process), ``t
 1), ``optimizer`` (sgd, momentum, nesterov, adam, adamw, lars, lars-nesterov; default momentum),
 ``target`` (cpu or cuda; default cpu). Each, when given, rewrites the spec field it names.
 ``reuse`` (default true) is ``memplan-assign-offsets``'s: ``reuse=false`` keeps the seed's
-one-slot-per-tensor layout.
+one-slot-per-tensor layout. ``ema`` (default false) is ``memplan-create-plans``'s: plan an EMA of
+the parameters (its graphs follow in ``memplan-build-graph``).
 """
 
 from __future__ import annotations
@@ -44,11 +45,12 @@ class MemplanCompilePass(CompileSpecOptions, ModulePass):
     name = "memplan-compile"
 
     reuse: bool = True
+    ema: bool = False
 
     def phases(self) -> list[ModulePass]:
         """The passes this pipeline runs, in order, with the spec options on phase 1."""
         spec = {k: getattr(self, k) for k in SPEC_OPTIONS}
-        return [MemplanDeriveShapesPass(**spec), MemplanMaxSlotsPass(), MemplanCreatePlansPass(),
+        return [MemplanDeriveShapesPass(**spec), MemplanMaxSlotsPass(), MemplanCreatePlansPass(ema=self.ema),
                 MemplanBuildGraphPass(), MemplanShareVariantsPass(), MemplanBuildAtlasPass(),
                 MemplanAssignOffsetsPass(reuse=self.reuse)]
 

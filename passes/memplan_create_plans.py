@@ -25,7 +25,12 @@ slots). Init rules: conv weights ``trunc_normal``, FC weights ``kaiming_uniform`
 scale and running variances ``ones``, other parameters, gradients and optimizer state ``zeros``;
 scalars as listed in :func:`baseline`.
 
-Option: ``optimizer`` (rewrites the spec's optimizer first).
+Option: ``optimizer`` (rewrites the spec's optimizer first). Option ``ema`` (issue 17): an
+exponential moving average of the parameters in their own regions: the scalar ``ema_decay`` (host
+written, after ``bn_momentum``), and per layer after its optimizer buffers one ``<param>.ema`` per
+parameter in the parameter's ``E_*`` twin region (same shape and slot), one ``<w>.ema`` per AMP
+fp16 working weight in ``E_*_FP16``, and one ``<eq>.ema`` per BN inference scale / bias in the same
+``W_EQ_*`` region (the EMA model's folded BN); all ``zeros`` (the host copies the weights in).
 """
 
 from __future__ import annotations
@@ -167,7 +172,12 @@ def _twin(region: MemRegion, prefix: str) -> MemRegion:
     return MemRegion[prefix + region.name[1:]]
 
 
-def build_tables(program: ProgramOp, model_layers) -> _Table:
+_EMA_FP16 = {MemRegion.A_FC_WEIGHT: MemRegion.E_FC_WEIGHT_FP16, MemRegion.A_FIRST_CONV: MemRegion.E_FIRST_CONV_FP16,
+             MemRegion.A_DEEP_CONV: MemRegion.E_DEEP_CONV_FP16}
+"""AMP fp16 working-weight region -> its EMA twin."""
+
+
+def build_tables(program: ProgramOp, model_layers, ema: bool = False) -> _Table:
     """All DTensors of the program's plans, in id order (see the module doc)."""
     spec = program.spec
     variants = program.variants()
@@ -177,6 +187,9 @@ def build_tables(program: ProgramOp, model_layers) -> _Table:
     opt = spec.optimizer_kind
     table = _Table()
     baseline(table, spec, variants, amp, _bn_params(program, model_layers))
+    if ema:
+        table.add(_Row("ema_decay", MemRegion.S_SCALAR_FP32, "f32", [SCALAR] * len(variants),
+                       slot_bytes(SCALAR, "f32", MemRegion.S_SCALAR_FP32, spec.target_kind), "host"))
     all_descs = program.descs()
     # Shared workspaces: one slot, the largest over layers; per variant the largest shape.
     shared_slot: dict[str, int] = {}
@@ -196,6 +209,7 @@ def build_tables(program: ProgramOp, model_layers) -> _Table:
         names, regions, dtypes, slots = descs.tensor_names, descs.tensor_regions, descs.tensor_dtypes, descs.slot_bytes
         shared = set(descs.shared_indices)
         params: list[_Row] = []
+        ema_extra: list[_Row] = []
         for t, (name, region, dtype) in enumerate(zip(names, regions, dtypes)):
             enabled = region_enabled(region, amp=amp, optimizer=opt)
             if t in shared:
@@ -207,6 +221,9 @@ def build_tables(program: ProgramOp, model_layers) -> _Table:
                        [descs.shape(v, t) for v in range(len(VARIANTS))],
                        slots[t] if enabled else 0, init_rule(region))  # type: ignore[index]
             table.add(row)
+            if ema and row.slot and (region in _EMA_FP16 or region in (MemRegion.W_EQ_SCALE, MemRegion.W_EQ_BIAS)):
+                ema_extra.append(_Row(f"{row.name}.ema", _EMA_FP16.get(region, region), row.dtype, row.shapes,
+                                      row.slot, "zeros"))
             if region in PARAMETER_REGIONS:
                 params.append(row)
                 if region in WEIGHT_REGIONS and region not in populated:
@@ -216,6 +233,11 @@ def build_tables(program: ProgramOp, model_layers) -> _Table:
                 for p in params:
                     table.add(_Row(f"{p.name}.{prefix.lower()}", _twin(p.region, prefix), p.dtype, p.shapes,
                                    p.slot, "zeros"))
+        if ema:
+            for p in params:
+                table.add(_Row(f"{p.name}.ema", _twin(p.region, "E"), p.dtype, p.shapes, p.slot, "zeros"))
+            for r in ema_extra:
+                table.add(r)
         if opt.uses_lars:
             for p in params:
                 if p.region in WEIGHT_REGIONS:
@@ -232,11 +254,12 @@ def build_tables(program: ProgramOp, model_layers) -> _Table:
     return table
 
 
-def create_plans(program: ProgramOp, model_layers) -> list[PlanOp]:
-    """The six ``memplan.plan`` ops of ``program`` (they share ids, slots and offsets).
+def create_plans(program: ProgramOp, model_layers, ema: bool = False) -> list[PlanOp]:
+    """The six ``memplan.plan`` ops of ``program`` (they share ids, slots and offsets); ``ema``:
+    plan the EMA tensors (module doc).
 
     Fails at ``program`` when the arena does not fit in 64 bits (an absurd batch size)."""
-    table = build_tables(program, model_layers)
+    table = build_tables(program, model_layers, ema)
     offsets, bases, sizes = linear_layout([r.region for r in table.rows], [r.slot for r in table.rows])
     if (total := bases[-1] + sizes[-1]) > I64_MAX:
         fail(program, f"'{program.name}' op needs an arena of {total} bytes, more than a memory plan can "
@@ -252,11 +275,12 @@ def create_plans(program: ProgramOp, model_layers) -> list[PlanOp]:
 
 @dataclass(frozen=True)
 class MemplanCreatePlansPass(ModulePass):
-    """Phase 3: six MemoryPlans per program (see the module doc). Option ``optimizer``."""
+    """Phase 3: six MemoryPlans per program (see the module doc). Options ``optimizer``, ``ema``."""
 
     name = "memplan-create-plans"
 
     optimizer: str | None = None
+    ema: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for model, program in model_programs(op, self.name):
@@ -271,6 +295,6 @@ class MemplanCreatePlansPass(ModulePass):
                 program.spec.optimizer = OptimizerAttr(kind)
             for old in program.plans():
                 Rewriter.erase_op(old)
-            plans = create_plans(program, layers(model))
+            plans = create_plans(program, layers(model), self.ema)
             anchor = program.descs()[-1] if program.descs() else program.variants()[-1]
             Rewriter.insert_op(plans, InsertPoint.after(anchor))

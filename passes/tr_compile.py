@@ -40,9 +40,11 @@ class TrCompilePass(CompileSpecOptions, ModulePass):
     skip: str = ""
     extra: str = ""
     reuse: bool = True
+    ema: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         ArchPlanPass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, cbrp=self.cbrp,
                      skip=self.skip, extra=self.extra).apply(ctx, op)
         op.verify()
-        MemplanCompilePass(**{k: getattr(self, k) for k in SPEC_OPTIONS}, reuse=self.reuse).apply(ctx, op)
+        MemplanCompilePass(**{k: getattr(self, k) for k in SPEC_OPTIONS}, reuse=self.reuse,
+                           ema=self.ema).apply(ctx, op)

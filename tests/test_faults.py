@@ -344,3 +344,35 @@ def test_resume_rewrites_a_best_checkpoint_whose_save_was_stopped(tmp_path, monk
         assert arrays_of(save / "best") == arrays_of(whole / "best")
     assert len(json.loads((save / "best" / RUN_STATE_FILE).read_text())["epochs"]) >= 2
     assert not (save / "best.old").exists()
+
+
+# --------------------------------------------------------------------------------------
+# Issue 17: the training features survive a kill
+# --------------------------------------------------------------------------------------
+
+FEATURES = ["--device", "cpu", "--model", "resnet_tiny", "--dataset", "digits", "--epochs", "4",
+            "--augment", "digits", "--ema", "0.9", "--resize-schedule", "6:8:2", "--init", "torch",
+            "--amp", "--loss-scaler", "torch", "--scaler-init", "1024", "--scaler-interval", "5"]
+"""Every issue-17 feature on: augmentation, EMA, progressive resizing (epochs 1-2 at 6x6, 3-4 at
+8x8), PyTorch init, AMP with the GradScaler rule."""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL])
+def test_kill_with_every_training_feature_resumes_bit_identically(tmp_path, sig):
+    ref = tmp_path / "ref"
+    code, out, _ = tr_train([*FEATURES, "--save-dir", str(ref / "ckpt")], None, tmp_path)
+    assert code == 0, out
+    assert "EMA top-1" in out and "resize 6 (epochs 1..2) -> 8" in out
+    want = checkpoint_of(ref / "ckpt" / "last")
+    assert any(k.startswith("ema/") for k in want["arrays"]) and "scalar/scaler_growth_tracker" in want["arrays"]
+    run = tmp_path / "run" / "ckpt"
+    run.parent.mkdir()
+    code, out, fired = tr_train([*FEATURES, "--save-dir", str(run)], Event(sig, 0.05, after_epochs=2), run.parent)
+    assert fired and code == -sig, out
+    held = assert_whole(run)
+    assert 1 <= held < 4  # killed during epoch 2 or 3 (or its checkpoint)
+    code, out, _ = tr_train(["--resume", str(run)], None, run.parent)
+    assert code == 0, out
+    got = checkpoint_of(run / "last")
+    for key in ("arrays", "config", "rows"):
+        assert got[key] == want[key], f"{key} differs from the uninterrupted run's (killed after epoch {held})"

@@ -65,7 +65,7 @@ from tr_mlir.errors import TrMlirError
 
 __all__ = [
     "DATASETS", "Batch", "Dataset", "DatasetError", "DatasetSpec", "MNIST_MIRRORS",
-    "MNIST_SHA256", "default_data_dir", "download_mnist", "iterate_batches", "load_dataset",
+    "MNIST_SHA256", "default_data_dir", "download_mnist", "iterate_batches", "load_dataset", "resize_batch",
     "main", "num_batches", "read_idx",
 ]
 
@@ -527,6 +527,13 @@ def _size_pair(name: str, value: Sequence[int]) -> tuple[int, int]:
     if len(pair) != 2 or min(pair) < 1:
         raise DatasetError(f"{name} must be (H, W) of positive ints, got {tuple(value)}")
     return pair  # type: ignore[return-value]
+
+
+def resize_batch(x: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Bilinear resize of a float32 NHWC batch ``x`` ``(N, H, W, C)`` to ``(N, size[0], size[1],
+    C)`` (half-pixel centers, no antialiasing: PyTorch's ``interpolate(mode='bilinear',
+    align_corners=False, antialias=False)``); progressive resizing (``Task(resize=...)``)."""
+    return _resize_bilinear(x, size)
 
 
 def _resize_bilinear(x: np.ndarray, size: tuple[int, int]) -> np.ndarray:

@@ -266,6 +266,12 @@ _OPTIONAL_CONFIG_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "reuse": (lambda v: isinstance(v, bool), "a bool"),
     "state_sha256": (lambda v: isinstance(v, str), "a string"),
     "plugins": (lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v), "a list of strings"),
+    "init": (lambda v: v in ("seed", "torch"), "'seed' or 'torch'"),
+    "loss_scaler": (lambda v: v is None or isinstance(v, dict), "null or an object (GradScaler.config())"),
+    "augment": (lambda v: v is None or isinstance(v, dict), "null or an object (an augmentation's config())"),
+    "ema": (lambda v: v is None or isinstance(v, dict), "null or an object (EMA.config())"),
+    "resize": (lambda v: v is None or (isinstance(v, list) and len(v) == 3 and all(map(_is_int, v))),
+               "null or [start, end, switch_epoch]"),
 }
 """Keys that saves of earlier versions lack."""
 
@@ -308,6 +314,27 @@ class Task:
         reuse: place transient DTensors by lifetime (``memplan-assign-offsets``): tensors never live
             at the same time share bytes. ``False`` keeps the seed's one-slot-per-tensor layout
             (same numerics, bit for bit; more memory).
+        init: ``'seed'`` (the plan's rules: trunc-normal convs, Kaiming-uniform FC weights, zero
+            biases) or ``'torch'`` (PyTorch's ``nn.Conv2d`` / ``nn.Linear`` defaults);
+            :mod:`tr_mlir.inits`.
+        loss_scaler: AMP only: ``None`` (the seed's rule: 8192, halved on overflow, no growth) or a
+            :class:`tr_mlir.amp.GradScaler` (PyTorch's GradScaler rule); :mod:`tr_mlir.amp`.
+        augment: a :mod:`tr_mlir.augment` transform (e.g. ``augment.preset('cifar')``) applied by
+            :meth:`fit` to every training batch on a background thread, seeded by the Task seed
+            and the epoch; ``None``: none.
+        resize: progressive resizing ``(start, end, switch_epoch)``: :meth:`fit` trains epochs
+            ``0 .. switch_epoch - 1`` (counted over the task's life, :attr:`epochs`) at resolution
+            ``start`` with the ``train_base`` / ``train_last`` variants and the later ones at
+            ``end`` with ``train_lowres`` / ``train_lowres_last``, both compiled into the one plan
+            and arena (no recompile at the switch); training batches are resized on the host
+            (bilinear, :func:`tr_mlir.data.resize_batch`) from ``input_shape`` to the epoch's
+            resolution (heights; the width keeps the aspect ratio). Validation and inference stay
+            at ``input_shape``. The model must accept every resolution (a global pooling before the
+            classifier); ``None``: every epoch at ``input_shape``.
+        ema: ``None``, a decay in [0, 1) or a :class:`tr_mlir.ema.EMA`: keep an exponential moving
+            average of the weights in the plan, updated by the ``EMA_UPDATE`` graph after every
+            optimizer step (:mod:`tr_mlir.ema`); ``evaluate(..., ema=True)`` and :meth:`fit`'s
+            ``val_ema_*`` columns use it.
         plugins: plugin files or module names loaded before the model is built
             (:func:`tr_mlir.extend.load_plugin`: their ops, fusion steps, descriptors and kernels),
             kept in :meth:`config` so :meth:`load` loads them again. Installed plugins (the
@@ -322,7 +349,8 @@ class Task:
                  scheduler: _sched.CosineAnnealingLR | None = None,
                  loss: CrossEntropyLoss = CrossEntropyLoss(label_smoothing=0.0),
                  amp: bool = False, fuse: bool = False, device: str = "cpu", seed: int = 0,
-                 reuse: bool = True, plugins: Sequence[str | os.PathLike] = ()):
+                 reuse: bool = True, init: str = "seed", loss_scaler: Any = None, augment: Any = None,
+                 ema: Any = None, resize: Sequence[int] | None = None, plugins: Sequence[str | os.PathLike] = ()):
         if isinstance(input_shape, (str, bytes)) or not isinstance(input_shape, Sequence) or len(input_shape) != 3:
             raise TaskError(f"Task: input_shape must be (H, W, C), got {input_shape!r}")
         self.input_shape = tuple(_check_int("Task", f"input_shape[{i}]", d) for i, d in enumerate(input_shape))
@@ -369,6 +397,38 @@ class Task:
         self.seed = _check_int("Task", "seed", seed, low=0)
         self.optimizer, self.scheduler, self.loss = optimizer, scheduler, loss
         self.amp, self.fuse, self.device, self.reuse = amp, fuse, device, reuse
+        from tr_mlir import amp as _amp
+        from tr_mlir.inits import INITS
+
+        if init not in INITS:
+            raise TaskError(f"Task: init must be one of {', '.join(map(repr, INITS))}, got {init!r}")
+        if loss_scaler is not None and not isinstance(loss_scaler, _amp.GradScaler):
+            raise TaskError(f"Task: loss_scaler must be None or tr_mlir.amp.GradScaler, got {loss_scaler!r}")
+        if loss_scaler is not None and not amp:
+            raise TaskError("Task: loss_scaler needs amp=True (fp32 training has no loss scale)")
+        if augment is not None and not callable(augment):
+            raise TaskError(f"Task: augment must be None or a tr_mlir.augment transform, got {augment!r}")
+        self.init, self.loss_scaler, self.augment = init, loss_scaler, augment
+        from tr_mlir.ema import EMA
+
+        if ema is not None and not isinstance(ema, EMA):
+            try:
+                ema = EMA(ema)
+            except ValueError as e:
+                raise TaskError(f"Task: ema must be None, a decay in [0, 1) or tr_mlir.ema.EMA, got {ema!r}") from e
+        self.ema = ema
+        self._ema_count = 0  # EMA updates made (t of tr_mlir.ema)
+        if resize is not None:
+            if isinstance(resize, (str, bytes)) or not isinstance(resize, Sequence) or len(resize) != 3:
+                raise TaskError(f"Task: resize must be (start, end, switch_epoch), got {resize!r}")
+            resize = (_check_int("Task", "resize start", resize[0]), _check_int("Task", "resize end", resize[1]),
+                      _check_int("Task", "resize switch_epoch", resize[2], low=0))
+            h, w = self.input_shape[:2]
+            for r in resize[:2]:
+                if r * w % h:
+                    raise TaskError(f"Task: resize resolution {r} gives the {h}x{w} input no whole width")
+        self.resize = resize
+        self._scaler_state = [0.0, 0]  # GradScaler: host copy of (scale, growth tracker)
         self._tree = self._emit(model)
         self.train_size: int | None = None
         self.val_size: int | None = None
@@ -432,7 +492,10 @@ class Task:
             TrCompilePass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, batch_size=self.batch_size,
                           train_size=train_size, val_size=val_size, optimizer=self.optimizer.kind.value,
                           target=backend.target.value, world_size=self.world_size,
-                          reuse=self.reuse).apply(make_context(), module)
+                          reuse=self.reuse, ema=self.ema is not None,
+                          **({} if self.resize is None else {"train_res": self.resize[0],
+                                                             "train_res_end": self.resize[1]})
+                          ).apply(make_context(), module)
             module.verify()
         except (DiagnosticException, PassFailedException, VerifyException) as e:
             raise TaskError(f"Task.compile: the compiler rejected the model: {e}") from e
@@ -451,9 +514,29 @@ class Task:
         exe.scalar("dropout_seed")[:] = np.array([self.seed & 0x7FFFFFFF, 0], np.int32)
         exe.set_scalar("lr", self._lr_at(self.steps))
         self._entries()
+        if kept is None and self.init == "torch":
+            from tr_mlir.inits import torch_init
+
+            values = torch_init([(e.name, e.shape) for e in self._params], self.seed)
+            for e in self._params:
+                if e.name in values:
+                    self._put(e, values[e.name])
+        if kept is None and self.ema is not None:
+            self._reset_ema()
+        if kept is None and self.loss_scaler is not None:
+            exe.set_scalar("scaling", self.loss_scaler.init_scale)
+            self._scaler_state = [float(self.loss_scaler.init_scale), 0]
         if kept is not None:
             self._restore(kept)
         self.runner = Runner(exe)
+        self.runner.after_step = self._after_step
+        if self.ema is not None:
+            decay = exe.scalar("ema_decay")
+
+            def before() -> None:
+                decay[0] = self.ema.decay_at(self._ema_count)
+
+            self.runner.before_step = before
         self.runner.prepare_weights()
         self._bn_dirty = True
         self.compile_seconds = time.perf_counter() - t0
@@ -520,10 +603,49 @@ class Task:
         """The learning rate of the next optimizer step."""
         return self._lr_at(self.steps)
 
+    def _epoch_resolution(self, epoch: int) -> tuple[bool, tuple[int, int] | None]:
+        """``(lowres variants?, (H, W) to resize the batches to or None)`` of epoch ``epoch``
+        (0-based) under :attr:`resize`."""
+        if self.resize is None:
+            return False, None
+        start, end, switch = self.resize
+        lowres = epoch >= switch and end != start
+        res = end if epoch >= switch else start
+        h, w = self.input_shape[:2]
+        return lowres, None if res == h else (res, res * w // h)
+
+    def _after_step(self) -> None:
+        if self.ema is not None:
+            self._ema_count += 1
+        if self.loss_scaler is not None:
+            self._scaler_step()
+
+    def _reset_ema(self) -> None:
+        """EMA := the current weights, no update made yet (AveragedModel's deep copy)."""
+        for e in self._params:
+            self.exe.view(self._ema_tid[e.name])[...] = self.exe.view(e.tid)
+        self._ema_count = 0
+
+    def ema_parameters(self) -> list[tuple[str, np.ndarray]]:
+        """``[(name, float32 array copy)]`` of the EMA of every parameter (names and layouts of
+        :meth:`parameters`). Raises :class:`TaskError` without ``ema``."""
+        self._ready()
+        if self.ema is None:
+            raise TaskError("Task.ema_parameters: the task keeps no EMA (Task(ema=DECAY))")
+        return [(e.name, self._get(_Entry(e.name, self._ema_tid[e.name], e.store, e.index))) for e in self._params]
+
+    def _scaler_step(self) -> None:
+        """GradScaler rule after one step (:mod:`tr_mlir.amp`): reads ``has_nan``, writes ``scaling``."""
+        found = self.exe.get_scalar("has_nan") != 0
+        scale, tracker = self.loss_scaler.update(self._scaler_state[0], self._scaler_state[1], found)
+        self._scaler_state = [scale, tracker]
+        self.exe.set_scalar("scaling", scale)
+
     @property
     def loss_scale(self) -> float:
-        """The AMP loss scale in the arena (1.0 in fp32): 8192 at the start, halved (floor 1) on
-        every step whose gradients overflow, which is skipped."""
+        """The AMP loss scale in the arena (1.0 in fp32): with the seed's rule 8192 at the start,
+        halved (floor 1) on every step whose gradients overflow, which is skipped; with a
+        :class:`tr_mlir.amp.GradScaler`, its rule."""
         self._ready()
         return self.exe.get_scalar("scaling")
 
@@ -554,6 +676,8 @@ class Task:
                 params.append(_Entry(name, t.id, store, index, state))
         self._params = params
         self._buffers = buffers
+        self._ema_tid = {e.name: exe.ids[exe.tensors[e.tid].name + ".ema"] for e in params
+                         if exe.has(exe.tensors[e.tid].name + ".ema")}
         self._prev = {e.name: exe.ids[exe.tensors[e.tid].name.replace("bn_next_", "bn_prev_")] for e in buffers}
 
     def _get(self, e: _Entry) -> np.ndarray:
@@ -614,6 +738,8 @@ class Task:
         self._ready()
         for e, a in self._load(self._params, params, "parameters"):
             self._put(e, a)
+        if self.ema is not None:
+            self._reset_ema()
         self.runner.prepare_weights()
         self._bn_dirty = True
 
@@ -642,6 +768,13 @@ class Task:
             if self.exe.has(name):
                 out[f"scalar/{name}"] = np.array(self.exe.get_scalar(name), np.float64)
         out["scalar/dropout_seed"] = np.array(self.exe.to_host(self.exe.scalar("dropout_seed")), np.int64)
+        if self.loss_scaler is not None:
+            out["scalar/scaler_growth_tracker"] = np.array(self._scaler_state[1], np.float64)
+        if self.ema is not None:
+            for e in self._params:
+                out[f"ema/{e.name}"] = np.array(self.exe.to_host(self.exe.view(self._ema_tid[e.name])).reshape(e.store),
+                                                np.float32)
+            out["scalar/ema_updates"] = np.array(self._ema_count, np.float64)
         return out
 
     def _state_layout(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -655,6 +788,11 @@ class Task:
         want.update({f"scalar/{name}": ((), np.dtype(np.float64)) for name in self._STATE_SCALARS
                      if self.exe.has(name)})
         want["scalar/dropout_seed"] = ((2,), np.dtype(np.int64))
+        if self.loss_scaler is not None:
+            want["scalar/scaler_growth_tracker"] = ((), np.dtype(np.float64))
+        if self.ema is not None:
+            want.update({f"ema/{e.name}": (e.store, f32) for e in self._params})
+            want["scalar/ema_updates"] = ((), np.dtype(np.float64))
         return want
 
     def _check_state(self, state: Mapping[str, np.ndarray], source: Path) -> None:
@@ -706,6 +844,14 @@ class Task:
                 exe.set_scalar(name, float(state[key]))
         if "scalar/dropout_seed" in state:
             exe.scalar("dropout_seed")[:] = np.asarray(state["scalar/dropout_seed"], np.int32)
+        if self.ema is not None:
+            for e in self._params:
+                if f"ema/{e.name}" in state:
+                    exe.view(self._ema_tid[e.name]).reshape(e.store)[...] = np.asarray(state[f"ema/{e.name}"], np.float32)
+            self._ema_count = int(state.get("scalar/ema_updates", self._ema_count))
+        if self.loss_scaler is not None:
+            self._scaler_state = [float(exe.get_scalar("scaling")),
+                                  int(state.get("scalar/scaler_growth_tracker", 0))]
         exe.set_scalar("lr", self._lr_at(self.steps))
 
     # -- data validation ---------------------------------------------------------------
@@ -816,12 +962,25 @@ class Task:
         for _ in range(epochs):
             t0 = time.perf_counter()
             start = self.steps
+            lowres, size = self._epoch_resolution(self.epochs)
             seed = self.seed * 1_000_003 + self.epochs
             batches = ((b.x, b.y) for b in iterate_batches(tx, ty, self.batch_size, shuffle=shuffle, seed=seed,
                                                            drop_last=drop_last))
+            if self.augment is not None or size is not None:
+                from tr_mlir.augment import epoch_rng, prefetch
+                from tr_mlir.data import resize_batch
+
+                aug = self.augment
+
+                def prep(x: np.ndarray, rng: np.random.Generator, aug: Any = aug, size: Any = size) -> np.ndarray:
+                    if aug is not None:
+                        x = aug(x, rng)
+                    return x if size is None else resize_batch(x, size)
+
+                batches = prefetch(batches, prep, epoch_rng(self.seed, self.epochs))
             if on_batch is not None:
                 batches = _tapped(batches, on_batch)
-            met = self.runner.train_epoch(batches, nb, lambda b: self._lr_at(start + b))
+            met = self.runner.train_epoch(batches, nb, lambda b: self._lr_at(start + b), lowres=lowres)
             self.steps += nb
             self.epochs += 1
             self._bn_dirty = False  # the epoch's last step refreshed them
@@ -830,6 +989,9 @@ class Task:
             if vx is not None:
                 ev = self.runner.evaluate(vx, vy)
                 row.update(val_loss=ev.loss, val_top1=ev.top1, val_top5=ev.top5)
+                if self.ema is not None:
+                    ev = self.runner.evaluate(vx, vy, ema=True)
+                    row.update(val_ema_loss=ev.loss, val_ema_top1=ev.top1, val_ema_top5=ev.top5)
             row["seconds"] = time.perf_counter() - t0
             history.append(row)
             if verbose:
@@ -837,26 +999,32 @@ class Task:
                       flush=True)
         return history
 
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    def evaluate(self, x: np.ndarray, y: np.ndarray, ema: bool = False) -> dict[str, float]:
         """``{'loss', 'top1', 'top5'}`` of the inference graph over any number of samples (the
-        last batch padded and masked), with BN inference parameters refreshed first."""
+        last batch padded and masked), with BN inference parameters refreshed first; ``ema``: of
+        the EMA model (``INF_EMA_A/B``, :mod:`tr_mlir.ema`; :class:`TaskError` without ``ema``)."""
         self._ready()
+        if ema and self.ema is None:
+            raise TaskError("Task.evaluate: ema=True, but the task keeps no EMA (Task(ema=DECAY))")
         x = self._x(x, "Task.evaluate")
         y = self._y(y, x.shape[0], "Task.evaluate")
         x, y = self._shard(x, y)
         self._refresh()
-        m = self.runner.evaluate(x, y)
+        m = self.runner.evaluate(x, y, ema=ema)
         return {"loss": m.loss, "top1": m.top1, "top5": m.top5}
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
+    def predict(self, x: np.ndarray, ema: bool = False) -> np.ndarray:
         """Softmax probabilities ``(N, num_classes)`` float32 for any number of samples (N = 0
-        gives an empty ``(0, num_classes)`` array, as a torch model does for an empty batch)."""
+        gives an empty ``(0, num_classes)`` array, as a torch model does for an empty batch);
+        ``ema``: of the EMA model (as :meth:`evaluate`)."""
         self._ready()
+        if ema and self.ema is None:
+            raise TaskError("Task.predict: ema=True, but the task keeps no EMA (Task(ema=DECAY))")
         x = self._x(x, "Task.predict", allow_empty=True)
         if x.shape[0] == 0:
             return np.zeros((0, self.num_classes), np.float32)
         self._refresh()
-        return self.runner.predict(x)
+        return self.runner.predict(x, ema=ema)
 
     # -- save / load ---------------------------------------------------------------------
 
@@ -869,7 +1037,11 @@ class Task:
             "scheduler": None if self.scheduler is None else self.scheduler.config(),
             "label_smoothing": self.loss.label_smoothing, "amp": self.amp, "fuse": self.fuse,
             "device": self.device, "seed": self.seed, "train_size": self.train_size, "val_size": self.val_size,
-            "steps": self.steps, "epochs": self.epochs, "reuse": self.reuse, "plugins": list(self.plugins),
+            "steps": self.steps, "epochs": self.epochs, "reuse": self.reuse, "plugins": list(self.plugins), "init": self.init,
+            "loss_scaler": None if self.loss_scaler is None else self.loss_scaler.config(),
+            "augment": None if self.augment is None else self.augment.config(),
+            "ema": None if self.ema is None else self.ema.config(),
+            "resize": None if self.resize is None else list(self.resize),
         }
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -988,11 +1160,20 @@ class Task:
         optimizer = part("optimizer", lambda: _optim.from_config(cfg["optimizer"]))
         scheduler = part("scheduler", lambda: _sched.from_config(cfg["scheduler"]))
         loss = part("label_smoothing", lambda: CrossEntropyLoss(cfg["label_smoothing"]))
+        from tr_mlir import amp as _amp
+        from tr_mlir import augment as _augment
+
+        scaler = part("loss_scaler", lambda: _amp.from_config(cfg.get("loss_scaler")))
+        from tr_mlir import ema as _ema
+
+        ema = part("ema", lambda: _ema.from_config(cfg.get("ema")))
+        aug = part("augment", lambda: None if cfg.get("augment") is None else _augment.from_config(cfg["augment"]))
         try:
             task = cls(module, tuple(cfg["input_shape"]), cfg["num_classes"], cfg["batch_size"],
                        optimizer=optimizer, scheduler=scheduler, loss=loss, amp=cfg["amp"], fuse=cfg["fuse"],
                        device=cfg["device"] if device is None else device, seed=cfg["seed"],
-                       reuse=cfg.get("reuse", True), plugins=plugins)
+                       reuse=cfg.get("reuse", True), init=cfg.get("init", "seed"), loss_scaler=scaler,
+                       augment=aug, ema=ema, resize=cfg.get("resize"), plugins=plugins)
         except TaskError as e:
             raise TaskError(f"Task.load: {source} does not describe a task: {e}") from e
         task.steps, task.epochs = cfg["steps"], cfg["epochs"]

@@ -264,6 +264,54 @@ errors print '{PROG}: error: ...' and exit 1.
 """
 
 
+def resize_schedule(spec: str, epochs: int) -> tuple[int, int, int]:
+    """``--resize-schedule START:END[:K]`` -> ``(START, END, switch_epoch)`` for ``Task(resize=)``:
+    epochs ``1 .. epochs - K`` at START, the last K (default ``max(1, round(epochs / 4))``) at END.
+    Raises :class:`TrainError` for another form or values out of range."""
+    parts = spec.split(":")
+    try:
+        if len(parts) not in (2, 3):
+            raise ValueError
+        nums = [int(p) for p in parts]
+    except ValueError:
+        raise TrainError(f"--resize-schedule expects START:END or START:END:K (integers), got '{spec}'") from None
+    start, end = nums[0], nums[1]
+    k = nums[2] if len(nums) == 3 else max(1, round(epochs / 4))
+    if start < 1 or end < 1:
+        raise TrainError(f"--resize-schedule resolutions must be >= 1, got '{spec}'")
+    if not 1 <= k <= epochs:
+        raise TrainError(f"--resize-schedule K (epochs at END) must be in 1..{epochs} (--epochs), got {k}")
+    return start, end, epochs - k
+
+
+def _augment_presets() -> tuple[str, ...]:
+    from tr_mlir.augment import PRESETS
+
+    return tuple(PRESETS)
+
+
+def _training_options(a: argparse.Namespace) -> dict[str, Any]:
+    """The Task options of the issue-17 flags (only the ones that differ from the defaults)."""
+    out: dict[str, Any] = {}
+    if a.init != "seed":
+        out["init"] = a.init
+    if a.loss_scaler == "torch":
+        from tr_mlir.amp import GradScaler
+
+        out["loss_scaler"] = GradScaler(a.scaler_init, a.scaler_growth, a.scaler_backoff, a.scaler_interval)
+    if a.augment is not None:
+        from tr_mlir.augment import preset
+
+        out["augment"] = preset(a.augment)
+    if a.ema is not None:
+        from tr_mlir.ema import EMA
+
+        out["ema"] = EMA(a.ema, a.ema_warmup)
+    if a.resize_schedule is not None:
+        out["resize"] = resize_schedule(a.resize_schedule, a.epochs)
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``tr-train`` argument parser (every default shown by ``--help``)."""
     from tr_mlir.data import DATASETS
@@ -311,6 +359,35 @@ def build_parser() -> argparse.ArgumentParser:
                         "loss scaling (emulated with NumPy on the CPU) (default: off)")
     p.add_argument("--fuse", action="store_true",
                    help="fuse residual blocks, conv+bn+relu and gap+fc (default: off)")
+    p.add_argument("--augment", default=None, choices=list(_augment_presets()), metavar="PRESET",
+                   help="host data augmentation of every training batch, seeded (tr_mlir.augment): "
+                        "cifar (pad-4 random crop + horizontal flip), mnist / digits (random affine: "
+                        "10 degrees, 10%% translation, scale 0.9..1.1), crop, flip (default: none)")
+    p.add_argument("--init", default="seed", choices=("seed", "torch"),
+                   help="parameter initialization: seed (trunc-normal convs, Kaiming-uniform FC weights, zero "
+                        "biases) or torch (PyTorch's nn.Conv2d / nn.Linear defaults) (tr_mlir.inits)")
+    p.add_argument("--loss-scaler", default="seed", choices=("seed", "torch"),
+                   help="with --amp: seed (8192, halved on overflow, never grown) or torch "
+                        "(torch.amp.GradScaler's rule with the --scaler-* values) (tr_mlir.amp)")
+    p.add_argument("--scaler-init", type=float, default=65536.0, metavar="X",
+                   help="--loss-scaler torch: initial scale")
+    p.add_argument("--scaler-growth", type=float, default=2.0, metavar="X",
+                   help="--loss-scaler torch: growth factor (> 1)")
+    p.add_argument("--scaler-backoff", type=float, default=0.5, metavar="X",
+                   help="--loss-scaler torch: backoff factor on overflow, in (0, 1)")
+    p.add_argument("--scaler-interval", type=int, default=2000, metavar="N",
+                   help="--loss-scaler torch: good steps in a row before the scale grows")
+    p.add_argument("--ema", type=float, default=None, metavar="DECAY",
+                   help="keep an exponential moving average of the weights (EMA_UPDATE graph after every step, "
+                        "decay warm-up min(DECAY, (1+t)/(10+t))) and report the EMA model's validation too "
+                        "(tr_mlir.ema) (default: off)")
+    p.add_argument("--no-ema-warmup", dest="ema_warmup", action="store_false",
+                   help="--ema without the decay warm-up (every update uses DECAY)")
+    p.add_argument("--resize-schedule", default=None, metavar="START:END[:K]",
+                   help="progressive resizing: train at resolution START (train_base/train_last variants), "
+                        "the last K epochs (default: a quarter, at least 1) at END (train_lowres variants), "
+                        "in one compiled plan; batches resized bilinearly on the host; validation at the "
+                        "dataset's resolution; needs a model with global pooling (default: off)")
     p.add_argument("--drop-last", action="store_true",
                    help="skip each epoch's last partial batch (every step has the full batch; needed when "
                         "a last batch of one sample would reach a batch norm)")
@@ -349,7 +426,9 @@ def explicit_flags(argv: Sequence[str]) -> set[str]:
 
 
 TRAINING_KEYS: tuple[str, ...] = ("model", "blueprint", "dataset", "batch_size", "optimizer", "lr", "weight_decay",
-                                  "label_smoothing", "warmup", "amp", "fuse", "seed", "drop_last")
+                                  "label_smoothing", "warmup", "amp", "fuse", "seed", "drop_last", "augment",
+                                  "init", "loss_scaler", "scaler_init", "scaler_growth", "scaler_backoff",
+                                  "scaler_interval", "ema", "ema_warmup", "resize_schedule")
 """Options that define a run: fixed by the checkpoint on ``--resume``."""
 
 RESUMED_DEFAULTS: tuple[str, ...] = ("epochs", "device", "reuse")
@@ -378,6 +457,24 @@ def _check_args(a: argparse.Namespace) -> None:
         raise TrainError(f"--warmup ({a.warmup:g} epochs) must be less than --epochs ({a.epochs})")
     if a.seed < 0:
         bad("--seed", "an integer >= 0", a.seed)
+    if a.loss_scaler == "torch":
+        if not a.amp:
+            raise TrainError("--loss-scaler torch needs --amp (fp32 training has no loss scale)")
+        from tr_mlir.amp import GradScaler
+
+        try:
+            GradScaler(a.scaler_init, a.scaler_growth, a.scaler_backoff, a.scaler_interval)
+        except ValueError as e:
+            raise TrainError(str(e).replace("GradScaler: init_scale", "--scaler-init")
+                             .replace("GradScaler: growth_factor", "--scaler-growth")
+                             .replace("GradScaler: backoff_factor", "--scaler-backoff")
+                             .replace("GradScaler: growth_interval", "--scaler-interval")) from None
+    if a.ema is not None and (not math.isfinite(a.ema) or not 0 <= a.ema < 1):
+        bad("--ema", "a decay in [0, 1)", a.ema)
+    if a.resize_schedule is not None:
+        resize_schedule(a.resize_schedule, a.epochs)
+    if a.init == "torch" and getattr(a, "torch_model", None):
+        raise TrainError("--init torch re-initializes the weights; --torch-model keeps the module's own")
     if a.blueprint is not None and ":" not in a.blueprint:
         raise TrainError(f"--blueprint expects FILE.py:FUNC, got '{a.blueprint}'")
 
@@ -1196,7 +1293,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
                            scheduler=CosineAnnealingLR(T_max=args.epochs, warmup_epochs=args.warmup),
                            loss=CrossEntropyLoss(label_smoothing=args.label_smoothing),
                            amp=args.amp, fuse=args.fuse, device=device, seed=args.seed, reuse=args.reuse,
-                           plugins=args.plugin)
+                           plugins=args.plugin, **_training_options(args))
             task = (layer.task(args.batch_size, **options) if source.build_for is not None  # with its weights
                     else Task(layer, ds.input_shape, ds.num_classes, args.batch_size, **options))
     except (TaskError, BluePrintError, ValueError) as e:
@@ -1219,7 +1316,10 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         "data_dir": None if args.data_dir is None else str(args.data_dir), "download": args.download,
         "epochs": args.epochs, "batch_size": args.batch_size, "optimizer": args.optimizer, "lr": lr,
         "weight_decay": args.weight_decay, "label_smoothing": args.label_smoothing, "warmup": args.warmup,
-        "amp": args.amp, "fuse": args.fuse, "device": args.device, "device_used": device, "seed": args.seed,
+        "amp": args.amp, "fuse": args.fuse, "augment": args.augment, "init": args.init,
+        "ema": args.ema, "ema_warmup": args.ema_warmup, "resize_schedule": args.resize_schedule,
+        "loss_scaler": args.loss_scaler, "scaler_init": args.scaler_init, "scaler_growth": args.scaler_growth,
+        "scaler_backoff": args.scaler_backoff, "scaler_interval": args.scaler_interval, "device": args.device, "device_used": device, "seed": args.seed,
         "reuse": task.reuse, "drop_last": args.drop_last, "plugins": list(task.plugins), "dump_ir": None if args.dump_ir is None else str(args.dump_ir),
         "report_json": None if args.report_json is None else str(args.report_json),
         "plot": None if args.plot is None else str(args.plot),
@@ -1239,6 +1339,10 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     spec = {"batch_size": task.batch_size, "train_size": train_size, "val_size": ds.num_val,
             "world_size": task.world_size, "optimizer": task.optimizer.kind.value,
             "target": "cuda" if task.device == "gpu" else "cpu"}
+    if task.resize is not None:
+        spec.update(train_res=task.resize[0], train_res_end=task.resize[1])
+    if task.ema is not None:
+        spec["ema"] = True
     pipeline = TrCompilePass(fuse=task.fuse, amp=task.amp, num_classes=task.num_classes, reuse=task.reuse, **spec)
     _say("== compile")
     _say(f"pipeline: builtin.module({pipeline.pipeline_pass_spec()})")
@@ -1260,8 +1364,11 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     except ArenaTooLargeError as e:
         raise TrainError(f"{source.label} does not fit in memory: {e}; lower --batch-size") from None
     except TaskError as e:
-        raise _rejected(source.label, ds, str(e).removeprefix("Task.compile: the compiler rejected the model: ")
-                        ) from None
+        why = str(e).removeprefix("Task.compile: the compiler rejected the model: ")
+        if task.resize is not None and "differs across variants" in why:
+            raise TrainError(f"--resize-schedule {args.resize_schedule}: {source.label} cannot train at several "
+                             f"resolutions: {why}") from None
+        raise _rejected(source.label, ds, why) from None
     timings["compile_s"] = time.perf_counter() - t0
     n_params = sum(int(a.size) for _, a in task.parameters())
     _say(f"compiled in {timings['compile_s']:.2f} s (ArchPlan, memory plan, {len(task.exe.graphs)} graphs captured); "
@@ -1277,6 +1384,10 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
          f"lr {task.optimizer.lr:g} (cosine" + (f", warm-up {args.warmup:g} epochs" if args.warmup else "")
          + f"), weight decay {task.optimizer.weight_decay:g}, label smoothing {task.loss.label_smoothing:g}, "
          f"{'amp' if task.amp else 'fp32'}{', fused' if task.fuse else ''}, {device}"
+         + (f", augment {args.augment}" if args.augment else "") + (f", init {args.init}" if args.init != "seed" else "")
+         + (", GradScaler loss scale" if task.loss_scaler is not None else "")
+         + (f", EMA {task.ema.decay:g}" + ("" if task.ema.warmup else " (no warm-up)") if task.ema is not None else "")
+         + (f", resize {task.resize[0]} (epochs 1..{task.resize[2]}) -> {task.resize[1]}" if task.resize else "")
          + (f" x {task.world_size} processes" if task.world_size > 1 else ""))
     best, best_epoch = best_of(history)
     interrupted = False
@@ -1301,7 +1412,8 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
             _say(f"epoch {epoch:>{len(str(args.epochs))}}/{args.epochs}  lr {row['lr']:.4g}  "
                  f"train loss {row['train_loss']:.4f}  val loss {row['val_loss']:.4f}  "
                  f"val top-1 {_pct(row['val_top1'])}  top-5 {_pct(row['val_top5'])}  "
-                 f"{row['train_images_per_s']:,.0f} img/s  {row['train_s'] + row['val_s']:.2f} s"
+                 + (f"EMA top-1 {_pct(row['val_ema_top1'])}  " if "val_ema_top1" in row else "")
+                 + f"{row['train_images_per_s']:,.0f} img/s  {row['train_s'] + row['val_s']:.2f} s"
                  + ("  *" if new_best else ""))
             if args.save_dir is not None and lead:
                 t0 = time.perf_counter()
@@ -1335,6 +1447,10 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
              f"val loss {best_row['val_loss']:.4f})")
         _say(f"last epoch {last['epoch']}: val top-1 {_pct(last['val_top1'])}, train loss {last['train_loss']:.4f}, "
              f"val loss {last['val_loss']:.4f}")
+        emas = [(r["val_ema_top1"], r["epoch"]) for r in history if "val_ema_top1" in r]
+        if emas:
+            top, at = max(emas, key=lambda e: (e[0], -e[1]))
+            _say(f"EMA model: best val top-1 {_pct(top)} at epoch {at}, last epoch {_pct(history[-1].get('val_ema_top1'))}")
     new_rows = [r for r in history if r["epoch"] > start_epoch]
     trained = sum(r["train_s"] for r in new_rows)
     rate = f" ({ds.num_train * len(new_rows) / trained:,.0f} img/s)" if trained > 0 else ""
@@ -1442,13 +1558,16 @@ def _train_epoch(task: Any, ds: Any, epoch: int, epochs: int, drop_last: bool = 
             bar.update(n - done[0])
         t0 = time.perf_counter()
         ev = task.evaluate(ds.val_x, ds.val_y)
+        ev_ema = task.evaluate(ds.val_x, ds.val_y, ema=True) if task.ema is not None else None
         val_s = time.perf_counter() - t0
     finally:
         bar.close()
     return {"epoch": epoch, "lr": row["lr"], "train_loss": row["train_loss"], "train_top1": row["train_top1"],
             "val_loss": ev["loss"], "val_top1": ev["top1"], "val_top5": ev["top5"],
             "train_images_per_s": n / train_s if train_s > 0 else None,
-            "train_s": train_s, "val_s": val_s}
+            "train_s": train_s, "val_s": val_s,
+            **({} if ev_ema is None else {"val_ema_loss": ev_ema["loss"], "val_ema_top1": ev_ema["top1"],
+                                          "val_ema_top5": ev_ema["top5"]})}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
