@@ -41,11 +41,13 @@ from typing import Any
 
 import numpy as np
 
+from tr_mlir.errors import TrMlirError
+
 __all__ = ["AugmentError", "Compose", "HorizontalFlip", "PRESETS", "RandomAffine", "RandomCrop",
            "epoch_rng", "from_config", "prefetch", "preset"]
 
 
-class AugmentError(ValueError):
+class AugmentError(TrMlirError, ValueError):
     """A bad transform argument or configuration (the message names it)."""
 
 
