@@ -535,3 +535,21 @@ def test_a_module_neither_tracer_captures_is_one_error():
         from_torch(DataDependent(), (2, 2, 3))
     with pytest.raises(TorchImportError, match=r"cannot capture DataDependent: torch.fx symbolic tracing failed"):
         from_torch(DataDependent(), (2, 2, 3), capture="fx")
+
+
+def test_saved_task_of_an_imported_module_keeps_its_names(tmp_path):
+    """Task.save / Task.load keep the module's naming: a checkpoint (tr-train --torch-model
+    --save-dir) loads back into the module with its own keys and gives the same predictions."""
+    module = _randomize_bn(Custom()).eval()
+    task = from_torch(module, (16, 16, 3)).task(4, fuse=True)
+    x = np.random.default_rng(1).standard_normal((4, 16, 16, 3)).astype(np.float32)
+    task.train_step(x, np.arange(4))
+    task.save(tmp_path / "ck")
+    loaded = tr_mlir.Task.load(tmp_path / "ck")
+    fresh = Custom()
+    fresh.load_state_dict(loaded.state_dict())  # strict: every key of the module
+    for k, v in task.state_dict().items():
+        assert torch.equal(v, fresh.state_dict()[k]), k
+    with torch.no_grad():
+        probs = torch.softmax(fresh.eval()(_nchw(x)), dim=1).numpy()
+    assert _rel(probs, loaded.predict(x)) <= 1e-5

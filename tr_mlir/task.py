@@ -266,6 +266,7 @@ _OPTIONAL_CONFIG_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "reuse": (lambda v: isinstance(v, bool), "a bool"),
     "state_sha256": (lambda v: isinstance(v, str), "a string"),
     "plugins": (lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v), "a list of strings"),
+    "torch_naming": (lambda v: v is None or isinstance(v, list), "null or a list (the imported module's names)"),
     "init": (lambda v: v in ("seed", "torch"), "'seed' or 'torch'"),
     "loss_scaler": (lambda v: v is None or isinstance(v, dict), "null or an object (GradScaler.config())"),
     "augment": (lambda v: v is None or isinstance(v, dict), "null or an object (an augmentation's config())"),
@@ -1037,7 +1038,8 @@ class Task:
             "scheduler": None if self.scheduler is None else self.scheduler.config(),
             "label_smoothing": self.loss.label_smoothing, "amp": self.amp, "fuse": self.fuse,
             "device": self.device, "seed": self.seed, "train_size": self.train_size, "val_size": self.val_size,
-            "steps": self.steps, "epochs": self.epochs, "reuse": self.reuse, "plugins": list(self.plugins), "init": self.init,
+            "steps": self.steps, "epochs": self.epochs, "reuse": self.reuse, "plugins": list(self.plugins),
+            "torch_naming": None if self.torch_naming is None else self.torch_naming.config(), "init": self.init,
             "loss_scaler": None if self.loss_scaler is None else self.loss_scaler.config(),
             "augment": None if self.augment is None else self.augment.config(),
             "ema": None if self.ema is None else self.ema.config(),
@@ -1177,6 +1179,10 @@ class Task:
         except TaskError as e:
             raise TaskError(f"Task.load: {source} does not describe a task: {e}") from e
         task.steps, task.epochs = cfg["steps"], cfg["epochs"]
+        if cfg.get("torch_naming") is not None:
+            from tr_mlir.frontend.torch import TorchNaming
+
+            task.torch_naming = part("torch_naming", lambda: TorchNaming.from_config(cfg["torch_naming"]))
         return task
 
     def __repr__(self) -> str:

@@ -73,7 +73,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -134,6 +134,33 @@ class TorchNaming:
 
     def by_torch_name(self) -> dict[str, NameEntry]:
         return {e.torch_name: e for e in self.entries}
+
+    def config(self) -> list[dict[str, Any]]:
+        """JSON-able form (``Task.save`` keeps it, so a loaded checkpoint's ``state_dict()`` has the
+        module's keys); arrays as lists of floats (float32 values, exact in JSON's doubles)."""
+        def plain(v: Any) -> Any:
+            if v is None:
+                return None
+            a = np.asarray(v)
+            return {"shape": list(a.shape), "dtype": str(a.dtype), "data": a.ravel().tolist()}
+
+        return [{"torch_name": e.torch_name, "canonical": e.canonical, "layout": e.layout,
+                 "chw": None if e.chw is None else list(e.chw), "value": plain(e.value), "shift": plain(e.shift)}
+                for e in self.entries]
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> TorchNaming:
+        """The naming of :meth:`config`; raises ``ValueError`` / ``KeyError`` / ``TypeError`` for a
+        malformed one (``Task.load`` reports it as a :class:`tr_mlir.TaskError`)."""
+        def array(v: Any) -> Any:
+            if v is None:
+                return None
+            a = np.array(v["data"], dtype=np.dtype(v["dtype"])).reshape(v["shape"])
+            return a if a.ndim else a[()]
+
+        return cls([NameEntry(str(e["torch_name"]), None if e["canonical"] is None else str(e["canonical"]),
+                              str(e["layout"]), None if e["chw"] is None else tuple(int(x) for x in e["chw"]),
+                              array(e["value"]), array(e["shift"])) for e in cfg])
 
 
 def _to_task_layout(e: NameEntry, a: np.ndarray) -> np.ndarray:
@@ -197,8 +224,7 @@ class TorchModel:
     def task(self, batch_size: int, **kwargs: Any) -> Any:
         """A :class:`tr_mlir.Task` of this model (``kwargs`` go to ``Task``: optimizer, fuse, amp,
         ...) with the module's parameters and BN buffers loaded; its :meth:`~tr_mlir.Task.state_dict`
-        uses the module's names (``task.torch_naming``; a Task saved and loaded again with
-        ``Task.save`` / ``Task.load`` has lost it and uses the canonical names). Raises :class:`tr_mlir.TaskError` for bad Task arguments and
+        uses the module's names (``task.torch_naming``, kept by ``Task.save`` / ``Task.load``). Raises :class:`tr_mlir.TaskError` for bad Task arguments and
         :class:`TorchImportError` if the compiled plan's tensors do not match the import (a bug)."""
         from tr_mlir.task import Task
 
@@ -810,7 +836,16 @@ def _first_line(e: BaseException) -> str:
 
 def _capture(module: Any, example: Any, torch: Any, how: str) -> tuple[list[_Call], Any, Any]:
     """Capture ``module`` on ``example`` (``how``: ``auto``, ``export``, ``fx``) and normalize it.
-    A capture that fails is a :class:`TorchImportError` naming the tracer(s) and their errors."""
+    A capture that fails is a :class:`TorchImportError` naming the tracer(s) and their errors; a
+    module that cannot run on the example at all (its channels or size do not fit ``input_shape``)
+    is one before any tracer tries (their own tracebacks would bury the reason)."""
+    try:
+        with torch.no_grad():
+            module(example)
+    except Exception as e:  # noqa: BLE001 - the user's module refused the input: say so in one line
+        n, c, h, w = tuple(example.shape)
+        raise TorchImportError(f"the module does not run on an input of {h}x{w}x{c} (H x W x C, from input_shape; "
+                               f"the module reads N, C, H, W = {n}, {c}, {h}, {w}): {_first_line(e)}") from None
     errors = []
     if how in ("auto", "export"):
         try:
@@ -979,16 +1014,24 @@ def _parse_hwc(text: str) -> tuple[int, int, int]:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tr_mlir.frontend.torch FILE.py:FACTORY --input-shape H,W,C [--fuse] [--amp]``:
     print the module's tree-form arch IR (``tr-opt`` reads it). Exit 0; 1 with ``error: ...`` on
-    stderr for a missing file, a bad factory or an op that is not representable; 2 for usage."""
+    stderr for a missing file, a bad factory, an op that is not representable or a bad argument."""
     ap = argparse.ArgumentParser(prog="python -m tr_mlir.frontend.torch",
                                  description="Import a PyTorch nn.Module and print its arch IR (tree form).")
     ap.add_argument("model", metavar="FILE.py:FACTORY", help="a Python file and a function returning the module")
     ap.add_argument("--input-shape", type=_parse_hwc, required=True, metavar="H,W,C", help="one sample, NHWC")
     ap.add_argument("--amp", action="store_true", help="record amp on the model")
     ap.add_argument("--fuse", action="store_true", help="record fuse on the model")
+    ap.add_argument("--num-classes", type=int, default=10, metavar="N",
+                    help="passed to FACTORY(num_classes) when it takes an argument, as tr-train does (default 10)")
+
+    def usage_error(message: str) -> NoReturn:
+        print(f"{ap.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(1)
+
+    ap.error = usage_error  # type: ignore[method-assign]  # exit 1 like tr-train and tr-opt, not argparse's 2
     args = ap.parse_args(argv)
     try:
-        imported = from_torch(load_factory(args.model), args.input_shape)
+        imported = from_torch(load_factory(args.model, args.num_classes), args.input_shape)
         print(imported.module(amp=args.amp, fuse=args.fuse))
     except TorchImportError as e:
         print(f"{ap.prog}: error: {e}", file=sys.stderr)

@@ -425,8 +425,8 @@ def explicit_flags(argv: Sequence[str]) -> set[str]:
     return {d for d, v in vars(ns).items() if v is not unset and not (isinstance(defaults[d], list) and v == [])}
 
 
-TRAINING_KEYS: tuple[str, ...] = ("model", "blueprint", "dataset", "batch_size", "optimizer", "lr", "weight_decay",
-                                  "label_smoothing", "warmup", "amp", "fuse", "seed", "drop_last", "augment",
+TRAINING_KEYS: tuple[str, ...] = ("model", "blueprint", "torch_model", "dataset", "batch_size", "optimizer", "lr",
+                                  "weight_decay", "label_smoothing", "warmup", "amp", "fuse", "seed", "drop_last", "augment",
                                   "init", "loss_scaler", "scaler_init", "scaler_growth", "scaler_backoff",
                                   "scaler_interval", "ema", "ema_warmup", "resize_schedule")
 """Options that define a run: fixed by the checkpoint on ``--resume``."""
@@ -1184,8 +1184,13 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         for key in TRAINING_KEYS:
             if key in explicit and getattr(args, key) != cfg.get(key):
                 flag = "--" + key.replace("_", "-")
+                theirs = cfg.get(key)
+                if theirs is None and key in ("model", "blueprint", "torch_model"):
+                    source = next((f"--{k.replace('_', '-')} {cfg[k]}" for k in ("model", "blueprint", "torch_model")
+                                   if cfg.get(k)), "another model")
+                    theirs = f"model ({source})"
                 raise TrainError(f"--resume: {flag} {getattr(args, key)} differs from the checkpoint's "
-                                 f"{cfg.get(key)}; a resumed run keeps its model and training configuration")
+                                 f"{theirs}; a resumed run keeps its model and training configuration")
         for key in TRAINING_KEYS:
             if key in cfg:
                 setattr(args, key, cfg[key])
