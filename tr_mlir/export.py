@@ -102,8 +102,8 @@ def onnx(task: Any, path: str | os.PathLike, *, opset: int = 17) -> Path:
     statistics, dropout is left out (inference). It is built from the task's own ArchPlan, planned
     unfused in fp32 (a fused or AMP task exports the same graph; its fp32 master weights).
 
-    Returns the path written. Raises :class:`ExportError` when ``onnx`` is not importable or the
-    plan holds an op without an ONNX form.
+    Returns the path written. Raises :class:`ExportError` when ``onnx`` is not importable, the
+    plan holds an op without an ONNX form, or ``path`` cannot be written.
     """
     onnx_mod = _need("onnx", "onnx")
     from onnx import TensorProto, helper, numpy_helper
@@ -231,5 +231,8 @@ def onnx(task: Any, path: str | os.PathLike, *, opset: int = 17) -> Path:
     m.ir_version = 8
     onnx_mod.checker.check_model(m)
     path = Path(path)
-    onnx_mod.save(m, str(path))
+    try:
+        onnx_mod.save(m, str(path))
+    except OSError as e:
+        raise ExportError(f"export.onnx: cannot write {path}: {e.strerror or e}") from None
     return path

@@ -1370,7 +1370,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         raise TrainError(f"{source.label} does not fit in memory: {e}; lower --batch-size") from None
     except TaskError as e:
         why = str(e).removeprefix("Task.compile: the compiler rejected the model: ")
-        if task.resize is not None and "differs across variants" in why:
+        if task.resize is not None and ("differs across variants" in why or "tensor count mismatch" in why):
             raise TrainError(f"--resize-schedule {args.resize_schedule}: {source.label} cannot train at several "
                              f"resolutions: {why}") from None
         raise _rejected(source.label, ds, why) from None
