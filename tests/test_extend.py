@@ -535,3 +535,26 @@ def test_plugin_code_failing_later_is_the_plugins_error(tmp_path):
     out = subprocess.run(tr_opt, capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 1
     assert "its descriptor names output tensor 'bad_output', which is not one of its layer plan's tensors" in out.stderr
+
+
+def test_kernel_declares_its_operand_row():
+    with extend.scoped():
+        @extend.kernel("test_row_fwd", writes=["y"], operands=extend.Operands(("x",), ("y",)))
+        def row(x, y):
+            """y = x."""
+            y[...] = x
+
+        from tr_mlir.lowering.operands import OPERANDS
+
+        assert OPERANDS["test_row_fwd"] == extend.Operands(("x",), ("y",))
+        extend.check()
+        with pytest.raises(PluginError, match=r"names \['xx'\], which are not array arguments of bad"):
+            @extend.kernel("test_badrow_fwd", writes=["y"], operands=extend.Operands(("xx",), ("y",)))
+            def bad(x, y):
+                """A row naming an argument the function lacks."""
+        with pytest.raises(PluginError, match="not array arguments"):
+            extend.check()
+        with pytest.raises(PluginError, match="registered twice"):
+            @extend.kernel("conv_fwd", writes=["y"])
+            def again(x, y):
+                """conv_fwd exists."""

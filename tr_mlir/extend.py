@@ -61,7 +61,8 @@ from tr_mlir.archplan_yaml import LAYER_SPECS, LayerSpec, Param, register_yaml_s
 from tr_mlir.dialects import arch
 from tr_mlir.dialects.arch import HWC, LayerOp, register_op, registered_ops
 from tr_mlir.errors import PluginError, TrMlirError
-from tr_mlir.lowering.cpu.registry import KERNELS, KernelSpec, kernel, kernel_name
+from tr_mlir.lowering.cpu.registry import KERNELS, KernelSpec, kernel_name
+from tr_mlir.lowering.cpu.registry import kernel as _cpu_kernel
 from tr_mlir.lowering.operands import OPERANDS, Operands, register_operands
 from tr_mlir.passes import PASSES, register_pass
 from tr_mlir.passes._descriptors import (
@@ -93,8 +94,49 @@ it) that registers when imported (``[project.entry-points."tr_mlir.plugins"] my_
 
 
 # --------------------------------------------------------------------------------------
-# CUDA kernels
+# Kernels
 # --------------------------------------------------------------------------------------
+
+
+def kernel(name: str, *, writes: Sequence[str], operands: Operands | None = None,
+           **options: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Decorator registering a CPU kernel function under ``name`` (the precision-free kernel name:
+    node ops ``NAME_FP32_FWD`` / ``NAME_AMP_FWD`` both bind ``name_fwd``), as the built-in kernels
+    are (:func:`tr_mlir.lowering.cpu.registry.kernel`: arrays are the positional parameters, static
+    params the keyword-only ones; ``writes``, ``workspaces``, ``workspace_fn``,
+    ``target_workspace_fns``, ``kind``, ``also`` in ``options``), and, with ``operands``, its operand
+    row (:func:`register_operands`) in the same place: the kernel and its node interface declared
+    once. Raises :class:`~tr_mlir.errors.PluginError` for a name registered twice, ``writes`` that
+    are not array arguments, or an operand row naming an argument the function does not have.
+    """
+    try:
+        deco = _cpu_kernel(name, writes=writes, **options)
+    except TypeError as e:
+        raise PluginError(f"kernel('{name}'): {e}") from None
+
+    def register(fn: Callable[..., None]) -> Callable[..., None]:
+        try:
+            out = deco(fn)
+        except ValueError as e:
+            raise PluginError(str(e)) from None
+        if operands is not None:
+            for n in (name, *options.get("also", ())):
+                register_operands(n, operands)
+            bad = _row_problems(KERNELS[kernel_name(name)], operands)
+            if bad:
+                raise PluginError(f"kernel('{name}'): its operand row names {bad}, which are not array arguments "
+                                  f"of {fn.__name__} ({list(KERNELS[kernel_name(name)].arrays)})")
+        return out
+
+    return register
+
+
+def _row_problems(spec: KernelSpec, row: Operands) -> list[str]:
+    """The argument names of ``row`` that ``spec``'s function does not take."""
+    names = [a for a in (*row.ins, *row.outs) if a is not None]
+    names += [a.rstrip("*") for a in (*row.in_ranges, *row.out_ranges)]
+    names += [row.host] if row.host else []
+    return [a for a in names if a not in spec.arrays]
 
 
 def register_cuda_kernel(name: str, factory: Callable[[Any], Callable[..., None]]) -> None:
@@ -469,9 +511,12 @@ def check() -> None:
         if name not in OPERANDS and not spec.fn.__module__.startswith("tr_mlir."):
             problems.append(f"kernel '{name}' has no operand row: tr_mlir.extend.register_operands('{name}', "
                             "Operands(...))")
-    for name in OPERANDS:
+    for name, row in OPERANDS.items():
         if name not in KERNELS:
             problems.append(f"operand row '{name}' has no kernel: register one with @tr_mlir.extend.kernel('{name}', ...)")
+        elif _row_problems(KERNELS[name], row):
+            problems.append(f"operand row '{name}' names {_row_problems(KERNELS[name], row)}, which are not array "
+                            f"arguments of its kernel ({list(KERNELS[name].arrays)})")
     for name, entry in PASSES.items():
         if not isinstance(entry, str) and not (isinstance(entry, type) and issubclass(entry, ModulePass)):
             problems.append(f"pass '{name}' is not a ModulePass class")
