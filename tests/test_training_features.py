@@ -294,6 +294,8 @@ def test_resnet8_cifar_resize_and_ema_without_recompiling():
 
 @pytest.mark.parametrize("flags, needle", [
     (["--loss-scaler", "torch"], "--loss-scaler torch needs --amp"),
+    (["--scaler-init", "5"], "set the --loss-scaler torch rule; add --amp --loss-scaler torch"),
+    (["--no-ema-warmup"], "--no-ema-warmup applies to --ema DECAY"),
     (["--amp", "--loss-scaler", "torch", "--scaler-backoff", "1.5"], "--scaler-backoff must be in (0, 1)"),
     (["--amp", "--loss-scaler", "torch", "--scaler-interval", "0"], "--scaler-interval must be an integer >= 1"),
     (["--ema", "1.0"], "--ema must be a decay in [0, 1)"),

@@ -469,8 +469,13 @@ def _check_args(a: argparse.Namespace) -> None:
                              .replace("GradScaler: growth_factor", "--scaler-growth")
                              .replace("GradScaler: backoff_factor", "--scaler-backoff")
                              .replace("GradScaler: growth_interval", "--scaler-interval")) from None
+    elif (a.scaler_init, a.scaler_growth, a.scaler_backoff, a.scaler_interval) != (65536.0, 2.0, 0.5, 2000):
+        raise TrainError("--scaler-init / --scaler-growth / --scaler-backoff / --scaler-interval set the "
+                         "--loss-scaler torch rule; add --amp --loss-scaler torch (the seed's rule has no such values)")
     if a.ema is not None and (not math.isfinite(a.ema) or not 0 <= a.ema < 1):
         bad("--ema", "a decay in [0, 1)", a.ema)
+    if a.ema is None and not a.ema_warmup:
+        raise TrainError("--no-ema-warmup applies to --ema DECAY; add --ema (or drop --no-ema-warmup)")
     if a.resize_schedule is not None:
         resize_schedule(a.resize_schedule, a.epochs)
     if a.init == "torch" and getattr(a, "torch_model", None):
