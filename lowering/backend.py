@@ -22,13 +22,14 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from tr_mlir.dialects.memplan import Target
+from tr_mlir.errors import TrMlirError
 from tr_mlir.lowering.cpu import KERNELS, KernelSpec
 
 Launch = Callable[[], None]
 """One bound kernel call: a zero-argument closure over fixed views."""
 
 
-class ArenaTooLargeError(MemoryError):
+class ArenaTooLargeError(TrMlirError, MemoryError):
     """The plan's arena does not fit in the memory available; the message names the bytes needed,
     the bytes available and a batch size that would fit."""
 

@@ -130,13 +130,13 @@ MAX_LINES = 900
 
 OVERSIZED: dict[str, int] = {
     # file -> its size when listed: the cap until it is split (lower it when the file shrinks)
-    "tr_mlir/tools/tr_train.py": 1620,  # grew with --plugin and the issue-17 flags; split next
+    "tr_mlir/tools/tr_train.py": 1630,  # grew with --plugin and the issue-17 flags; split next
     "dialects/memplan.py": 1430,
     "dialects/arch.py": 1408,
     "tr_mlir/tools/tr_opt.py": 1360,
     "tr_mlir/blueprint.py": 1010,
-    "tr_mlir/task.py": 1185,  # grew with plugins= and EMA / resize / GradScaler; split next
-    "tr_mlir/frontend/torch.py": 1000,
+    "tr_mlir/task.py": 1194,  # grew with plugins= and EMA / resize / GradScaler; split next
+    "tr_mlir/frontend/torch.py": 1043,  # grew with the naming kept in checkpoints and the run check
     # the thread pool, C worker, GEMM splitting and bit-identity probes share module globals that
     # the tests monkeypatch (_cgemm, _contended, IMBALANCE, MAX_WORKERS, ...): a split needs the
     # tests to patch the new modules; its C source already moved out (_split_gemm.c)
@@ -166,11 +166,6 @@ def test_source_files_stay_under_the_size_cap():
 
 NOT_ROOTED: dict[str, str] = {
     # module.Class -> why it does not derive from TrMlirError
-    "tr_mlir.lowering.backend.ArenaTooLargeError":
-        "a user-facing error, but Task.compile turns every TrMlirError raised while building the "
-        "executable into a TaskError (tr_mlir/task.py, 'except (ExecutableError, TrMlirError)'), "
-        "which would lose its documented type (a MemoryError, tests/test_fuzz_checkpoints.py); "
-        "root it once task.py re-raises it first",
     "tr_mlir.lowering.cpu._cc.CompileError":
         "the C compiler rejected a generated kernel: a bug of tr-mlir, not the user's",
     "tr_mlir.lowering.cuda.device.CaptureAllocationError":

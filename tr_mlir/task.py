@@ -501,10 +501,13 @@ class Task:
         except (DiagnosticException, PassFailedException, VerifyException) as e:
             raise TaskError(f"Task.compile: the compiler rejected the model: {e}") from e
         self.module = module
+        from tr_mlir.lowering.backend import ArenaTooLargeError as _ArenaTooLarge
         from tr_mlir.lowering.executable import ExecutableError
 
         try:
             exe = Executable(module, backend=backend, seed=self.seed, decay_all=self.optimizer.decay_all)
+        except _ArenaTooLarge:
+            raise  # keeps its documented type (a MemoryError naming a batch size that fits)
         except (ExecutableError, TrMlirError) as e:
             raise TaskError(f"Task.compile: the {backend.name} backend cannot run the model: {e}") from e
         self.exe, self.train_size, self.val_size = exe, train_size, val_size
