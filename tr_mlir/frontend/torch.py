@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import inspect
 import linecache
 import operator
@@ -947,20 +946,12 @@ def load_factory(spec: str, num_classes: int | None = None) -> Any:
     path = Path(file_text)
     if not file_text or not func_name:
         raise TorchImportError(f"expected FILE.py:FACTORY, got '{spec}'")
-    if not path.is_file():
-        raise TorchImportError(f"no such file: {path}")
-    name = f"_tr_torch_model_{abs(hash(str(path.resolve())))}"
+    from tr_mlir.pyfile import PythonFileError, import_file
+
     try:
-        mspec = importlib.util.spec_from_file_location(name, path)
-        if mspec is None or mspec.loader is None:
-            raise TorchImportError(f"cannot import {path} (not a Python file?)")
-        mod = importlib.util.module_from_spec(mspec)
-        sys.modules[name] = mod
-        mspec.loader.exec_module(mod)
-    except TorchImportError:
-        raise
-    except (Exception, SystemExit) as e:
-        raise TorchImportError(f"importing {path} failed: {type(e).__name__}: {e}") from None
+        mod = import_file(path, "_tr_torch_model_")
+    except PythonFileError as e:
+        raise TorchImportError(str(e)) from None
     fn = getattr(mod, func_name, None)
     if fn is None or not callable(fn):
         raise TorchImportError(f"{path} defines no function '{func_name}'")

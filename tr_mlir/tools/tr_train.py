@@ -121,7 +121,6 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
-import importlib.util
 import inspect
 import json
 import math
@@ -138,6 +137,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tr_mlir.errors import TrMlirError
+from tr_mlir.pyfile import PythonFileError, import_file, user_frame
 
 PROG = "tr-train"
 
@@ -539,17 +539,6 @@ def zoo_source(name: str) -> ModelSource:
                        spec.blueprint)
 
 
-def _user_frame(exc: BaseException, path: Path) -> str:
-    """``file:line`` of the innermost traceback frame inside ``path`` (or '' when none)."""
-    where = ""
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if Path(frame.filename).resolve() == path.resolve():
-            where = f"{path}:{frame.lineno}: "
-    if isinstance(exc, SyntaxError) and exc.lineno is not None:
-        where = f"{path}:{exc.lineno}: "
-    return where
-
-
 def blueprint_source(spec: str) -> ModelSource:
     """Import ``FILE.py:FUNC`` (module doc); :class:`TrainError` for a missing or broken file, a
     missing or non-callable FUNC, or a call that fails or returns something else than a layer
@@ -560,21 +549,11 @@ def blueprint_source(spec: str) -> ModelSource:
     path = Path(file_text)
     if not file_text or not func_name:
         raise TrainError(f"--blueprint expects FILE.py:FUNC, got '{spec}'")
-    if not path.is_file():
-        raise TrainError(f"--blueprint: no such file: {path}")
-    module_name = f"_tr_train_blueprint_{abs(hash(str(path.resolve())))}"
     try:
-        mod_spec = importlib.util.spec_from_file_location(module_name, path)
-        if mod_spec is None or mod_spec.loader is None:
-            raise TrainError(f"--blueprint: cannot import {path} (not a Python file?)")
-        module = importlib.util.module_from_spec(mod_spec)
-        sys.modules[module_name] = module
-        mod_spec.loader.exec_module(module)
-    except TrainError:
-        raise
-    except (Exception, SystemExit) as e:  # the user's module may raise anything, or exit, while importing
-        raise TrainError(f"--blueprint: importing {path} failed: {_user_frame(e, path)}"
-                         f"{type(e).__name__}: {e}") from None
+        module = import_file(path, "_tr_train_blueprint_")
+    except PythonFileError as e:
+        raise TrainError(f"--blueprint: {e}") from None
+    module_name = module.__name__
     func = getattr(module, func_name, None)
     if func is None:
         names = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
@@ -593,7 +572,7 @@ def blueprint_source(spec: str) -> ModelSource:
             return func(num_classes) if takes_classes else func()
         except (Exception, SystemExit) as e:  # sys.exit() in FUNC must not end tr-train silently
             raise TrainError(f"--blueprint: {func_name}({num_classes if takes_classes else ''}) failed: "
-                             f"{_user_frame(e, path)}{type(e).__name__}: {e}") from None
+                             f"{user_frame(e, path)}{type(e).__name__}: {e}") from None
 
     def split(result: Any) -> tuple[Any, tuple[int, int, int] | None]:
         if isinstance(result, Layer):
