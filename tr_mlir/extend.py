@@ -84,7 +84,7 @@ __all__ = [
     "TrMlirError", "chain_descriptor", "check", "fused_op", "fusion_pass", "kernel", "load_plugin", "load_plugins",
     "loaded_plugins", "reads_model_input", "register_cuda_kernel", "register_descriptor", "register_fused_chain",
     "register_fusion_step", "register_op", "register_operands", "register_pass", "register_yaml_spec",
-    "plugin_frame", "plugin_spec", "replace_ops", "rewrite_models", "scoped",
+    "plugin_frame", "plugin_spec", "registered_ops", "replace_ops", "rewrite_models", "scoped",
 ]
 
 ENTRY_POINT_GROUP = "tr_mlir.plugins"
@@ -387,19 +387,14 @@ def chain_descriptor(op: type[FusedChainOp]) -> Descriptor:
                 grads.append(lp.add(f"{outputs[i]}_grad", ctx.gslot, t.dtype, t.shape))
             else:
                 grads.append(outputs[i])
-        for i, p in enumerate(plans):
-            m = dict(names[i])
-            m["$x"] = "$x" if i == 0 else outputs[i - 1]
-            m["$dy"] = "$dy" if i == len(plans) - 1 else grads[i]
-            m["$dx"] = "$dx" if i == 0 else grads[i - 1]
-            lp.forward += [_rename(q, m, sub_params[i]) for q in p.forward]
-            lp.inference += [_rename(q, m, sub_params[i]) for q in p.inference]
-        for i in reversed(range(len(plans))):
-            m = dict(names[i])
-            m["$x"] = "$x" if i == 0 else outputs[i - 1]
-            m["$dy"] = "$dy" if i == len(plans) - 1 else grads[i]
-            m["$dx"] = "$dx" if i == 0 else grads[i - 1]
-            lp.backward += [_rename(q, m, sub_params[i]) for q in plans[i].backward]
+        last = len(plans) - 1
+        wiring = [{**names[i], "$x": "$x" if i == 0 else outputs[i - 1], "$dy": "$dy" if i == last else grads[i],
+                   "$dx": "$dx" if i == 0 else grads[i - 1]} for i in range(len(plans))]
+        for i, p in enumerate(plans):  # forward and inference in chain order
+            lp.forward += [_rename(q, wiring[i], sub_params[i]) for q in p.forward]
+            lp.inference += [_rename(q, wiring[i], sub_params[i]) for q in p.inference]
+        for i in reversed(range(len(plans))):  # backward in reverse
+            lp.backward += [_rename(q, wiring[i], sub_params[i]) for q in plans[i].backward]
         return lp
 
     build.__doc__ = f"{op.name}: the composed descriptors of {[c.name for c in chain]}."
@@ -703,4 +698,3 @@ def scoped() -> Iterator[None]:
         arch._REGISTERED[:] = ops
 
 
-_ = (TensorDesc, registered_ops, Mapping)  # re-exported names and helpers used in the docs
