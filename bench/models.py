@@ -6,7 +6,12 @@ Throughput models (section 2 of ``bench/README.md``):
 * ``lenet5``: LeNet-5 with tanh (:func:`tr_mlir.zoo.lenet5`), batch 128, 32x32x1;
 * ``resnet18_cifar``: the usual CIFAR ResNet-18 (He et al. 2015 widths 64..512, two basic blocks
   per stage, a 3x3 stride-1 stem without max pooling, as in most CIFAR-10 training code), batch
-  64, 32x32x3. Built here; the zoo has only the ImageNet ResNet-18.
+  64, 32x32x3. Built here; the zoo has only the ImageNet ResNet-18. ``resnet18_cifar_unfused``:
+  the same network compiled with ``fuse=False`` (one arch op per conv, BN, ReLU and add);
+* ``resnet50``: the zoo's ImageNet ResNet-50 (:func:`tr_mlir.zoo.resnet50`), batch 8, 224x224x3;
+* ``mobilenet_v2``: the zoo's MobileNetV2 (:func:`tr_mlir.zoo.mobilenet_v2`, ImageNet strides)
+  on a CIFAR-sized 32x32x3 input with 10 classes, batch 32 (its depthwise convs and 1x1
+  expansions at small spatial sizes: the opposite end from ResNet-50's large GEMMs).
 
 :func:`torch_model` builds the PyTorch twin of any BluePrint from the unfused fp32 ArchPlan (the
 flat ``arch.model``), one ``torch.nn`` module per ``arch`` op class (:data:`TORCH_LAYERS`), so the
@@ -39,13 +44,16 @@ def resnet18_cifar(num_classes: int = 10) -> Layer:
 
 @dataclass(frozen=True)
 class BenchModel:
-    """A throughput model: its BluePrint builder, input (H, W, C), classes and batch size."""
+    """A throughput model: its BluePrint builder, input (H, W, C), classes, batch size, and
+    whether tr-mlir compiles it with the ArchPlan fusions (``fuse``; the PyTorch twin is the
+    same either way)."""
 
     name: str
     builder: Callable[[int], Layer]
     input_shape: tuple[int, int, int]
     num_classes: int
     batch: int
+    fuse: bool = True
 
     def blueprint(self) -> Layer:
         return self.builder(self.num_classes)
@@ -56,6 +64,9 @@ THROUGHPUT_MODELS: dict[str, BenchModel] = {
         BenchModel("mlp", zoo.mlp, (28, 28, 1), 10, 200),
         BenchModel("lenet5", zoo.lenet5, (32, 32, 1), 10, 128),
         BenchModel("resnet18_cifar", resnet18_cifar, (32, 32, 3), 10, 64),
+        BenchModel("resnet18_cifar_unfused", resnet18_cifar, (32, 32, 3), 10, 64, fuse=False),
+        BenchModel("resnet50", zoo.resnet50, (224, 224, 3), 1000, 8),
+        BenchModel("mobilenet_v2", zoo.mobilenet_v2, (32, 32, 3), 10, 32),
     )
 }
 """Section 2's models with the issue's batch sizes."""

@@ -17,22 +17,68 @@ import sys
 import time
 
 
-def kernel_table(task, repeat: int) -> list[tuple[float, str, dict]]:
-    """``(best seconds, kernel name, array shapes)`` for every kernel call of one training step."""
+def timed_launches(task, repeat: int):
+    """``(best seconds, launch)`` for every kernel call of one training step of ``task`` (slot A),
+    each call run ``repeat`` times on its own."""
     r = task.runner
     graphs = r._pre[(0, "a")] + r._post[(0, "a", False)]
-    rows = []
     for launch in (g for graph in graphs for g in graph.launches):
         best = float("inf")
         for _ in range(repeat):
             t0 = time.perf_counter()
             launch()
             best = min(best, time.perf_counter() - t0)
+        yield best, launch
+
+
+def kernel_table(task, repeat: int) -> list[tuple[float, str, dict]]:
+    """``(best seconds, kernel name, array shapes)`` for every kernel call of one training step."""
+    rows = []
+    for best, launch in timed_launches(task, repeat):
         kw = getattr(launch, "keywords", {})
         shapes = {k: tuple(v.shape) for k, v in kw.items() if hasattr(v, "shape") and v.size > 1
                   and k not in ("col", "wbuf", "ybuf", "xbuf", "tmp", "eq", "acc")}
         rows.append((best, getattr(getattr(launch, "func", None), "__name__", repr(launch)), shapes))
     return rows
+
+
+FAMILY_OF_MODULE = {"conv": "conv", "norm": "batch norm", "activation": "activation", "dense": "fc / add / reshape",
+                    "pool": "pooling", "loss": "loss", "optim": "optimizer", "ranges": "ranges (clear, copy, checks)",
+                    "dropout": "dropout", "fused": "fused"}
+"""Kernel family of a CPU kernel, from the module of ``tr_mlir.lowering.cpu`` that defines it."""
+
+CONV_ALGO_PARAMS = ("algo", "algo_dgrad", "algo_wgrad")
+"""The static params of the conv kernels that carry the compiler's algorithm choice, per direction."""
+
+
+def kernel_family(fn) -> str:
+    """The family of a kernel function (:data:`FAMILY_OF_MODULE`; its module's last name otherwise)."""
+    module = getattr(fn, "__module__", "") or ""
+    last = module.rsplit(".", 1)[-1]
+    return FAMILY_OF_MODULE.get(last, last or "other")
+
+
+def step_breakdown(task, repeat: int = 1) -> dict:
+    """Where one training step of ``task`` goes: ``families`` maps each kernel family to its
+    fraction of the summed kernel time (each launch timed on its own, best of ``repeat``: the
+    kernels' cost without Python dispatch, so the fractions add up to 1); ``conv_algorithms``
+    counts the conv launches per direction and algorithm, read from their static params
+    (:data:`CONV_ALGO_PARAMS`; ``"auto"`` where the kernel chooses at run time)."""
+    per: dict[str, float] = collections.defaultdict(float)
+    algos: dict[str, dict[str, int]] = collections.defaultdict(lambda: collections.defaultdict(int))
+    for best, launch in timed_launches(task, repeat):
+        fn = getattr(launch, "func", launch)
+        family = kernel_family(fn)
+        per[family] += best
+        if family == "conv":
+            kw = getattr(launch, "keywords", {})
+            name = getattr(fn, "__name__", "conv")
+            directions = ("fwd",) if name.endswith(("_fwd", "_inf")) else ("dgrad", "wgrad")
+            for d, param in zip(directions, ("algo",) if directions == ("fwd",) else CONV_ALGO_PARAMS[1:]):
+                algos[d][str(kw.get(param, "auto"))] += 1
+    total = sum(per.values()) or 1.0
+    return {"families": {k: v / total for k, v in sorted(per.items(), key=lambda kv: -kv[1])},
+            "kernel_s": total, "conv_algorithms": {d: dict(v) for d, v in algos.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     with threadpool_limits(args.threads):
         data = load_dataset("synthetic", input_shape=m.input_shape, num_classes=m.num_classes,
                             train_size=m.batch, val_size=1)
-        ours = _Ours(m, data.train_x[:m.batch], data.train_y[:m.batch], True)
+        ours = _Ours(m, data.train_x[:m.batch], data.train_y[:m.batch], m.fuse)
         ours.step()
         ours.step()
         t0 = time.perf_counter()

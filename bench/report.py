@@ -72,7 +72,37 @@ def _throughput_one(t: dict[str, Any]) -> str:
                       "torch % of peak", "timed steps"])
             + f"\n\n{t['threads']} thread(s). fp32 GEMM peak ({peak['n']}^3, best before/after the models): "
               f"np.matmul {peak['numpy_flops'] / 1e9:.1f} GFLOP/s, torch.mm {peak['torch_flops'] / 1e9:.1f} GFLOP/s. "
-              f"Thread pools: {blas}.")
+              f"Thread pools: {blas}."
+            + _breakdown_table(t["models"]))
+
+
+BREAKDOWN_FAMILIES = ("conv", "batch norm", "activation", "fc / add / reshape", "pooling", "optimizer")
+"""The kernel families given a column of their own in the breakdown table (the rest: "other")."""
+
+
+def _algo_mix(mix: dict[str, int]) -> str:
+    return ", ".join(f"{a} {n}" for a, n in sorted(mix.items(), key=lambda kv: -kv[1])) or "-"
+
+
+def _breakdown_table(models: list[dict[str, Any]]) -> str:
+    """Per model: the share of tr-mlir's kernel time per family and the conv algorithm mix
+    (``breakdown`` of :func:`bench.throughput.measure`; absent in older results)."""
+    rows = []
+    for m in models:
+        b = m.get("breakdown")
+        if not b:
+            continue
+        fam = b["families"]
+        other = 1.0 - sum(fam.get(f, 0.0) for f in BREAKDOWN_FAMILIES)
+        algos = b.get("conv_algorithms") or {}
+        rows.append([m["model"], *(f"{100 * fam.get(f, 0.0):.1f}%" for f in BREAKDOWN_FAMILIES),
+                     f"{100 * max(other, 0.0):.1f}%",
+                     *(_algo_mix(algos.get(d, {})) for d in ("fwd", "dgrad", "wgrad"))])
+    if not rows:
+        return ""
+    return ("\n\nWhere tr-mlir's step goes (each kernel launch of one step timed on its own; shares of their sum) "
+            "and the convolution algorithms per direction (launch counts):\n\n"
+            + _t(rows, ["model", *BREAKDOWN_FAMILIES, "other", "conv fwd", "conv dgrad", "conv wgrad"]))
 
 
 def _x(r: Any) -> str:

@@ -125,11 +125,16 @@ def _timed(fn: Callable[[], float], n: int, out: list[float]) -> None:
         out.append(time.perf_counter() - t0)
 
 
-def measure(m: BenchModel, *, warmup: int, rounds: int, steps: int, fuse: bool = True) -> dict[str, Any]:
+def measure(m: BenchModel, *, warmup: int, rounds: int, steps: int, fuse: bool | None = None) -> dict[str, Any]:
     """Throughput of one model on both sides (module doc). Returns a dict with the median step
     times, images/s, ratio, FLOPs per step, the losses of the first step (a sanity check: both
-    start near ln(num_classes)) and the timing details."""
+    start near ln(num_classes)), the timing details and ``breakdown``
+    (:func:`bench.profile.step_breakdown`: the fraction of the step per kernel family and the
+    convolution algorithm mix). ``fuse`` None: the model's own (:attr:`BenchModel.fuse`)."""
+    from bench.profile import step_breakdown
     from tr_mlir.data import load_dataset
+
+    fuse = m.fuse if fuse is None else fuse
 
     data = load_dataset("synthetic", input_shape=m.input_shape, num_classes=m.num_classes, train_size=m.batch,
                         val_size=1, seed=0)
@@ -156,6 +161,7 @@ def measure(m: BenchModel, *, warmup: int, rounds: int, steps: int, fuse: bool =
         "first_loss": first, "timed_steps": len(t_ours),
         "tr_mlir_step_times_s": t_ours, "torch_step_times_s": t_ref,
         "nodes_per_step": _nodes_per_step(ours.task),
+        "breakdown": step_breakdown(ours.task),
     }
 
 
