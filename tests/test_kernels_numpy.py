@@ -154,9 +154,15 @@ def test_conv_bad_weight_shape_is_an_error():
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("path", ["c", "numpy"])
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("kind,shape", [("bn2d", (3, 4, 5, 8)), ("bn1d", (6, 1, 1, 8))])
-def test_batch_norm(kind, shape, dtype):
+@pytest.mark.parametrize("kind,shape", [("bn2d", (3, 4, 5, 8)), ("bn1d", (6, 1, 1, 8)), ("bn2d", (16, 8, 8, 40))])
+def test_batch_norm(kind, shape, dtype, path, monkeypatch):
+    """Forward (y, running and saved statistics), backward with dx over x's buffer, and inference,
+    against PyTorch's BatchNorm; fp32 runs the C kernels of ``_cnorm`` (``path`` c; the last shape
+    is split among the kernel threads) or the NumPy code (``TR_MLIR_CC=0``), fp16 always NumPy."""
+    if path == "numpy":
+        monkeypatch.setenv("TR_MLIR_CC", "0")
     rng = np.random.default_rng(1)
     c = shape[-1]
     x = (rnd(rng, shape) * 2 + 0.5).astype(dtype)
@@ -198,6 +204,32 @@ def test_batch_norm(kind, shape, dtype):
     run(f"{kind}_inf", x=x, eq_scale=es, eq_bias=eb, y=yi)
     ref = bn(xt.detach())
     check(yi, from_t(ref).reshape(shape), dtype, "bn inference")
+
+
+def test_batch_norm_compiled_dx_over_dy_and_large_mean():
+    """The C backward may write dx over dy (the seed reuses gradient slots); a mean far from 0
+    (100 standard deviations) keeps fp32 accuracy (float64 sums, module doc of ``_cnorm``)."""
+    from tr_mlir.lowering.cpu import _cc
+
+    if not _cc.available():
+        pytest.skip(f"no C compiler: {_cc.reason()}")
+    rng = np.random.default_rng(5)
+    shape, c = (8, 6, 6, 24), 24
+    x = rnd(rng, shape) + 100
+    gamma, beta = rnd(rng, c) + 1, rnd(rng, c)
+    y, sm, si = np.zeros(shape, F32), np.zeros(c, F32), np.zeros(c, F32)
+    run("bn2d_fwd", x=x, eps=1e-5, momentum=0.1, gamma=gamma, beta=beta, running_mean=np.zeros(c, F32),
+        running_var=np.ones(c, F32), y=y, save_mean=sm, save_istd=si)
+    xt = torch.tensor(x.astype(np.float64).transpose(0, 3, 1, 2), requires_grad=True)
+    yt = F.batch_norm(xt, None, None, torch.tensor(gamma, dtype=torch.float64),
+                      torch.tensor(beta, dtype=torch.float64), True, 0.1, 1e-5)
+    check(y, yt.detach().numpy().transpose(0, 2, 3, 1), F32, "bn y, mean 100")
+    dy = rnd(rng, shape)
+    yt.backward(torch.tensor(dy.astype(np.float64).transpose(0, 3, 1, 2)))
+    buf = dy.copy()
+    run("bn2d_bwd", x=x, dy=buf, gamma=gamma, save_mean=sm, save_istd=si, dgamma=np.zeros(c, F32),
+        dbeta=np.zeros(c, F32), dx=buf)
+    check(buf, xt.grad.numpy().transpose(0, 2, 3, 1), F32, "bn dx over dy, mean 100")
 
 
 def test_bn_running_stats_over_steps_match_batchnorm2d():

@@ -15,13 +15,17 @@ fp16 (AMP) activations get fp32 statistics and no temporary of activation size e
 activations (:data:`SPLIT_ELEMENTS`) are shared out among the kernel threads by blocks of rows,
 each reduction keeping one C-element partial per thread, summed in thread order. Parameters,
 running statistics and saved statistics are fp32 arrays of C elements (any shape, e.g. (1, 1, 1, C)).
+
+fp32 activations run the C kernels of :mod:`._cnorm` where a C compiler is available (two passes
+over memory each way, float64 sums, as PyTorch's CPU kernels accumulate); fp16 ones (AMP), and
+every array when ``TR_MLIR_CC=0``, the NumPy code here.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import _parallel
+from . import _cnorm, _parallel
 from ._util import CHUNK, F32, chunks, row_chunks, rows2d, scalar
 from .registry import kernel
 
@@ -69,26 +73,39 @@ def _reduce(m: int, c: int, body, *outs: np.ndarray) -> None:
             np.add(o, a, out=o)
 
 
+def _numpy_stats(x2: np.ndarray, mean: np.ndarray, acc: np.ndarray) -> np.ndarray:
+    """The NumPy statistics of (M, C) ``x2``: its mean into ``mean``, the sum of centered squares
+    into ``acc``; returns the biased variance (fp32 sums per row block, blocks in thread order)."""
+    m, c = x2.shape
+
+    def total(lo: int, hi: int, out, step: int) -> None:
+        np.add.reduce(x2[lo:hi], axis=0, dtype=F32, out=out[0])
+
+    _reduce(m, c, total, mean)
+    mean *= 1.0 / m
+
+    def squares(lo: int, hi: int, out, step: int) -> None:
+        for r in chunks(hi - lo, step):
+            t = x2[lo + r.start:lo + r.stop] - mean
+            t *= t
+            np.add(out[0], t.sum(axis=0, dtype=F32), out=out[0])
+
+    _reduce(m, c, squares, acc)
+    return acc * (1.0 / m)
+
+
 def bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps, momentum) -> None:
     """Training-mode batch norm (see the module doc); ``y`` may be ``x``'s buffer."""
     x2, y2 = rows2d(x), rows2d(y)
     m, c = x2.shape
     mean, istd = _vec(save_mean), _vec(save_istd)
-
-    def total(lo: int, hi: int, acc, step: int) -> None:
-        np.add.reduce(x2[lo:hi], axis=0, dtype=F32, out=acc[0])
-
-    _reduce(m, c, total, mean)
-    mean *= 1.0 / m
-
-    def squares(lo: int, hi: int, acc, step: int) -> None:
-        for r in chunks(hi - lo, step):
-            t = x2[lo + r.start:lo + r.stop] - mean
-            t *= t
-            np.add(acc[0], t.sum(axis=0, dtype=F32), out=acc[0])
-
-    _reduce(m, c, squares, istd)
-    var = istd * (1.0 / m)
+    compiled = _cnorm.usable(x2, y2)
+    if compiled:
+        mean64, var64 = _cnorm.batch_stats(x2)
+        mean[...] = mean64
+        var = var64.astype(F32)
+    else:
+        var = _numpy_stats(x2, mean, istd)
     mom = scalar(momentum)
     rm, rv = _vec(running_mean), _vec(running_var)
     rm *= 1.0 - mom
@@ -100,6 +117,9 @@ def bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, sa
     np.reciprocal(istd, out=istd)
     scale = _vec(gamma) * istd
     shift = _vec(beta) - mean * scale
+    if compiled:
+        _cnorm.apply(x2, y2, np.ascontiguousarray(scale, dtype=F32), np.ascontiguousarray(shift, dtype=F32))
+        return
 
     def normalize(lo: int, hi: int, w: int, step: int) -> None:
         for r in chunks(hi - lo, step):
@@ -121,6 +141,9 @@ def bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta) -> None:
     m, c = x2.shape
     mean, istd = _vec(save_mean), _vec(save_istd)
     dg, db = _vec(dgamma), _vec(dbeta)
+    if _cnorm.usable(x2, dy2, None if dx is None else dx):
+        _compiled_backward(dy2, x2, _vec(gamma), mean, istd, None if dx is None else rows2d(dx), dg, db)
+        return
 
     def grads(lo: int, hi: int, acc, step: int) -> None:
         for r in chunks(hi - lo, step):
@@ -151,6 +174,25 @@ def bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta) -> None:
             dx2[sl] = t
 
     _blocks(m, c, input_grad)
+
+
+def _compiled_backward(dy2, x2, gamma, mean, istd, dx2, dg, db) -> None:
+    """:func:`bn_backward` with the C kernels of :mod:`._cnorm` (fp32 (M, C) arrays): the sums in
+    double, then ``dx = k * dy - k * istd * mdg * (x - mean) - k * mdb`` with ``k = gamma * istd``,
+    ``mdb = dbeta / M``, ``mdg = dgamma / M`` (the same formula)."""
+    m = x2.shape[0]
+    sdy, sdyx = _cnorm.backward_sums(dy2, x2)
+    istd64 = istd.astype(np.float64)
+    dg64 = istd64 * (sdyx - mean.astype(np.float64) * sdy)
+    db[...] = sdy
+    dg[...] = dg64
+    if dx2 is None:
+        return
+    k = gamma.astype(np.float64) * istd64
+    a = k.astype(F32)
+    b = (-k * istd64 * dg64 / m).astype(F32)
+    c0 = (-k * sdy / m).astype(F32)
+    _cnorm.input_grad(dy2, x2, dx2, a, b, np.ascontiguousarray(mean, dtype=F32), c0)
 
 
 def bn_affine(x, scale, bias, y) -> None:
