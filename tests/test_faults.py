@@ -42,7 +42,8 @@ import numpy as np
 import pytest
 
 from tr_mlir.task import CONFIG_FILE, SAVE_PAUSE_ENV, STATE_FILE, Task
-from tr_mlir.tools.tr_train import RUN_STATE_FILE, load_run_state
+from tr_mlir.tools.train_options import RUN_STATE_FILE
+from tr_mlir.tools.train_outputs import load_run_state
 
 SEED = 15
 EPOCHS = 5

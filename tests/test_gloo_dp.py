@@ -34,7 +34,7 @@ import gloo_dp_worker as worker  # noqa: E402  (tests/ is on sys.path: rootdir c
 
 from tr_mlir.lowering import gloo  # noqa: E402
 from tr_mlir.lowering.distributed import DistributedError, FakeComm, run_ranks  # noqa: E402
-from tr_mlir.tools.tr_train import load_run_state  # noqa: E402
+from tr_mlir.tools.train_outputs import load_run_state  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 120

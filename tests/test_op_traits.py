@@ -41,7 +41,8 @@ from tr_mlir.passes.arch_deduce_shapes import deduce_shapes
 from tr_mlir.passes.arch_expand import record_channels
 from tr_mlir.passes.arch_normalize_flatten import normalize_flatten
 from tr_mlir.passes.arch_rename_bn import ArchRenameBnPass
-from tr_mlir.tools.tr_train import has_spatial_reader, plan_table
+from tr_mlir.tools.train_inputs import has_spatial_reader
+from tr_mlir.tools.train_outputs import plan_table
 
 # --------------------------------------------------------------------------------------
 # Declarations on the built-in ops

@@ -7,6 +7,7 @@ cannot import and an exception while importing it alike, with the user's own ``f
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import sys
 import traceback
 from pathlib import Path
@@ -17,6 +18,33 @@ from tr_mlir.errors import TrMlirError
 
 class PythonFileError(TrMlirError):
     """A user's Python file that cannot be imported; the message names the file (and the line)."""
+
+
+def split_spec(spec: str) -> tuple[Path, str] | None:
+    """``FILE.py:NAME`` -> ``(Path('FILE.py'), 'NAME')`` (split at the last colon); None when
+    either part is empty."""
+    file_text, _, name = spec.rpartition(":")
+    return (Path(file_text), name) if file_text and name else None
+
+
+def import_spec(spec: str, prefix: str, placeholder: str = "NAME") -> tuple[Path, ModuleType, str]:
+    """Import the file of ``FILE.py:NAME`` (:func:`import_file` with ``prefix``): returns the
+    path, the module and NAME. Raises :class:`PythonFileError`: ``expected FILE.py:<placeholder>,
+    got 'SPEC'`` for a spec without both parts, else as :func:`import_file`."""
+    parts = split_spec(spec)
+    if parts is None:
+        raise PythonFileError(f"expected FILE.py:{placeholder}, got '{spec}'")
+    path, name = parts
+    return path, import_file(path, prefix), name
+
+
+def takes_arguments(fn, *, unknown: bool) -> bool:
+    """Whether ``fn`` declares parameters (``unknown`` when its signature cannot be read, as for
+    some builtins)."""
+    try:
+        return bool(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return unknown
 
 
 def user_frame(exc: BaseException, path: Path) -> str:

@@ -190,7 +190,7 @@ def save_pause(point: str, where: Path) -> None:
     up to the first dot: ``last`` for ``last.tmp``), print ``tr-mlir: save pause <point> <where>``
     on stderr and sleep ``SECONDS``. The points, in order: :meth:`Task.save`'s
     ``task-state-written``, ``task-config-written``, ``task-state-renamed``; tr-train's checkpoint
-    save (:func:`tr_mlir.tools.tr_train.save_checkpoint`) adds ``run-task-saved``,
+    save (:func:`tr_mlir.tools.train_outputs.save_checkpoint`) adds ``run-task-saved``,
     ``run-state-written``, ``run-old-moved`` and ``run-swapped``. A malformed value does nothing."""
     spec = os.environ.get(SAVE_PAUSE_ENV)
     if not spec:

@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import linecache
 import operator
 import sys
@@ -942,23 +941,16 @@ def load_factory(spec: str, num_classes: int | None = None) -> Any:
     one is given); returns the ``nn.Module``. Raises :class:`TorchImportError` naming the problem
     (no such file, import failure with its line, no such factory, a result that is no module)."""
     torch = _torch()
-    file_text, _, func_name = spec.rpartition(":")
-    path = Path(file_text)
-    if not file_text or not func_name:
-        raise TorchImportError(f"expected FILE.py:FACTORY, got '{spec}'")
-    from tr_mlir.pyfile import PythonFileError, import_file
+    from tr_mlir.pyfile import PythonFileError, import_spec, takes_arguments
 
     try:
-        mod = import_file(path, "_tr_torch_model_")
+        path, mod, func_name = import_spec(spec, "_tr_torch_model_", "FACTORY")
     except PythonFileError as e:
         raise TorchImportError(str(e)) from None
     fn = getattr(mod, func_name, None)
     if fn is None or not callable(fn):
         raise TorchImportError(f"{path} defines no function '{func_name}'")
-    try:
-        takes = bool(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        takes = False
+    takes = takes_arguments(fn, unknown=False)
     try:
         result = fn(num_classes) if takes and num_classes is not None else fn()
     except (Exception, SystemExit) as e:
@@ -969,11 +961,12 @@ def load_factory(spec: str, num_classes: int | None = None) -> Any:
 
 
 def train_source(spec: str) -> Any:
-    """``tr-train --torch-model FILE.py:FACTORY``: a :class:`tr_mlir.tools.tr_train.ModelSource`
+    """``tr-train --torch-model FILE.py:FACTORY``: a :class:`tr_mlir.tools.train_inputs.ModelSource`
     whose ``build_for(num_classes, (H, W, C))`` imports the module for the dataset's shape and class
     count and returns the :class:`TorchModel` (the Task is made with its weights). Errors are
     ``TrainError`` s (``tr-train: error: ...``, exit 1)."""
-    from tr_mlir.tools.tr_train import ModelSource, TrainError
+    from tr_mlir.tools.train_inputs import ModelSource
+    from tr_mlir.tools.train_options import TrainError
 
     def build_for(num_classes: int, shape: tuple[int, int, int]) -> TorchModel:
         try:
