@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
 from xdsl.dialects import test as xdsl_test
 from xdsl.ir import SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker
@@ -225,7 +225,7 @@ def test_rewrite_models_keeps_dead_ops_and_visits_every_model():
     n.x = r
     first = n.done()
     n2, _ = conv_bn_relu()
-    n2.model.properties["sym_name"] = arch.StringAttr("second")
+    n2.model.properties["sym_name"] = StringAttr("second")
     second = n2.done()
     module = ModuleOp([first.ops.first.clone(), second.ops.first.clone()])
     rewrite_models(module, FuseChain(CONV_BN_RELU, build_cbr))
@@ -359,7 +359,7 @@ def test_mark_first_layer():
     assert module.ops.first.first_layer.value.data == 0
     empty = ModuleOp([arch.ModelOp("empty", (1, 1, 1), 1)])
     empty.ops.first.body.block.add_op(arch.OutputOp(empty.ops.first.input_value))
-    empty.ops.first.properties["first_layer"] = arch.IntegerAttr(0, arch.i64)
+    empty.ops.first.properties["first_layer"] = IntegerAttr(0, i64)
     ArchMarkFirstLayerPass().apply(None, empty)
     assert empty.ops.first.first_layer is None
     empty.verify()

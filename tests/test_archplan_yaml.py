@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
 from xdsl.ir import SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
@@ -74,7 +74,7 @@ class Net:
     def done(self, first_layer: int | None = 0) -> ModuleOp:
         self.block.add_op(arch.OutputOp(self.x))
         if first_layer is not None:
-            self.model.properties["first_layer"] = arch.IntegerAttr(first_layer, arch.i64)
+            self.model.properties["first_layer"] = IntegerAttr(first_layer, i64)
         module = ModuleOp([self.model])
         module.verify()
         return module
@@ -332,15 +332,15 @@ def test_first_layer_index_is_positional_over_markers():
     text = to_yaml(module)
     assert "first_layer_index: 0\n" in text
     assert model_of(from_yaml(text)).first_layer.value.data == 0
-    model_of(module).properties["first_layer"] = arch.IntegerAttr(3, arch.i64)  # the tanh
+    model_of(module).properties["first_layer"] = IntegerAttr(3, i64)  # the tanh
     text = to_yaml(module)
     assert "first_layer_index: 5\n" in text  # Start, Identity, ScEnd, ReLU, End, Tanh
     assert model_of(from_yaml(text)).first_layer.value.data == 3
-    model_of(module).properties["first_layer"] = arch.IntegerAttr(2, arch.i64)  # the add
+    model_of(module).properties["first_layer"] = IntegerAttr(2, i64)  # the add
     text = to_yaml(module)
     assert "first_layer_index: 4\n" in text  # its Add2End
     assert model_of(from_yaml(text)).first_layer.value.data == 2
-    model_of(module).properties["first_layer"] = arch.IntegerAttr(1, arch.i64)  # the relu
+    model_of(module).properties["first_layer"] = IntegerAttr(1, i64)  # the relu
     text = to_yaml(module)
     assert "first_layer_index: 2\n" in text  # moved left over the Add2ShortcutEnd
     assert model_of(from_yaml(text)).first_layer.value.data == 1
