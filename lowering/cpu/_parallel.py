@@ -390,6 +390,25 @@ def _find_sgemm():
     return None
 
 
+_sgemm_found: list = []
+
+
+def sgemm_address() -> tuple[int, bool] | None:
+    """(address of NumPy's OpenBLAS ``cblas_sgemm``, ILP64?) for compiled kernels that call the
+    GEMM themselves (:mod:`._cwinograd`), or None (another BLAS); looked up once per process.
+    Call it on a thread holding OpenBLAS at one thread (:func:`run` with two or more tasks,
+    or :func:`one_thread`)."""
+    if not _sgemm_found:
+        _sgemm_found.append(_find_sgemm() if _controller() else None)
+    return _sgemm_found[0]
+
+
+def one_thread() -> _BlasHold:
+    """A context manager holding OpenBLAS at one thread (what :func:`run` does around a split),
+    for a compiled kernel that calls ``cblas_sgemm`` (:func:`sgemm_address`) on the calling thread."""
+    return _one_thread
+
+
 def c_gemm() -> bool:
     """Whether split GEMMs can run on the C worker (:func:`run_jobs`): a C compiler
     (:func:`._cc.available`), NumPy's OpenBLAS ``cblas_sgemm`` found, ``TR_MLIR_C_GEMM`` not ``0``.
