@@ -31,7 +31,6 @@ y) and write into the caller's ``scratch``.
 from __future__ import annotations
 
 import ctypes
-import functools
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -121,6 +120,7 @@ def _tile_function(signature: str, rows: str, channels: str, src: list[str], dst
     nl = "\n"
     return f"""
 static void {signature} {{
+  GEO
 {"  float sink[CB] __attribute__((aligned(64)));" + nl if sink else ""}  for (long t = t0; t < t1; t++) {{
     const long n = t / TPI, ty = (t % TPI) / TW, tx = t % TW, q = t - base;
 {rows}    for (long c0 = 0; c0 < {channels}; c0 += CB) {{
@@ -155,9 +155,8 @@ def source(pl: Plan) -> str:
     tf = pl.transform
     a, m = tf.alpha, tf.m
     bt, at, g = tf.bt, tf.at, tf.g
-    consts = dict(A=a, MT=m, H=pl.h, W=pl.w, CI=pl.cin, CO=pl.cout, HO=pl.ho, WO=pl.wo, PD=pl.pad, TH=pl.th,
-                  TW=pl.tw, TPI=pl.th * pl.tw, P=pl.chunk_tiles, KW=pl.kw, CW=pl.cw, CB=CB)
-    head = "".join(f"#define {k} {v}\n" for k, v in consts.items())
+    consts = dict(A=a, MT=m, CI=pl.cin, CO=pl.cout, KW=pl.kw, CW=pl.cw, CB=CB)
+    head = "".join(f"#define {k} {v}\n" for k, v in consts.items()) + GEO_MACRO
     rows_in = "".join(f"    const long ih{r} = ty * MT - PD + {r}; const int ok{r}r = ih{r} >= 0 && ih{r} < H;\n"
                       f"    const long iw{r} = tx * MT - PD + {r}; const int ok{r}c = iw{r} >= 0 && iw{r} < W;\n"
                       for r in range(a))
@@ -165,14 +164,14 @@ def source(pl: Plan) -> str:
                        f"    const long ow{u} = tx * MT + {u}; const int ok{u}c = ow{u} < WO;\n" for u in range(m))
     # input transform: V = B^T d B, d the alpha x alpha input tile at (ty*MT - PD, tx*MT - PD)
     f_in = _tile_function(
-        "in_tiles(const float* restrict x, float* restrict V, long t0, long t1, long base, int r0, int r1)",
+        "in_tiles(const long* geo, const float* restrict x, float* restrict V, long t0, long t1, long base, int r0, int r1)",
         rows_in, "CI",
         _decl("s", a, a, lambda r, s: f"(ok{r}r && ok{s}c) ? x + ((n * H + ih{r}) * W + iw{s}) * CI + c0 : tr_zero"),
         _decl("d", a, a, lambda i, j: f"V + (({i * a + j}L * P + q) * CI) + c0", const=False),
         sandwich(bt, bt, "s", "d", "      ", guard=True))
     # output transform: y tile = A^T M A (only the part inside y is stored)
     f_out = _tile_function(
-        "out_tiles(const float* restrict Mb, float* restrict y, long t0, long t1, long base)",
+        "out_tiles(const long* geo, const float* restrict Mb, float* restrict y, long t0, long t1, long base)",
         rows_out, "CO",
         _decl("s", a, a, lambda i, j: f"Mb + (({i * a + j}L * P + q) * CO) + c0"),
         _decl("d", m, m, lambda u, v: f"(ok{u}r && ok{v}c) ? y + ((n * HO + oh{u}) * WO + ow{v}) * CO + c0 : sink",
@@ -180,7 +179,7 @@ def source(pl: Plan) -> str:
         sandwich(at, at, "s", "d", "      "), sink=True)
     # output-gradient transform of the weight gradient: dM = A dy A^T (dy zero outside HO x WO)
     f_dy = _tile_function(
-        "dy_tiles(const float* restrict dy, float* restrict D, long t0, long t1, long base, int r0, int r1)",
+        "dy_tiles(const long* geo, const float* restrict dy, float* restrict D, long t0, long t1, long base, int r0, int r1)",
         rows_out, "CO",
         _decl("s", m, m, lambda u, v: f"(ok{u}r && ok{v}c) ? dy + ((n * HO + oh{u}) * WO + ow{v}) * CO + c0 : tr_zero"),
         _decl("d", a, a, lambda i, j: f"D + (({i * a + j}L * P + q) * CO) + c0", const=False),
@@ -198,36 +197,51 @@ def source(pl: Plan) -> str:
     # gradient's as it is (its CI is the conv's K)
     tb, ldb = (112, "CI") if not pl.flip else (111, "CO")
     f_drv = f"""
-void tr_fwd(const float* restrict x, const float* restrict U, float* restrict y, float* restrict scratch,
-            long t0, long t1, void* sg, long ilp64) {{
+void tr_fwd(const long* geo, const float* restrict x, const float* restrict U, float* restrict y,
+            float* restrict scratch, long t0, long t1, void* sg, long ilp64) {{
+  GEO
   float* restrict V = scratch;
   float* restrict Mb = scratch + (long)A * A * P * CI;
   for (long c0 = t0; c0 < t1; c0 += P) {{
     const long c1 = lmin(c0 + P, t1);
-    in_tiles(x, V, c0, c1, c0, 0, A);
+    in_tiles(geo, x, V, c0, c1, c0, 0, A);
     for (int xi = 0; xi < A * A; xi++)
       gemm(sg, ilp64, 111, {tb}, c1 - c0, CO, CI, V + (long)xi * P * CI, CI, U + (long)xi * CO * CI, {ldb}, 0.0f,
            Mb + (long)xi * P * CO, CO);
-    out_tiles(Mb, y, c0, c1, c0);
+    out_tiles(geo, Mb, y, c0, c1, c0);
   }}
 }}
 
-void tr_wgrad(const float* restrict x, const float* restrict dy, float* restrict dU, float* restrict scratch,
-              long ntiles, long r0, long r1, void* sg, long ilp64) {{
+void tr_wgrad(const long* geo, const float* restrict x, const float* restrict dy, float* restrict dU,
+              float* restrict scratch, long ntiles, long r0, long r1, void* sg, long ilp64) {{
+  GEO
   float* restrict V = scratch;
   float* restrict D = scratch + (long)A * A * P * CI;
   for (long c0 = 0; c0 < ntiles; c0 += P) {{
     const long c1 = lmin(c0 + P, ntiles);
-    in_tiles(x, V, c0, c1, c0, (int)r0, (int)r1);
-    dy_tiles(dy, D, c0, c1, c0, (int)r0, (int)r1);
+    in_tiles(geo, x, V, c0, c1, c0, (int)r0, (int)r1);
+    dy_tiles(geo, dy, D, c0, c1, c0, (int)r0, (int)r1);
     for (long xi = r0 * A; xi < r1 * A; xi++)
       gemm(sg, ilp64, 112, 111, CO, CI, c1 - c0, D + xi * P * CO, CO, V + xi * P * CI, CI, c0 ? 1.0f : 0.0f,
            dU + xi * CO * CI, CI);
   }}
 }}
 """
-    return ("/* tr-mlir Winograd conv: " + repr(pl) + " */\n" + head + _PRELUDE + f_in + f_out + f_dy + f_w
+    return (f"/* tr-mlir Winograd conv: F({m}x{m}, 3x3), {pl.cin} -> {pl.cout} channels, flip={pl.flip} */\n" + head + _PRELUDE + f_in + f_out + f_dy + f_w
             + f_drv)
+
+
+GEO_MACRO = """#define GEO const long H = geo[0], W = geo[1], HO = geo[2], WO = geo[3], PD = geo[4], TH = geo[5], \\
+  TW = geo[6], P = geo[7], TPI = TH * TW; \\
+  (void)H; (void)W; (void)HO; (void)WO; (void)PD; (void)TH; (void)TW; (void)P; (void)TPI;
+"""
+"""The run-time sizes of a plan (:func:`geometry`): the kernels are compiled per tile size,
+channel counts and direction only, so convs differing in batch or map size share them."""
+
+
+def geometry(pl: Plan) -> np.ndarray:
+    """The ``geo`` array the kernels read (:data:`GEO_MACRO`), int64."""
+    return np.array([pl.h, pl.w, pl.ho, pl.wo, pl.pad, pl.th, pl.tw, pl.chunk_tiles], np.int64)
 
 
 class Kernels:
@@ -236,11 +250,17 @@ class Kernels:
     def __init__(self, src: str):
         self.wt = _cc.function(src, "tr_wt", [_VP, _VP, _L, _L])
         self.dwt = _cc.function(src, "tr_dwt", [_VP, _VP, _L, _L])
-        self.fwd = _cc.function(src, "tr_fwd", [_VP, _VP, _VP, _VP, _L, _L, _VP, _L])
-        self.wgrad = _cc.function(src, "tr_wgrad", [_VP, _VP, _VP, _VP, _L, _L, _L, _VP, _L])
+        self.fwd = _cc.function(src, "tr_fwd", [_VP, _VP, _VP, _VP, _VP, _L, _L, _VP, _L])
+        self.wgrad = _cc.function(src, "tr_wgrad", [_VP, _VP, _VP, _VP, _VP, _L, _L, _L, _VP, _L])
 
 
-@functools.lru_cache(maxsize=256)
+_compiled: dict[tuple, Kernels] = {}
+
+
 def kernels(pl: Plan) -> Kernels:
-    """Compile (or load from the disk cache, :func:`._cc.load`) the kernels of ``pl``."""
-    return Kernels(source(pl))
+    """The kernels of ``pl``, compiled (or loaded from the disk cache, :func:`._cc.load`) once per
+    tile size, channel counts and direction: the rest of the plan is run-time (:func:`geometry`)."""
+    key = (pl.m, pl.cin, pl.cout, pl.kw, pl.cw, pl.flip)
+    if key not in _compiled:
+        _compiled[key] = Kernels(source(pl))
+    return _compiled[key]
