@@ -59,6 +59,13 @@ static void gemm(void *f, long ilp64, int ta, int tb, long m, long n, long k, co
   else ((sgemm32_t)f)(101, ta, tb, (int32_t)m, (int32_t)n, (int32_t)k, 1.0f, a, (int32_t)lda, b, (int32_t)ldb,
                       beta, c, (int32_t)ldc);
 }
+#if defined(__clang__)
+#define IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#elif defined(__GNUC__)
+#define IVDEP _Pragma("GCC ivdep")
+#else
+#define IVDEP
+#endif
 static inline long lmin(long a, long b) { return a < b ? a : b; }
 static const float tr_zero[CB] __attribute__((aligned(64)));
 """
@@ -88,7 +95,9 @@ def _sum(terms: list[tuple[float, str]]) -> str:
 def sandwich(lm: np.ndarray, rm: np.ndarray, src: str, dst: str, indent: str, guard: bool = False) -> list[str]:
     """C lines of ``Y = L X R^T`` for one channel block: ``Y[i][j][c] = sum_r sum_s L[i][r]
     X[r][s][c] R[j][s]``, X read through pointers named ``{src}{r}_{s}``, Y written through
-    ``{dst}{i}_{j}``, over ``c < cn``. One channel loop per row ``i`` of Y (the row transform
+    ``{dst}{i}_{j}``, over ``c < cn`` (``IVDEP``: the pointers never overlap, which the compiler
+    cannot prove for offsets of one array, and would otherwise test at run time or not
+    vectorize). One channel loop per row ``i`` of Y (the row transform
     ``t[s] = sum_r L[i][r] X[r][s]``, then ``Y[i][j] = sum_s t[s] R[j][s]``), so a row's
     temporaries fit in registers; ``guard``: row ``i`` only when ``r0 <= i < r1``."""
     ni, nr = lm.shape
@@ -96,13 +105,14 @@ def sandwich(lm: np.ndarray, rm: np.ndarray, src: str, dst: str, indent: str, gu
     out = []
     for i in range(ni):
         rows = [r for r in range(nr) if lm[i, r] != 0.0]
-        head = f"{indent}if ({i} >= r0 && {i} < r1) " if guard else indent
-        out.append(head + "for (long c = 0; c < cn; c++) {")
+        out.append(f"{indent}if ({i} >= r0 && {i} < r1) {{" if guard else indent + "{")
+        out.append(f"{indent}IVDEP")
+        out.append(indent + "for (long c = 0; c < cn; c++) {")
         for s in range(ns):
             out.append(f"{indent}  const float t{s} = {_sum([(lm[i, r], f'{src}{r}_{s}[c]') for r in rows])};")
         for j in range(nj):
             out.append(f"{indent}  {dst}{i}_{j}[c] = {_sum([(rm[j, s], f't{s}') for s in range(ns)])};")
-        out.append(indent + "}")
+        out.append(indent + "}}")
     return out
 
 

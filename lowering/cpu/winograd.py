@@ -113,6 +113,10 @@ module doc's measured maxima (up to 512 channels) with a margin of about 8x."""
 CHUNK = 1 << 20
 """Target fp32 elements of one thread's transformed tiles (V and M of one chunk: 4 MiB)."""
 
+U_UNCACHED = 1 << 22
+"""Elements of U (16 MiB of fp32, half the L3 cache) from which it is read from memory by every
+chunk's GEMMs, so chunks grow to one per thread (:attr:`Plan.chunk_images`)."""
+
 
 @dataclass(frozen=True)
 class Transform:
@@ -233,13 +237,17 @@ class Plan:
 
     @property
     def chunk_images(self) -> int:
-        """Images per chunk (module doc): about :data:`CHUNK` transformed elements, at most a
+        """Images per chunk (module doc): about :data:`CHUNK` transformed elements, or as many as
+        U has when U is :data:`U_UNCACHED` or more (every chunk's GEMMs read all of U, from
+        memory then: 512 channels make it 4-9M elements, so such layers take one chunk per
+        thread), at most a
         :data:`~._parallel.MAX_WORKERS`-th of the batch, and the same number of chunks for every
         thread."""
         per = self.alpha ** 2 * self.th * self.tw * (self.cin + self.cout)
         t = _parallel.MAX_WORKERS
         share = -(-self.n // t)
-        n = max(1, min(share, CHUNK // per))
+        u = self.alpha ** 2 * self.cin * self.cout
+        n = max(1, min(share, (u if u >= U_UNCACHED else CHUNK) // per))
         count = -(-self.n // n)
         count = -(-count // t) * t
         return -(-self.n // count)
