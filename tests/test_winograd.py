@@ -122,6 +122,18 @@ def test_c_path_matches_torch(geom, variant):
     _check_all(_run(x, w, dy, g, variant, _ws(g, variant)), _torch(x, w, dy, geom[5]), W.VARIANTS[variant], "C")
 
 
+@needs_c
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("geom", [GEOMS[1], GEOMS[3], GEOMS[6]], ids=_ids)
+def test_c_path_split_components_matches_torch(geom, variant, monkeypatch):
+    """The pass that splits the GEMM components among the threads (taken for U of
+    W.U_UNCACHED elements, 512 channels; forced here), chunked when U is small."""
+    monkeypatch.setattr(W, "U_UNCACHED", 1)
+    x, w, dy, g = _data(geom, seed=11)
+    assert W.fwd_plan(g, W.VARIANTS[variant]).split_components
+    _check_all(_run(x, w, dy, g, variant, _ws(g, variant)), _torch(x, w, dy, geom[5]), W.VARIANTS[variant], "split")
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("geom", GEOMS[:4] + GEOMS[6:], ids=_ids)
 def test_numpy_path_matches_torch(geom, variant, monkeypatch):
@@ -228,4 +240,11 @@ def test_numpy_path_property(n, h, w, c, k, p, m, seed):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(_cc.ENV_SWITCH, "0")
         got = _run(x, wt, dy, g, variant, _ws(g, variant))
-    _check_all(got, _torch(x, wt, dy, p), m, "property")
+    # the error bound's scale (module doc): terms summed per result times the largest operands,
+    # not max |result| (a 1x1 map with padding 1 makes y = x w[1, 1], while the transformed
+    # products involve all nine taps and cancel)
+    mx, mw, mdy = np.abs(x).max(), np.abs(wt).max(), np.abs(dy).max()
+    scales = (9 * c * mx * mw, 9 * k * mdy * mw, g.m * mx * mdy)
+    for name, a, b, scale in zip(("y", "dx", "dw"), got, _torch(x, wt, dy, p), scales):
+        err = np.abs(a - b).max() / scale
+        assert err <= W.RTOL[m], f"{name}: error {err:.2e} of the bound's scale above {W.RTOL[m]:.1e}"

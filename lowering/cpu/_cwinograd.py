@@ -16,6 +16,10 @@ Functions of one plan (tiles ``t`` numbered ``(n * TH + ty) * TW + tx``):
   input transform into ``V`` (``scratch``), one GEMM per component into ``M`` (behind ``V``), and
   the output transform into y. The GEMMs are ``cblas_sgemm`` calls of NumPy's OpenBLAS (its
   address from :func:`._parallel.sgemm_address`), at one thread (the caller holds it there);
+* ``tr_part(x, U, y, scratch, c0, c1, phase, lo, hi, sgemm, ilp64)``: one phase of the
+  chunk of tiles ``[c0, c1)`` when the threads split the components
+  (:attr:`.winograd.Plan.split_components`): 0, the input transform of tiles ``[lo, hi)``; 1, the
+  GEMMs of components ``[lo, hi)``; 2, the output transform of tiles ``[lo, hi)``;
 * ``tr_wgrad(x, dy, dU, scratch, ntiles, r0, r1, sgemm, ilp64)``: every tile, but only the
   component rows ``[r0, r1)`` of the transforms and GEMMs: ``dU[xi] = sum over chunks of
   dM[xi]^T V[xi]`` (the GEMM's beta is 1 after the first chunk, so nothing is summed outside it).
@@ -125,13 +129,13 @@ def _tile_function(signature: str, rows: str, channels: str, src: list[str], dst
                    sink: bool = False) -> str:
     """A C function looping over tiles ``[t0, t1)`` (``n, ty, tx`` and ``q = t - base``, the
     tile's row in the chunk), then over blocks of ``channels`` (``c0``, ``cn``): the per-tile
-    ``rows`` declarations, the ``src`` / ``dst`` pointers, the transform ``body``; ``sink``: a
-    stack block for outputs outside the array."""
+    ``rows`` declarations, the ``src`` / ``dst`` pointers, the transform ``body``; ``sink``: stack
+    blocks for outputs outside the array (one per tile element: restrict pointers never share one)."""
     nl = "\n"
     return f"""
 static void {signature} {{
   GEO
-{"  float sink[CB] __attribute__((aligned(64)));" + nl if sink else ""}  for (long t = t0; t < t1; t++) {{
+{"  float sink[MT * MT][CB] __attribute__((aligned(64)));" + nl if sink else ""}  for (long t = t0; t < t1; t++) {{
     const long n = t / TPI, ty = (t % TPI) / TW, tx = t % TW, q = t - base;
 {rows}    for (long c0 = 0; c0 < {channels}; c0 += CB) {{
       const long cn = lmin(CB, {channels} - c0);
@@ -184,7 +188,7 @@ def source(pl: Plan) -> str:
         "out_tiles(const long* geo, const float* restrict Mb, float* restrict y, long t0, long t1, long base)",
         rows_out, "CO",
         _decl("s", a, a, lambda i, j: f"Mb + (({i * a + j}L * P + q) * CO) + c0"),
-        _decl("d", m, m, lambda u, v: f"(ok{u}r && ok{v}c) ? y + ((n * HO + oh{u}) * WO + ow{v}) * CO + c0 : sink",
+        _decl("d", m, m, lambda u, v: f"(ok{u}r && ok{v}c) ? y + ((n * HO + oh{u}) * WO + ow{v}) * CO + c0 : sink[{u * m + v}]",
               const=False),
         sandwich(at, at, "s", "d", "      "), sink=True)
     # output-gradient transform of the weight gradient: dM = A dy A^T (dy zero outside HO x WO)
@@ -220,6 +224,19 @@ void tr_fwd(const long* geo, const float* restrict x, const float* restrict U, f
            Mb + (long)xi * P * CO, CO);
     out_tiles(geo, Mb, y, c0, c1, c0);
   }}
+}}
+
+void tr_part(const long* geo, const float* restrict x, const float* restrict U, float* restrict y,
+             float* restrict scratch, long c0, long c1, long phase, long lo, long hi, void* sg, long ilp64) {{
+  GEO
+  float* restrict V = scratch;
+  float* restrict Mb = scratch + (long)A * A * P * CI;
+  if (phase == 0) in_tiles(geo, x, V, lo, hi, c0, 0, A);
+  if (phase == 1)
+    for (long xi = lo; xi < hi; xi++)
+      gemm(sg, ilp64, 111, {tb}, c1 - c0, CO, CI, V + xi * P * CI, CI, U + xi * CO * CI, {ldb}, 0.0f,
+           Mb + xi * P * CO, CO);
+  if (phase == 2) out_tiles(geo, Mb, y, lo, hi, c0);
 }}
 
 void tr_wgrad(const long* geo, const float* restrict x, const float* restrict dy, float* restrict dU,
@@ -261,6 +278,7 @@ class Kernels:
         self.wt = _cc.function(src, "tr_wt", [_VP, _VP, _L, _L])
         self.dwt = _cc.function(src, "tr_dwt", [_VP, _VP, _L, _L])
         self.fwd = _cc.function(src, "tr_fwd", [_VP, _VP, _VP, _VP, _VP, _L, _L, _VP, _L])
+        self.part = _cc.function(src, "tr_part", [_VP, _VP, _VP, _VP, _VP, _L, _L, _L, _L, _L, _VP, _L])
         self.wgrad = _cc.function(src, "tr_wgrad", [_VP, _VP, _VP, _VP, _VP, _L, _L, _L, _VP, _L])
 
 

@@ -394,18 +394,15 @@ _sgemm_found: list = []
 
 
 def sgemm_address() -> tuple[int, bool] | None:
-    """(address of NumPy's OpenBLAS ``cblas_sgemm``, ILP64?) for compiled kernels that call the
-    GEMM themselves (:mod:`._cwinograd`), or None (another BLAS); looked up once per process.
-    Call it on a thread holding OpenBLAS at one thread (:func:`run` with two or more tasks,
-    or :func:`one_thread`)."""
+    """:func:`_find_sgemm` once per process, for kernels calling ``cblas_sgemm`` themselves
+    (:mod:`._cwinograd`) inside :func:`run` or :func:`one_thread` (OpenBLAS at one thread)."""
     if not _sgemm_found:
         _sgemm_found.append(_find_sgemm() if _controller() else None)
     return _sgemm_found[0]
 
 
 def one_thread() -> _BlasHold:
-    """A context manager holding OpenBLAS at one thread (what :func:`run` does around a split),
-    for a compiled kernel that calls ``cblas_sgemm`` (:func:`sgemm_address`) on the calling thread."""
+    """A context manager holding OpenBLAS at one thread, as :func:`run` does around a split."""
     return _one_thread
 
 

@@ -32,6 +32,13 @@ C < 16: LeNet's) form dcol tap-major instead, ``(k*k, n*Ho*Wo, C)`` by k*k small
 tap's scatter-add moves whole (Wo, C) rows rather than C floats at a time (1.8x on LeNet's second
 conv).
 
+Winograd: :func:`conv_forward`, :func:`conv_dgrad` and :func:`conv_wgrad` take an ``algo``;
+``winograd_2x2_3x3`` or ``winograd_4x4_3x3`` (the algorithm-selection pass's choice) runs a
+3x3 stride-1 dense conv through :mod:`.winograd` instead (F(2x2, 3x3) / F(4x4, 3x3) minimal
+filtering, 2.25x / 4x fewer multiplications than im2col; its own workspace sizes,
+:func:`.winograd.workspace_sizes`, under the same names); any other conv, or no ``algo``, runs
+the code here.
+
 Precision: fp32 arrays compute directly. When any of x, w, y is fp16 (AMP), the fp16 operands
 are cast into fp32 workspaces (``col`` for x, ``wbuf`` for w, ``ybuf`` for y or dy, ``xbuf`` for
 the dX accumulator), the GEMM and every accumulation run in fp32, and the result is rounded to

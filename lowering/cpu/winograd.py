@@ -31,11 +31,17 @@ Gray's up to the scaling of G's rows.
 tiles x (C + K) fp32 elements, about :data:`CHUNK`, so the transformed tiles stay in the L2/L3
 cache between the transform and the GEMM that reads them), the same number for each of the
 :data:`~._parallel.MAX_WORKERS` threads. Forward and input gradient give each thread a
-contiguous block of chunks. The weight gradient instead gives each thread a block of the
+contiguous block of chunks, except where U has :data:`U_UNCACHED` elements or more (512
+channels: 4-9M, out of cache, so each thread's GEMMs would stream all of U from memory for
+each of its chunks): there the chunk is the whole batch (as many images as U has elements) and
+it runs in three phases, the input transform split by tiles, the GEMMs split by component (each
+thread reads half of U, once), the output transform split by tiles (F(4x4, 3x3) forward plus
+input gradient of 512 @ 4x4: 168 -> 124 ms, interleaved, load 5.8; slower where U fits, 256 @
+8x8: 120 -> 157 ms). The weight gradient instead gives each thread a block of the
 alpha rows of the components: the thread transforms only its rows (the transforms are
 separable, so that is half the work) and sums its components' GEMMs over all chunks, with
 beta = 1 after the first: no partial sums, and each dU element is summed in one fixed order
-whatever the thread count. Chunk boundaries depend only on the shapes, so every result is the
+whatever the thread count (the threads share one ``col`` slot: their rows are disjoint). Chunk boundaries depend only on the shapes, so every result is the
 same bits on one thread or two. The transforms are C generated for the plan
 (:mod:`._cwinograd`, through :mod:`._cc`), calling NumPy's OpenBLAS ``cblas_sgemm`` for the
 GEMMs (:func:`._parallel.sgemm_address`); without a C compiler (or ``TR_MLIR_CC=0``, or another
@@ -237,20 +243,34 @@ class Plan:
 
     @property
     def chunk_images(self) -> int:
-        """Images per chunk (module doc): about :data:`CHUNK` transformed elements, or as many as
-        U has when U is :data:`U_UNCACHED` or more (every chunk's GEMMs read all of U, from
-        memory then: 512 channels make it 4-9M elements, so such layers take one chunk per
-        thread), at most a
+        """Images per chunk (module doc): about :data:`CHUNK` transformed elements, at most a
         :data:`~._parallel.MAX_WORKERS`-th of the batch, and the same number of chunks for every
-        thread."""
+        thread; with :attr:`split_components`, as many images as U has elements (the whole
+        batch of a ResNet's 512-channel layer)."""
         per = self.alpha ** 2 * self.th * self.tw * (self.cin + self.cout)
+        if self.split_components:
+            return max(1, min(self.n, self.u_elements // per))
         t = _parallel.MAX_WORKERS
         share = -(-self.n // t)
-        u = self.alpha ** 2 * self.cin * self.cout
-        n = max(1, min(share, (u if u >= U_UNCACHED else CHUNK) // per))
+        n = max(1, min(share, CHUNK // per))
         count = -(-self.n // n)
         count = -(-count // t) * t
         return -(-self.n // count)
+
+    @property
+    def u_elements(self) -> int:
+        return self.alpha ** 2 * self.cin * self.cout
+
+    @property
+    def split_components(self) -> bool:
+        """Whether the forward-style pass splits the components among the threads rather than
+        the chunks (module doc): U of :data:`U_UNCACHED` elements or more."""
+        return self.u_elements >= U_UNCACHED
+
+    def slots(self, phase: str) -> int:
+        """Slots of ``col`` for ``phase``: one per thread, or one shared (the weight gradient's
+        threads write disjoint component rows; :attr:`split_components` splits within a chunk)."""
+        return 1 if phase == "wgrad" or self.split_components else _parallel.MAX_WORKERS
 
     @property
     def chunk_tiles(self) -> int:
@@ -290,7 +310,7 @@ def workspace_sizes(g, variant: str, *, x16: bool, w16: bool, y16: bool, dw16: b
     """fp32 elements per workspace name for the ``phases`` of conv ``g`` as ``variant``:
 
     * ``wbuf``: U or dU (alpha^2 K C), then an fp32 copy of w (9 K C) when ``w16`` or of dw when ``dw16``;
-    * ``col``: :data:`~._parallel.MAX_WORKERS` slots of :attr:`Plan.slot_elements`;
+    * ``col``: :meth:`Plan.slots` slots of :attr:`Plan.slot_elements`;
     * ``xbuf``: x (fwd, wgrad) or dx (dgrad) in fp32 when ``x16``;
     * ``ybuf``: y or dy in fp32 when ``y16``.
     """
@@ -305,7 +325,7 @@ def workspace_sizes(g, variant: str, *, x16: bool, w16: bool, y16: bool, dw16: b
         pl = dgrad_plan(g, m) if ph == "dgrad" else fwd_plan(g, m)
         cast = (w16 and ph != "wgrad") or (dw16 and ph == "wgrad")
         need("wbuf", a2kc + (9 * g.k_out * g.c if cast else 0))
-        need("col", _parallel.MAX_WORKERS * pl.slot_elements)
+        need("col", pl.slots(ph) * pl.slot_elements)
         if x16:
             need("xbuf", int(np.prod(g.x_shape)))
         if y16:
@@ -352,8 +372,14 @@ def numpy_weights(pl: Plan, w32: np.ndarray, u: np.ndarray) -> None:
 
 def _split_k(k: int, fn) -> None:
     """``fn(lo, hi)`` over blocks of range(k) on the kernel threads."""
-    t = max(1, min(_parallel.workers(), k))
-    bounds = [k * i // t for i in range(t + 1)]
+    _split_range(0, k, fn)
+
+
+def _split_range(start: int, stop: int, fn) -> None:
+    """``fn(lo, hi)`` over contiguous blocks of range(start, stop), one per kernel thread, with
+    OpenBLAS at one thread."""
+    t = max(1, min(_parallel.workers(), stop - start))
+    bounds = [start + (stop - start) * i // t for i in range(t + 1)]
     with _parallel.one_thread():
         _parallel.run([lambda lo=lo, hi=hi: fn(lo, hi) for lo, hi in zip(bounds, bounds[1:])])
 
@@ -366,18 +392,26 @@ def _run_forward(pl: Plan, x32: np.ndarray, u: np.ndarray, y32: np.ndarray, ws: 
                  use_c: bool) -> None:
     """y32 = the plan's conv of x32 with the transformed weights u, chunk by chunk."""
     slot = pl.slot_elements
-    col = take(ws.get("col"), (_parallel.MAX_WORKERS * slot,))
+    col = take(ws.get("col"), (pl.slots("fwd") * slot,))
     if not use_c:
         numpy_forward(pl, x32, u, y32, col[:slot])
         return
-    fn = _kernels(pl).fwd
     geo = _cwinograd.geometry(pl)
     pg = geo.ctypes.data
     sg, ilp = _parallel.sgemm_address()
+    px, pu, py = x32.ctypes.data, u.ctypes.data, y32.ctypes.data
+    if pl.split_components:
+        part = _kernels(pl).part
+        for c0 in range(0, pl.tiles, pl.chunk_tiles):
+            c1 = min(c0 + pl.chunk_tiles, pl.tiles)
+            for phase, lo, hi in ((0, c0, c1), (1, 0, pl.alpha ** 2), (2, c0, c1)):
+                _split_range(lo, hi, lambda a, b, phase=phase, c0=c0, c1=c1: part(
+                    pg, px, pu, py, col.ctypes.data, c0, c1, phase, a, b, sg, int(ilp)))
+        return
+    fn = _kernels(pl).fwd
     t = max(1, min(_parallel.workers(), pl.chunks))
     per = pl.chunk_tiles
     bounds = [pl.chunks * i // t for i in range(t + 1)]
-    px, pu, py = x32.ctypes.data, u.ctypes.data, y32.ctypes.data
     tasks = [lambda w=w, lo=lo, hi=hi: fn(pg, px, pu, py, col[w * slot:].ctypes.data, lo * per,
                                             min(hi * per, pl.tiles), sg, int(ilp))
              for w, (lo, hi) in enumerate(zip(bounds, bounds[1:]))]
@@ -427,7 +461,7 @@ def wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, ws: dict[str, np.nda
     du, dwcast = _wbuf(g, ws, m, dw.dtype != F32 or not dw.flags.c_contiguous)
     dw32 = dw if dwcast is None else dwcast
     slot = pl.slot_elements
-    col = take(ws.get("col"), (_parallel.MAX_WORKERS * slot,))
+    col = take(ws.get("col"), (slot,))
     if compiled(x32, dy32, dw32):
         kern = _kernels(pl)
         sg, ilp = _parallel.sgemm_address()
@@ -436,9 +470,9 @@ def wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, ws: dict[str, np.nda
         t = max(1, min(_parallel.workers(), a))
         rows = [a * i // t for i in range(t + 1)]
         px, pdy, pdu = x32.ctypes.data, dy32.ctypes.data, du.ctypes.data
-        tasks = [lambda s=s, r0=r0, r1=r1: kern.wgrad(pg, px, pdy, pdu, col[s * slot:].ctypes.data, pl.tiles, r0, r1,
+        tasks = [lambda r0=r0, r1=r1: kern.wgrad(pg, px, pdy, pdu, col.ctypes.data, pl.tiles, r0, r1,
                                                       sg, int(ilp))
-                 for s, (r0, r1) in enumerate(zip(rows, rows[1:]))]
+                 for r0, r1 in zip(rows, rows[1:])]
         with _parallel.one_thread():
             _parallel.run(tasks)
         _split_k(g.k_out, lambda lo, hi: kern.dwt(pdu, dw32.ctypes.data, lo, hi))
