@@ -92,7 +92,8 @@ def markdown(res: dict) -> str:
     la, lb = res["load_before"], res["load_after"]
     lines = [f"Conv algorithms, batch {res['batch']}, {res['threads']} threads, median of {res['repeats']} "
              f"interleaved rounds, {res['date']}, load {la[0]:.2f} -> {lb[0]:.2f}", "",
-             "| layer (C=K @ HxW) | direction | im2col ms | F(2x2,3x3) ms | F(4x4,3x3) ms | F2 speed-up | F4 speed-up | best |",
+             "| layer (C=K @ HxW) | direction | im2col ms | F(2x2,3x3) ms | F(4x4,3x3) ms | F2 speed-up "
+             "| F4 speed-up | best |",
              "|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         ms = r["ms"]

@@ -178,7 +178,8 @@ def source(pl: Plan) -> str:
                        f"    const long ow{u} = tx * MT + {u}; const int ok{u}c = ow{u} < WO;\n" for u in range(m))
     # input transform: V = B^T d B, d the alpha x alpha input tile at (ty*MT - PD, tx*MT - PD)
     f_in = _tile_function(
-        "in_tiles(const long* geo, const float* restrict x, float* restrict V, long t0, long t1, long base, int r0, int r1)",
+        "in_tiles(const long* geo, const float* restrict x, float* restrict V, long t0, long t1, long base, "
+        "int r0, int r1)",
         rows_in, "CI",
         _decl("s", a, a, lambda r, s: f"(ok{r}r && ok{s}c) ? x + ((n * H + ih{r}) * W + iw{s}) * CI + c0 : tr_zero"),
         _decl("d", a, a, lambda i, j: f"V + (({i * a + j}L * P + q) * CI) + c0", const=False),
@@ -188,24 +189,28 @@ def source(pl: Plan) -> str:
         "out_tiles(const long* geo, const float* restrict Mb, float* restrict y, long t0, long t1, long base)",
         rows_out, "CO",
         _decl("s", a, a, lambda i, j: f"Mb + (({i * a + j}L * P + q) * CO) + c0"),
-        _decl("d", m, m, lambda u, v: f"(ok{u}r && ok{v}c) ? y + ((n * HO + oh{u}) * WO + ow{v}) * CO + c0 : sink[{u * m + v}]",
-              const=False),
+        _decl("d", m, m, lambda u, v: f"(ok{u}r && ok{v}c) ? y + ((n * HO + oh{u}) * WO + ow{v}) * CO + c0 "
+                                      f": sink[{u * m + v}]", const=False),
         sandwich(at, at, "s", "d", "      "), sink=True)
     # output-gradient transform of the weight gradient: dM = A dy A^T (dy zero outside HO x WO)
     f_dy = _tile_function(
-        "dy_tiles(const long* geo, const float* restrict dy, float* restrict D, long t0, long t1, long base, int r0, int r1)",
+        "dy_tiles(const long* geo, const float* restrict dy, float* restrict D, long t0, long t1, long base, "
+        "int r0, int r1)",
         rows_out, "CO",
         _decl("s", m, m, lambda u, v: f"(ok{u}r && ok{v}c) ? dy + ((n * HO + oh{u}) * WO + ow{v}) * CO + c0 : tr_zero"),
         _decl("d", a, a, lambda i, j: f"D + (({i * a + j}L * P + q) * CO) + c0", const=False),
         sandwich(at.T, at.T, "s", "d", "      ", guard=True))
     # weight transform U = G w G^T (w rotated by 180 degrees when pl.flip), and dw = G^T dU G
-    wsrc = _decl("s", 3, 3, lambda r, s: f"w + ((k * 3 + {2 - r if pl.flip else r}) * 3 + {2 - s if pl.flip else s}) * CW + c0")
+    def tap(r: int) -> int:
+        return 2 - r if pl.flip else r
+
+    wsrc = _decl("s", 3, 3, lambda r, s: f"w + ((k * 3 + {tap(r)}) * 3 + {tap(s)}) * CW + c0")
     wdst = _decl("d", a, a, lambda i, j: f"U + (({i * a + j}L * KW + k) * CW) + c0", const=False)
     dsrc = _decl("s", a, a, lambda i, j: f"dU + (({i * a + j}L * KW + k) * CW) + c0")
     ddst = _decl("d", 3, 3, lambda r, s: f"dw + ((k * 3 + {r}) * 3 + {s}) * CW + c0", const=False)
     f_w = _weight_function("tr_wt(const float* restrict w, float* restrict U, long k0, long k1)", wsrc, wdst,
                            sandwich(g, g, "s", "d", "      "))
-    f_w += _weight_function("tr_dwt(const float* restrict dU, float* restrict dw, long k0, long k1)", dsrc, ddst,
+    f_dwt = _weight_function("tr_dwt(const float* restrict dU, float* restrict dw, long k0, long k1)", dsrc, ddst,
                             sandwich(g.T, g.T, "s", "d", "      "))
     # U is (K, C) per component: the forward's B operand transposed (U^T: CI x CO), the input
     # gradient's as it is (its CI is the conv's K)
@@ -239,6 +244,8 @@ void tr_part(const long* geo, const float* restrict x, const float* restrict U, 
   if (phase == 2) out_tiles(geo, Mb, y, lo, hi, c0);
 }}
 
+"""
+    f_wgrad = f"""
 void tr_wgrad(const long* geo, const float* restrict x, const float* restrict dy, float* restrict dU,
               float* restrict scratch, long ntiles, long r0, long r1, void* sg, long ilp64) {{
   GEO
@@ -254,8 +261,10 @@ void tr_wgrad(const long* geo, const float* restrict x, const float* restrict dy
   }}
 }}
 """
-    return (f"/* tr-mlir Winograd conv: F({m}x{m}, 3x3), {pl.cin} -> {pl.cout} channels, flip={pl.flip} */\n" + head + _PRELUDE + f_in + f_out + f_dy + f_w
-            + f_drv)
+    # the weight gradient's functions run on the forward's plan only (the input gradient's is flipped)
+    grad = "" if pl.flip else f_dy + f_dwt + f_wgrad
+    title = f"/* tr-mlir Winograd conv: F({m}x{m}, 3x3), {pl.cin} -> {pl.cout} channels, flip={pl.flip} */\n"
+    return title + head + _PRELUDE + f_in + f_out + f_w + f_drv + grad
 
 
 GEO_MACRO = """#define GEO const long H = geo[0], W = geo[1], HO = geo[2], WO = geo[3], PD = geo[4], TH = geo[5], \\
@@ -276,10 +285,11 @@ class Kernels:
 
     def __init__(self, src: str):
         self.wt = _cc.function(src, "tr_wt", [_VP, _VP, _L, _L])
-        self.dwt = _cc.function(src, "tr_dwt", [_VP, _VP, _L, _L])
         self.fwd = _cc.function(src, "tr_fwd", [_VP, _VP, _VP, _VP, _VP, _L, _L, _VP, _L])
         self.part = _cc.function(src, "tr_part", [_VP, _VP, _VP, _VP, _VP, _L, _L, _L, _L, _L, _VP, _L])
-        self.wgrad = _cc.function(src, "tr_wgrad", [_VP, _VP, _VP, _VP, _VP, _L, _L, _L, _VP, _L])
+        grad = "tr_wgrad" in src  # not in the input gradient's (flipped) plan
+        self.dwt = _cc.function(src, "tr_dwt", [_VP, _VP, _L, _L]) if grad else None
+        self.wgrad = _cc.function(src, "tr_wgrad", [_VP, _VP, _VP, _VP, _VP, _L, _L, _L, _VP, _L]) if grad else None
 
 
 _compiled: dict[tuple, Kernels] = {}

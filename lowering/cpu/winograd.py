@@ -41,7 +41,8 @@ input gradient of 512 @ 4x4: 168 -> 124 ms, interleaved, load 5.8; slower where 
 alpha rows of the components: the thread transforms only its rows (the transforms are
 separable, so that is half the work) and sums its components' GEMMs over all chunks, with
 beta = 1 after the first: no partial sums, and each dU element is summed in one fixed order
-whatever the thread count (the threads share one ``col`` slot: their rows are disjoint). Chunk boundaries depend only on the shapes, so every result is the
+whatever the thread count (the threads share one ``col`` slot: their rows are disjoint).
+Chunk boundaries depend only on the shapes, so every result is the
 same bits on one thread or two. The transforms are C generated for the plan
 (:mod:`._cwinograd`, through :mod:`._cc`), calling NumPy's OpenBLAS ``cblas_sgemm`` for the
 GEMMs (:func:`._parallel.sgemm_address`); without a C compiler (or ``TR_MLIR_CC=0``, or another
