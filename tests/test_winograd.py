@@ -12,6 +12,9 @@ sizes of workspace_sizes, filled with NaN, so a read of scratch never written sh
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -248,3 +251,19 @@ def test_numpy_path_property(n, h, w, c, k, p, m, seed):
     for name, a, b, scale in zip(("y", "dx", "dw"), got, _torch(x, wt, dy, p), scales):
         err = np.abs(a - b).max() / scale
         assert err <= W.RTOL[m], f"{name}: error {err:.2e} of the bound's scale above {W.RTOL[m]:.1e}"
+
+
+def test_bench_conv_algos_table(monkeypatch):
+    """``python -m bench.conv_algos``'s measurement and table on a tiny layer (NumPy path)."""
+    repo = str(Path(__file__).resolve().parents[1])
+    if repo not in sys.path:  # bench/ is a plain package of the checkout, not installed
+        sys.path.insert(0, repo)
+    from bench import conv_algos
+
+    monkeypatch.setenv(_cc.ENV_SWITCH, "0")
+    res = conv_algos.measure(batch=2, threads=1, repeats=1, shapes=((4, 4),))
+    assert [r["direction"] for r in res["rows"]] == list(conv_algos.DIRECTIONS)
+    assert all(set(r["ms"]) == set(conv_algos.ALGOS) and min(r["ms"].values()) > 0 for r in res["rows"])
+    lines = conv_algos.markdown(res).splitlines()
+    assert lines[2].startswith("| layer") and len(lines) == 4 + len(conv_algos.DIRECTIONS)
+    assert lines[4].startswith("| 4 @ 4x4 | fwd |")

@@ -15,7 +15,7 @@ Toom-Cook construction on the interpolation points :data:`POINTS` and infinity
 (:func:`transform`: ``A^T`` rows are powers of the points, ``G`` rows the powers scaled by
 ``1 / prod_(j != i) (a_i - a_j)``, ``B^T`` rows the coefficients of ``prod_(j != i) (x - a_j)``
 and, for the point at infinity, of ``prod_j (x - a_j)``); for F(2x2, 3x3) they are Lavin &
-Gray's up to the scaling of G's rows.
+Gray's up to the signs and scales of matching rows of G and B^T.
 
 * forward (:func:`forward`): transform w into U (``wbuf``), then chunk by chunk of tiles: input
   transform into V, the alpha^2 GEMMs into M, output transform into y;
@@ -27,7 +27,7 @@ Gray's up to the scaling of G's rows.
 * weight gradient (:func:`wgrad`): the adjoint, ``dU[xi] (K x C) = sum over tiles of dM[xi]^T
   V[xi]`` with ``dM = A dy_tile A^T`` (dy zero outside Ho x Wo), then ``dw = G^T dU G``.
 
-**Threads and chunks.** The batch is cut into chunks of :func:`chunk_images` images (alpha^2 x
+**Threads and chunks.** The batch is cut into chunks of :attr:`Plan.chunk_images` images (alpha^2 x
 tiles x (C + K) fp32 elements, about :data:`CHUNK`, so the transformed tiles stay in the L2/L3
 cache between the transform and the GEMM that reads them), the same number for each of the
 :data:`~._parallel.MAX_WORKERS` threads. Forward and input gradient give each thread a
