@@ -136,7 +136,7 @@ OVERSIZED: dict[str, int] = {
     # the thread pool, C worker, GEMM splitting and bit-identity probes share module globals that
     # the tests monkeypatch (_cgemm, _contended, IMBALANCE, MAX_WORKERS, ...): a split needs the
     # tests to patch the new modules; its C source already moved out (_split_gemm.c)
-    "lowering/cpu/_parallel.py": 938,
+    "lowering/cpu/_parallel.py": 954,
     "passes/_descriptors.py": 902,
 }
 """The files over :data:`MAX_LINES` today, each with its cap."""

@@ -390,6 +390,22 @@ def _find_sgemm():
     return None
 
 
+_sgemm_found: list = []
+
+
+def sgemm_address() -> tuple[int, bool] | None:
+    """:func:`_find_sgemm` once per process, for kernels calling ``cblas_sgemm`` themselves
+    (:mod:`._cwinograd`) inside :func:`run` or :func:`one_thread` (OpenBLAS at one thread)."""
+    if not _sgemm_found:
+        _sgemm_found.append(_find_sgemm() if _controller() else None)
+    return _sgemm_found[0]
+
+
+def one_thread() -> _BlasHold:
+    """A context manager holding OpenBLAS at one thread, as :func:`run` does around a split."""
+    return _one_thread
+
+
 def c_gemm() -> bool:
     """Whether split GEMMs can run on the C worker (:func:`run_jobs`): a C compiler
     (:func:`._cc.available`), NumPy's OpenBLAS ``cblas_sgemm`` found, ``TR_MLIR_C_GEMM`` not ``0``.

@@ -32,6 +32,13 @@ C < 16: LeNet's) form dcol tap-major instead, ``(k*k, n*Ho*Wo, C)`` by k*k small
 tap's scatter-add moves whole (Wo, C) rows rather than C floats at a time (1.8x on LeNet's second
 conv).
 
+Winograd: :func:`conv_forward`, :func:`conv_dgrad` and :func:`conv_wgrad` take an ``algo``;
+``winograd_2x2_3x3`` or ``winograd_4x4_3x3`` (the algorithm-selection pass's choice) runs a
+3x3 stride-1 dense conv through :mod:`.winograd` instead (F(2x2, 3x3) / F(4x4, 3x3) minimal
+filtering, 2.25x / 4x fewer multiplications than im2col; its own workspace sizes,
+:func:`.winograd.workspace_sizes`, under the same names); any other conv, or no ``algo``, runs
+the code here.
+
 Precision: fp32 arrays compute directly. When any of x, w, y is fp16 (AMP), the fp16 operands
 are cast into fp32 workspaces (``col`` for x, ``wbuf`` for w, ``ybuf`` for y or dy, ``xbuf`` for
 the dX accumulator), the GEMM and every accumulation run in fp32, and the result is rounded to
@@ -48,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _cc, _cconv, _parallel
+from . import _cc, _cconv, _parallel, winograd
 from ._util import F32, nhwc, take
 from ._util import as32 as _as32
 from ._util import finish as _finish
@@ -433,8 +440,13 @@ def _im2col_gemm(x: np.ndarray, w3t: np.ndarray, y4: np.ndarray, g: ConvGeom, ws
     _for_chunks(g, body)
 
 
-def conv_forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray]) -> None:
-    """y = conv(x, w) for geometry ``g`` with workspaces ``ws`` (see the module doc)."""
+def conv_forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray],
+                 algo: str | None = None) -> None:
+    """y = conv(x, w) for geometry ``g`` with workspaces ``ws`` (see the module doc); ``algo``: a
+    :data:`.winograd.VARIANTS` name runs :func:`.winograd.forward` where it applies."""
+    if algo in winograd.VARIANTS and winograd.applicable(g):
+        winograd.forward(x, w, y, g, ws, algo)
+        return
     if compiled(g, x, w, y):
         _cconv.forward(x, w, y, g, ws.get("tmp"))
         return
@@ -481,8 +493,13 @@ def _gemm_tn(a: np.ndarray, b: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: dict
     np.copyto(dw.reshape(g.groups, g.kg, g.kkc), wt.transpose(0, 2, 1), casting="same_kind")
 
 
-def conv_wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray]) -> None:
-    """dw = dL/dw from the output gradient ``dy`` and the input ``x`` (overwrites dw)."""
+def conv_wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray],
+               algo: str | None = None) -> None:
+    """dw = dL/dw from the output gradient ``dy`` and the input ``x`` (overwrites dw); ``algo`` as
+    in :func:`conv_forward`."""
+    if algo in winograd.VARIANTS and winograd.applicable(g):
+        winograd.wgrad(dy, x, dw, g, ws, algo)
+        return
     if compiled(g, dy, x, dw):
         _cconv.wgrad(dy, x, dw, g, ws.get("tmp"))
         return
@@ -584,8 +601,12 @@ def _dgrad_tap_major(dy4: np.ndarray, w: np.ndarray, acc: np.ndarray, g: ConvGeo
 
 
 def conv_dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray],
-               accumulate: bool = False) -> None:
-    """dx = dL/dx (or dx += dL/dx when ``accumulate``). ``dx`` may be x's buffer: x is not read."""
+               accumulate: bool = False, algo: str | None = None) -> None:
+    """dx = dL/dx (or dx += dL/dx when ``accumulate``). ``dx`` may be x's buffer: x is not read.
+    ``algo`` as in :func:`conv_forward` (overwriting dx only: ``accumulate`` keeps this code)."""
+    if algo in winograd.VARIANTS and winograd.applicable(g) and not accumulate:
+        winograd.dgrad(dy, w, dx, g, ws, algo)
+        return
     if compiled(g, dy, w, dx, accumulate=accumulate):
         _cconv.dgrad(dy, w, dx, g, ws.get("tmp"))
         return

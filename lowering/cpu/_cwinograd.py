@@ -1,0 +1,304 @@
+"""Winograd convolution kernels as C generated for their exact shapes (:mod:`._cc`).
+
+The math and the data layouts are :mod:`.winograd`'s (read its module doc first); this module
+turns one :class:`~.winograd.Plan` into C source and calls it. Every transform is a *sandwich*
+``Y = L X R^T`` of small constant matrices (:func:`sandwich`) applied to one tile and one block
+of up to :data:`CB` channels, with the channel loop innermost: NHWC (and the ``(alpha^2, P, C)``
+layout of the transformed tiles) makes the channels contiguous, so the compiler vectorizes that
+loop and every tile element is a vector register. The constant coefficients are written into the
+source and zero coefficients dropped (``B^T`` of F(4x4, 3x3) is half zeros).
+
+Functions of one plan (tiles ``t`` numbered ``(n * TH + ty) * TW + tx``):
+
+* ``tr_wt(w, U, k0, k1)``: ``U[xi, k, c] = (G w[k, :, :, c] G^T)[xi]`` for ``k`` in
+  ``[k0, k1)`` (the filter rotated by 180 degrees for the input gradient's plan);
+* ``tr_fwd(x, U, y, scratch, t0, t1, sgemm, ilp64)``: tiles ``[t0, t1)`` in chunks of ``P``:
+  input transform into ``V`` (``scratch``), one GEMM per component into ``M`` (behind ``V``), and
+  the output transform into y. The GEMMs are ``cblas_sgemm`` calls of NumPy's OpenBLAS (its
+  address from :func:`._parallel.sgemm_address`), at one thread (the caller holds it there);
+* ``tr_part(x, U, y, scratch, c0, c1, phase, lo, hi, sgemm, ilp64)``: one phase of the
+  chunk of tiles ``[c0, c1)`` when the threads split the components
+  (:attr:`.winograd.Plan.split_components`): 0, the input transform of tiles ``[lo, hi)``; 1, the
+  GEMMs of components ``[lo, hi)``; 2, the output transform of tiles ``[lo, hi)``;
+* ``tr_wgrad(x, dy, dU, scratch, ntiles, r0, r1, sgemm, ilp64)``: every tile, but only the
+  component rows ``[r0, r1)`` of the transforms and GEMMs: ``dU[xi] = sum over chunks of
+  dM[xi]^T V[xi]`` (the GEMM's beta is 1 after the first chunk, so nothing is summed outside it).
+  Two threads take disjoint rows, so each dU element is summed by one thread in one fixed order;
+* ``tr_dwt(dU, dw, k0, k1)``: ``dw[k, :, :, c] = G^T dU[:, k, c] G`` for ``k`` in ``[k0, k1)``.
+
+Flags are :data:`._cc.FLAGS` (no ``-ffast-math``): the sums are evaluated in the written order.
+Nothing is allocated per call: the transforms read the operands in place (a pointer to a zero
+block stands for a tile element outside the input, a stack sink takes an output element outside
+y) and write into the caller's ``scratch``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import _cc
+
+if TYPE_CHECKING:
+    from .winograd import Plan
+
+CB = 64
+"""Channels per block of a transform loop (one tile's alpha^2 blocks stay in L1)."""
+
+_VP = ctypes.c_void_p
+_L = ctypes.c_long
+
+_PRELUDE = """#include <stdint.h>
+#include <string.h>
+typedef void (*sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                          const float *, int64_t, float, float *, int64_t);
+typedef void (*sgemm32_t)(int, int, int, int32_t, int32_t, int32_t, float, const float *, int32_t,
+                          const float *, int32_t, float, float *, int32_t);
+static void gemm(void *f, long ilp64, int ta, int tb, long m, long n, long k, const float *a, long lda,
+                 const float *b, long ldb, float beta, float *c, long ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (ilp64) ((sgemm64_t)f)(101, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+  else ((sgemm32_t)f)(101, ta, tb, (int32_t)m, (int32_t)n, (int32_t)k, 1.0f, a, (int32_t)lda, b, (int32_t)ldb,
+                      beta, c, (int32_t)ldc);
+}
+#if defined(__clang__)
+#define IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#elif defined(__GNUC__)
+#define IVDEP _Pragma("GCC ivdep")
+#else
+#define IVDEP
+#endif
+static inline long lmin(long a, long b) { return a < b ? a : b; }
+static const float tr_zero[CB] __attribute__((aligned(64)));
+"""
+
+
+def _lit(v: float) -> str:
+    """A C float literal of ``v`` rounded to fp32 (exactly representable: printed in full)."""
+    return repr(float(np.float32(v))) + "f"
+
+
+def _term(coef: float, expr: str) -> str:
+    if coef == 1.0:
+        return f"+ {expr}"
+    if coef == -1.0:
+        return f"- {expr}"
+    return f"{'-' if coef < 0 else '+'} {_lit(abs(coef))} * {expr}"
+
+
+def _sum(terms: list[tuple[float, str]]) -> str:
+    parts = [_term(c, e) for c, e in terms if c != 0.0]
+    if not parts:
+        return "0.0f"
+    s = " ".join(parts)
+    return s[2:] if s.startswith("+ ") else "-" + s[2:]
+
+
+def sandwich(lm: np.ndarray, rm: np.ndarray, src: str, dst: str, indent: str, guard: bool = False) -> list[str]:
+    """C lines of ``Y = L X R^T`` for one channel block: ``Y[i][j][c] = sum_r sum_s L[i][r]
+    X[r][s][c] R[j][s]``, X read through pointers named ``{src}{r}_{s}``, Y written through
+    ``{dst}{i}_{j}``, over ``c < cn`` (``IVDEP``: the pointers never overlap, which the compiler
+    cannot prove for offsets of one array, and would otherwise test at run time or not
+    vectorize). One channel loop per row ``i`` of Y (the row transform
+    ``t[s] = sum_r L[i][r] X[r][s]``, then ``Y[i][j] = sum_s t[s] R[j][s]``), so a row's
+    temporaries fit in registers; ``guard``: row ``i`` only when ``r0 <= i < r1``."""
+    ni, nr = lm.shape
+    nj, ns = rm.shape
+    out = []
+    for i in range(ni):
+        rows = [r for r in range(nr) if lm[i, r] != 0.0]
+        out.append(f"{indent}if ({i} >= r0 && {i} < r1) {{" if guard else indent + "{")
+        out.append(f"{indent}IVDEP")
+        out.append(indent + "for (long c = 0; c < cn; c++) {")
+        for s in range(ns):
+            out.append(f"{indent}  const float t{s} = {_sum([(lm[i, r], f'{src}{r}_{s}[c]') for r in rows])};")
+        for j in range(nj):
+            out.append(f"{indent}  {dst}{i}_{j}[c] = {_sum([(rm[j, s], f't{s}') for s in range(ns)])};")
+        out.append(indent + "}}")
+    return out
+
+
+def _decl(prefix: str, n1: int, n2: int, expr, const: bool = True) -> list[str]:
+    q = "const float* restrict" if const else "float* restrict"
+    return [f"      {q} {prefix}{a}_{b} = {expr(a, b)};" for a in range(n1) for b in range(n2)]
+
+
+def _tile_function(signature: str, rows: str, channels: str, src: list[str], dst: list[str], body: list[str],
+                   sink: bool = False) -> str:
+    """A C function looping over tiles ``[t0, t1)`` (``n, ty, tx`` and ``q = t - base``, the
+    tile's row in the chunk), then over blocks of ``channels`` (``c0``, ``cn``): the per-tile
+    ``rows`` declarations, the ``src`` / ``dst`` pointers, the transform ``body``; ``sink``: stack
+    blocks for outputs outside the array (one per tile element: restrict pointers never share one)."""
+    nl = "\n"
+    return f"""
+static void {signature} {{
+  GEO
+{"  float sink[MT * MT][CB] __attribute__((aligned(64)));" + nl if sink else ""}  for (long t = t0; t < t1; t++) {{
+    const long n = t / TPI, ty = (t % TPI) / TW, tx = t % TW, q = t - base;
+{rows}    for (long c0 = 0; c0 < {channels}; c0 += CB) {{
+      const long cn = lmin(CB, {channels} - c0);
+{nl.join(src)}
+{nl.join(dst)}
+{nl.join(body)}
+    }}
+  }}
+}}
+"""
+
+
+def _weight_function(signature: str, src: list[str], dst: list[str], body: list[str]) -> str:
+    """A C function over the filters ``k`` in ``[k0, k1)`` and blocks of the CW channels."""
+    nl = "\n"
+    return f"""
+void {signature} {{
+  for (long k = k0; k < k1; k++)
+    for (long c0 = 0; c0 < CW; c0 += CB) {{
+      const long cn = lmin(CB, CW - c0);
+{nl.join(src)}
+{nl.join(dst)}
+{nl.join(body)}
+    }}
+}}
+"""
+
+
+def source(pl: Plan) -> str:
+    """The C source of the kernels of ``pl`` (module doc)."""
+    tf = pl.transform
+    a, m = tf.alpha, tf.m
+    bt, at, g = tf.bt, tf.at, tf.g
+    consts = dict(A=a, MT=m, CI=pl.cin, CO=pl.cout, KW=pl.kw, CW=pl.cw, CB=CB)
+    head = "".join(f"#define {k} {v}\n" for k, v in consts.items()) + GEO_MACRO
+    rows_in = "".join(f"    const long ih{r} = ty * MT - PD + {r}; const int ok{r}r = ih{r} >= 0 && ih{r} < H;\n"
+                      f"    const long iw{r} = tx * MT - PD + {r}; const int ok{r}c = iw{r} >= 0 && iw{r} < W;\n"
+                      for r in range(a))
+    rows_out = "".join(f"    const long oh{u} = ty * MT + {u}; const int ok{u}r = oh{u} < HO;\n"
+                       f"    const long ow{u} = tx * MT + {u}; const int ok{u}c = ow{u} < WO;\n" for u in range(m))
+    # input transform: V = B^T d B, d the alpha x alpha input tile at (ty*MT - PD, tx*MT - PD)
+    f_in = _tile_function(
+        "in_tiles(const long* geo, const float* restrict x, float* restrict V, long t0, long t1, long base, "
+        "int r0, int r1)",
+        rows_in, "CI",
+        _decl("s", a, a, lambda r, s: f"(ok{r}r && ok{s}c) ? x + ((n * H + ih{r}) * W + iw{s}) * CI + c0 : tr_zero"),
+        _decl("d", a, a, lambda i, j: f"V + (({i * a + j}L * P + q) * CI) + c0", const=False),
+        sandwich(bt, bt, "s", "d", "      ", guard=True))
+    # output transform: y tile = A^T M A (only the part inside y is stored)
+    f_out = _tile_function(
+        "out_tiles(const long* geo, const float* restrict Mb, float* restrict y, long t0, long t1, long base)",
+        rows_out, "CO",
+        _decl("s", a, a, lambda i, j: f"Mb + (({i * a + j}L * P + q) * CO) + c0"),
+        _decl("d", m, m, lambda u, v: f"(ok{u}r && ok{v}c) ? y + ((n * HO + oh{u}) * WO + ow{v}) * CO + c0 "
+                                      f": sink[{u * m + v}]", const=False),
+        sandwich(at, at, "s", "d", "      "), sink=True)
+    # output-gradient transform of the weight gradient: dM = A dy A^T (dy zero outside HO x WO)
+    f_dy = _tile_function(
+        "dy_tiles(const long* geo, const float* restrict dy, float* restrict D, long t0, long t1, long base, "
+        "int r0, int r1)",
+        rows_out, "CO",
+        _decl("s", m, m, lambda u, v: f"(ok{u}r && ok{v}c) ? dy + ((n * HO + oh{u}) * WO + ow{v}) * CO + c0 : tr_zero"),
+        _decl("d", a, a, lambda i, j: f"D + (({i * a + j}L * P + q) * CO) + c0", const=False),
+        sandwich(at.T, at.T, "s", "d", "      ", guard=True))
+    # weight transform U = G w G^T (w rotated by 180 degrees when pl.flip), and dw = G^T dU G
+    def tap(r: int) -> int:
+        return 2 - r if pl.flip else r
+
+    wsrc = _decl("s", 3, 3, lambda r, s: f"w + ((k * 3 + {tap(r)}) * 3 + {tap(s)}) * CW + c0")
+    wdst = _decl("d", a, a, lambda i, j: f"U + (({i * a + j}L * KW + k) * CW) + c0", const=False)
+    dsrc = _decl("s", a, a, lambda i, j: f"dU + (({i * a + j}L * KW + k) * CW) + c0")
+    ddst = _decl("d", 3, 3, lambda r, s: f"dw + ((k * 3 + {r}) * 3 + {s}) * CW + c0", const=False)
+    f_w = _weight_function("tr_wt(const float* restrict w, float* restrict U, long k0, long k1)", wsrc, wdst,
+                           sandwich(g, g, "s", "d", "      "))
+    f_dwt = _weight_function("tr_dwt(const float* restrict dU, float* restrict dw, long k0, long k1)", dsrc, ddst,
+                            sandwich(g.T, g.T, "s", "d", "      "))
+    # U is (K, C) per component: the forward's B operand transposed (U^T: CI x CO), the input
+    # gradient's as it is (its CI is the conv's K)
+    tb, ldb = (112, "CI") if not pl.flip else (111, "CO")
+    f_drv = f"""
+void tr_fwd(const long* geo, const float* restrict x, const float* restrict U, float* restrict y,
+            float* restrict scratch, long t0, long t1, void* sg, long ilp64) {{
+  GEO
+  float* restrict V = scratch;
+  float* restrict Mb = scratch + (long)A * A * P * CI;
+  for (long c0 = t0; c0 < t1; c0 += P) {{
+    const long c1 = lmin(c0 + P, t1);
+    in_tiles(geo, x, V, c0, c1, c0, 0, A);
+    for (int xi = 0; xi < A * A; xi++)
+      gemm(sg, ilp64, 111, {tb}, c1 - c0, CO, CI, V + (long)xi * P * CI, CI, U + (long)xi * CO * CI, {ldb}, 0.0f,
+           Mb + (long)xi * P * CO, CO);
+    out_tiles(geo, Mb, y, c0, c1, c0);
+  }}
+}}
+
+void tr_part(const long* geo, const float* restrict x, const float* restrict U, float* restrict y,
+             float* restrict scratch, long c0, long c1, long phase, long lo, long hi, void* sg, long ilp64) {{
+  GEO
+  float* restrict V = scratch;
+  float* restrict Mb = scratch + (long)A * A * P * CI;
+  if (phase == 0) in_tiles(geo, x, V, lo, hi, c0, 0, A);
+  if (phase == 1)
+    for (long xi = lo; xi < hi; xi++)
+      gemm(sg, ilp64, 111, {tb}, c1 - c0, CO, CI, V + xi * P * CI, CI, U + xi * CO * CI, {ldb}, 0.0f,
+           Mb + xi * P * CO, CO);
+  if (phase == 2) out_tiles(geo, Mb, y, lo, hi, c0);
+}}
+
+"""
+    f_wgrad = f"""
+void tr_wgrad(const long* geo, const float* restrict x, const float* restrict dy, float* restrict dU,
+              float* restrict scratch, long ntiles, long r0, long r1, void* sg, long ilp64) {{
+  GEO
+  float* restrict V = scratch;
+  float* restrict D = scratch + (long)A * A * P * CI;
+  for (long c0 = 0; c0 < ntiles; c0 += P) {{
+    const long c1 = lmin(c0 + P, ntiles);
+    in_tiles(geo, x, V, c0, c1, c0, (int)r0, (int)r1);
+    dy_tiles(geo, dy, D, c0, c1, c0, (int)r0, (int)r1);
+    for (long xi = r0 * A; xi < r1 * A; xi++)
+      gemm(sg, ilp64, 112, 111, CO, CI, c1 - c0, D + xi * P * CO, CO, V + xi * P * CI, CI, c0 ? 1.0f : 0.0f,
+           dU + xi * CO * CI, CI);
+  }}
+}}
+"""
+    # the weight gradient's functions run on the forward's plan only (the input gradient's is flipped)
+    grad = "" if pl.flip else f_dy + f_dwt + f_wgrad
+    title = f"/* tr-mlir Winograd conv: F({m}x{m}, 3x3), {pl.cin} -> {pl.cout} channels, flip={pl.flip} */\n"
+    return title + head + _PRELUDE + f_in + f_out + f_w + f_drv + grad
+
+
+GEO_MACRO = """#define GEO const long H = geo[0], W = geo[1], HO = geo[2], WO = geo[3], PD = geo[4], TH = geo[5], \\
+  TW = geo[6], P = geo[7], TPI = TH * TW; \\
+  (void)H; (void)W; (void)HO; (void)WO; (void)PD; (void)TH; (void)TW; (void)P; (void)TPI;
+"""
+"""The run-time sizes of a plan (:func:`geometry`): the kernels are compiled per tile size,
+channel counts and direction only, so convs differing in batch or map size share them."""
+
+
+def geometry(pl: Plan) -> np.ndarray:
+    """The ``geo`` array the kernels read (:data:`GEO_MACRO`), int64."""
+    return np.array([pl.h, pl.w, pl.ho, pl.wo, pl.pad, pl.th, pl.tw, pl.chunk_tiles], np.int64)
+
+
+class Kernels:
+    """The compiled functions of one plan (``ctypes`` function pointers)."""
+
+    def __init__(self, src: str):
+        self.wt = _cc.function(src, "tr_wt", [_VP, _VP, _L, _L])
+        self.fwd = _cc.function(src, "tr_fwd", [_VP, _VP, _VP, _VP, _VP, _L, _L, _VP, _L])
+        self.part = _cc.function(src, "tr_part", [_VP, _VP, _VP, _VP, _VP, _L, _L, _L, _L, _L, _VP, _L])
+        grad = "tr_wgrad" in src  # not in the input gradient's (flipped) plan
+        self.dwt = _cc.function(src, "tr_dwt", [_VP, _VP, _L, _L]) if grad else None
+        self.wgrad = _cc.function(src, "tr_wgrad", [_VP, _VP, _VP, _VP, _VP, _L, _L, _L, _VP, _L]) if grad else None
+
+
+_compiled: dict[tuple, Kernels] = {}
+
+
+def kernels(pl: Plan) -> Kernels:
+    """The kernels of ``pl``, compiled (or loaded from the disk cache, :func:`._cc.load`) once per
+    tile size, channel counts and direction: the rest of the plan is run-time (:func:`geometry`)."""
+    key = (pl.m, pl.cin, pl.cout, pl.kw, pl.cw, pl.flip)
+    if key not in _compiled:
+        _compiled[key] = Kernels(source(pl))
+    return _compiled[key]
