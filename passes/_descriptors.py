@@ -60,7 +60,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tr_mlir.dialects import arch
-from tr_mlir.dialects.kernels import K, LayerKernels, binding_problem, implementation, kernel_id, workspace_tensor_name
+from tr_mlir.dialects.kernels import K, LayerKernels, binding_problem, implementation, operands_for, workspace_tensor_name
 from tr_mlir.dialects.memplan import MemRegion, Target
 from tr_mlir.errors import PluginError, TrMlirError
 
@@ -732,11 +732,11 @@ def _operand_info(lp: LayerPlan, ctx: LayerCtx, operand: str) -> tuple[Shape, np
 def plan_workspaces(lp: LayerPlan, ctx: LayerCtx) -> LayerPlan:
     """Plan the scratch memory of every node's kernel and append it to the node's outputs.
 
-    For each node the kernel (:func:`tr_mlir.dialects.kernels.implementation` of its KernelId) is
-    asked for the workspaces of its implementation on the plan's target (``workspace_shapes``
+    For each node the kernel (:data:`tr_mlir.lowering.cpu.KERNELS`) is asked for the
+    workspaces of its implementation on the plan's target (:meth:`KernelSpec.workspace_shapes`
     with ``ctx.target``: a CUDA plan holds none of the CPU kernels' im2col columns, padded copies
     or fp32 casts) given the node's operand shapes and dtypes in this variant, its operands named
-    through the KernelId's operand row. Each
+    through :data:`tr_mlir.lowering.operands.OPERANDS`. Each
     workspace ``<arg>`` becomes the shared DTensor ``ws_<arg>`` (one for the whole model, of the
     largest size any node needs, in ``T_TEMP_FP32`` / ``T_TEMP_FP16`` / ``T_TEMP_INT8`` by dtype), a
     flat ``{1, 1, 1, elements}`` tensor appended to the node's outputs; the backend binds it to the
@@ -749,7 +749,7 @@ def plan_workspaces(lp: LayerPlan, ctx: LayerCtx) -> LayerPlan:
         if spec.workspace_rule(ctx.target) is None:
             return pattern
         params = dict(ctx.params) if pattern.params is None else dict(pattern.params)
-        named, _ = kernel_id(pattern.op).operands.named(pattern.inputs, pattern.outputs, params, pattern.op)
+        named, _ = operands_for(pattern.op).named(pattern.inputs, pattern.outputs, params, pattern.op)
         infos = {arg: _operand_info(lp, ctx, o) for arg, o in named.items()}
         needs = spec.workspace_shapes(infos, target=ctx.target, **params)
         outs = list(pattern.outputs)

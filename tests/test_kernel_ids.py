@@ -122,3 +122,16 @@ def test_a_precision_free_plugin_family_binds():
         KERNELS[kid].bind({"x": np.ones(3, np.float32), "y": y})()
         assert y.tolist() == [2, 2, 2]
     assert "range_test_scale" not in KERNEL_IDS and "range_test_scale" not in KERNELS
+
+
+def test_the_dialects_range_ops_are_the_range_kernels():
+    """``memplan.RANGE_OPS`` (the seed's list, which makes a node a RANGE node) agrees with the
+    vocabulary: each is a precision-free family with a range kernel, and every range kernel a node
+    can bind (it has an operand row) is listed."""
+    from tr_mlir.dialects.memplan import RANGE_OPS
+
+    for op in RANGE_OPS:
+        kid = kernel_id(op)
+        assert kid.precisions == () and KERNELS[kid].kind == "range", op
+    bindable = {k.op() for k, s in KERNELS.items() if s.kind == "range" and KERNEL_IDS[k].operands is not None}
+    assert bindable <= set(RANGE_OPS)
