@@ -21,8 +21,9 @@
    ``host`` scalars (learning rate, optimizer hyper-parameters, label smoothing, dropout seed)
    are the caller's to write (:meth:`Executable.set_scalar`).
 4. **Capture.** For every capture key of the atlas (facts section 11) the key's graph bucket is
-   bound against the key's plan, node by node: the operand table
-   (:data:`tr_mlir.lowering.operands.OPERANDS`) names each positional operand, workspaces are
+   bound against the key's plan, node by node: the node op's family
+   (:func:`tr_mlir.dialects.kernels.kernel_id`) keys the backend's kernel table, its operand row
+   (:class:`~tr_mlir.dialects.kernels.Operands`) names each positional operand, workspaces are
    the ``ws_<arg>`` DTensors the compiler planned (sized again here from the rule of the
    backend's target, :meth:`KernelSpec.workspace_shapes`, and checked against their slots),
    static params come from the graph's params table, and :meth:`KernelSpec.bind` makes the
@@ -67,7 +68,8 @@ from tr_mlir.dialects.memplan import (
 )
 from tr_mlir.errors import TrMlirError
 from tr_mlir.lowering.backend import Backend, CapturedGraph, NumpyBackend, check_arena
-from tr_mlir.lowering.cpu import KernelSpec, kernel_name
+from tr_mlir.dialects.kernels import KERNEL_IDS, KERNELS, KernelIdError, kernel_id, kernel_name
+from tr_mlir.lowering.cpu import KernelSpec
 from tr_mlir.lowering.operands import WORKSPACE_PREFIX, operands_for, workspace_tensor_name
 
 DTYPES: Mapping[str, np.dtype] = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
@@ -507,8 +509,14 @@ class Executable:
         return arg in spec.optional and arg in spec.writes and (*where, tid) in self._dead_set
 
     def _kernel(self, node: Node, bucket: Sequence[Node]) -> tuple[KernelSpec, dict[str, str]]:
-        """The kernel of ``node`` and extra scalar operands {argument: DTensor name}."""
+        """The kernel of ``node`` (keyed by the family of its op, :func:`kernel_id`) and extra scalar
+        operands {argument: DTensor name}."""
         name = kernel_name(node.op)
+        try:
+            name = kernel_id(node.op)
+        except KernelIdError as e:
+            if name in KERNEL_IDS:  # a family spelt otherwise than it derives its node ops
+                raise ExecutableError(str(e)) from None
         extra: dict[str, str] = {}
         if self.decay_all and name.startswith("range_update_bias_"):
             weight = [kernel_name(n.op) for n in bucket if kernel_name(n.op).startswith("range_update_weight_")]
@@ -516,8 +524,6 @@ class Executable:
             extra["weight_decay"] = "wd"
         spec = self.backend.kernels.get(name)
         if spec is None:
-            from tr_mlir.lowering.cpu import KERNELS
-
             if name in KERNELS:
                 raise ExecutableError(
                     f"the model's graphs run op '{node.op}', whose kernel '{name}' has no {self.backend.name} "

@@ -60,6 +60,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tr_mlir.dialects import arch
+from tr_mlir.dialects.kernels import K, LayerKernels, binding_problem, implementation, operands_for, workspace_tensor_name
 from tr_mlir.dialects.memplan import MemRegion, Target
 from tr_mlir.errors import PluginError, TrMlirError
 
@@ -207,6 +208,13 @@ class Descriptor:
     first_layer_ok: bool = False
 
 
+_BN1D = LayerKernels(K.BN1D_FWD, K.BN1D_BWD, inf=K.BN1D_INF)
+_BN2D = LayerKernels(K.BN2D_FWD, K.BN2D_BWD, inf=K.BN2D_INF)
+_FLATTEN = LayerKernels(K.FLATTEN_FWD, K.FLATTEN_BWD, bwd_first_layer=K.FLATTEN_BWD_FIRST_LAYER)
+_CHANNEL_PADDING = LayerKernels(K.CHANNEL_PADDING_FWD, K.CHANNEL_PADDING_BWD,
+                            bwd_first_layer=K.CHANNEL_PADDING_BWD_FIRST_LAYER)
+
+
 # --------------------------------------------------------------------------------------
 # Shape helpers
 # --------------------------------------------------------------------------------------
@@ -254,18 +262,18 @@ def _conv(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str | N
     wt = amp_w if ctx.amp else weight
     wg = amp_g if ctx.amp else dw
     kp = (("out_ch", out_ch), ("k", k), ("s", s), ("p", pad), ("groups", groups))
-    fwd = NodePattern(f"CONV_{ctx.prec}_FWD", (x, wt), (y, ssum, sq), kp)
+    fwd = NodePattern(K.CONV_FWD.op(ctx.prec), (x, wt), (y, ssum, sq), kp)
     if dx is None:
-        bwd = NodePattern(f"CONV_{ctx.prec}_BWD_FIRST_LAYER", (dy_src, wt, x), (wg,), kp)
+        bwd = NodePattern(K.CONV_BWD_FIRST_LAYER.op(ctx.prec), (dy_src, wt, x), (wg,), kp)
     else:
-        bwd = NodePattern(f"CONV_{ctx.prec}_BWD", (dy_src, wt, x), (dx, wg), kp)
-    inf = NodePattern(f"CONV_{ctx.prec}_INF", (x, wt), (y, ssum, sq), kp)
+        bwd = NodePattern(K.CONV_BWD.op(ctx.prec), (dy_src, wt, x), (dx, wg), kp)
+    inf = NodePattern(K.CONV_INF.op(ctx.prec), (x, wt), (y, ssum, sq), kp)
     return y, out, fwd, bwd, inf
 
 
-def _bn(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, shape: Shape, kind: str,
+def _bn(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, shape: Shape, kind: LayerKernels,
         ) -> tuple[str, NodePattern, NodePattern, NodePattern]:
-    """BN tensors (seed: 13) and nodes. ``kind`` is ``BN1D`` or ``BN2D``."""
+    """BN tensors (seed: 13) and nodes. ``kind`` is :data:`_BN1D` or :data:`_BN2D`."""
     c = shape[3]
     if ctx.amp and c % 8:
         raise DescriptorError(
@@ -286,10 +294,10 @@ def _bn(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, shap
     siv = lp.add(f"{p}bn_saved_inv_var", MemRegion.T_TEMP_FP32, "f32", ps)
     kp = (("eps", float(ctx.params.get("eps", BN_EPS))),
           ("momentum", float(ctx.params.get("momentum", BN_MOMENTUM))))
-    fwd = NodePattern(f"{kind}_{ctx.prec}_FWD", (x, gamma, beta, nm, nv, "@bn_epsilon", "@bn_momentum"),
+    fwd = NodePattern(kind.fwd.op(ctx.prec), (x, gamma, beta, nm, nv, "@bn_epsilon", "@bn_momentum"),
                       (y, sm, siv, nm, nv), kp)
-    bwd = NodePattern(f"{kind}_{ctx.prec}_BWD", (dy_src, gamma, sm, siv, x), (dx, dg, db), kp)
-    inf = NodePattern(f"{kind}_{ctx.prec}_INF", (x, eqs, eqb), (y,), kp)
+    bwd = NodePattern(kind.bwd.op(ctx.prec), (dy_src, gamma, sm, siv, x), (dx, dg, db), kp)
+    inf = NodePattern(kind.inf.op(ctx.prec), (x, eqs, eqb), (y,), kp)
     return y, fwd, bwd, inf
 
 
@@ -308,13 +316,13 @@ def _relu(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, sh
     y = lp.add(f"{p}{stem}_output", ctx.feat, ctx.featdt, shape)
     if from_output:
         assert dy_src != y, f"{y}: a ReLU that reads its output needs its gradient elsewhere"
-        return (y, NodePattern(f"RELU_{ctx.prec}_FWD", (x,), (y,), ()),
-                NodePattern(f"RELU_{ctx.prec}_BWD_FROM_OUTPUT", (dy_src, y), (dx,), ()),
-                NodePattern(f"RELU_{ctx.prec}_INF", (x,), (y,), ()))
+        return (y, NodePattern(K.RELU_FWD.op(ctx.prec), (x,), (y,), ()),
+                NodePattern(K.RELU_BWD_FROM_OUTPUT.op(ctx.prec), (dy_src, y), (dx,), ()),
+                NodePattern(K.RELU_INF.op(ctx.prec), (x,), (y,), ()))
     mask = lp.add(f"{p}{stem}_mask", MemRegion.S_MASK, "i8", shape)
-    return (y, NodePattern(f"RELU_{ctx.prec}_FWD", (x,), (y, mask), ()),
-            NodePattern(f"RELU_{ctx.prec}_BWD", (dy_src, mask), (dx,), ()),
-            NodePattern(f"RELU_{ctx.prec}_INF", (x,), (y, mask), ()))
+    return (y, NodePattern(K.RELU_FWD.op(ctx.prec), (x,), (y, mask), ()),
+            NodePattern(K.RELU_BWD.op(ctx.prec), (dy_src, mask), (dx,), ()),
+            NodePattern(K.RELU_INF.op(ctx.prec), (x,), (y, mask), ()))
 
 
 def _fc(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str | None, in_shape: Shape,
@@ -332,19 +340,19 @@ def _fc(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str | Non
     lp.add(f"{p}fc_amp_g_fp16", MemRegion.G_FC_WEIGHT_FP16, "f16", wsh if ctx.amp else PLACEHOLDER)
     wt = amp_w if ctx.amp else weight
     kp = (("out_features", out_features), ("bias", bias))
-    fwd = NodePattern(f"FC_{ctx.prec}_FWD", (x, wt, b), (y,), kp)
+    fwd = NodePattern(K.FC_FWD.op(ctx.prec), (x, wt, b), (y,), kp)
     if dx is None:
-        bwd = NodePattern(f"FC_{ctx.prec}_BWD_FIRST_LAYER", (dy_src, wt, x), (dw, db), kp)
+        bwd = NodePattern(K.FC_BWD_FIRST_LAYER.op(ctx.prec), (dy_src, wt, x), (dw, db), kp)
     else:
-        bwd = NodePattern(f"FC_{ctx.prec}_BWD", (dy_src, wt, x), (dx, dw, db), kp)
+        bwd = NodePattern(K.FC_BWD.op(ctx.prec), (dy_src, wt, x), (dx, dw, db), kp)
     return y, fwd, bwd
 
 
 def _gap(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, in_shape: Shape,
          ) -> tuple[str, NodePattern, NodePattern]:
     y = lp.add(f"{p}gap_output", ctx.feat, ctx.featdt, (in_shape[0], 1, 1, in_shape[3]))
-    return (y, NodePattern(f"GAP_{ctx.prec}_FWD", (x,), (y,), ()),
-            NodePattern(f"GAP_{ctx.prec}_BWD", (dy_src,), (dx,), ()))
+    return (y, NodePattern(K.GAP_FWD.op(ctx.prec), (x,), (y,), ()),
+            NodePattern(K.GAP_BWD.op(ctx.prec), (dy_src,), (dx,), ()))
 
 
 def _maxpool(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, in_shape: Shape,
@@ -354,9 +362,9 @@ def _maxpool(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str,
     y = lp.add(f"{p}pool_output", ctx.feat, ctx.featdt, out)
     mask = lp.add(f"{p}pool_mask", MemRegion.S_MASK, "i8", out)
     kp = (("k", k), ("s", s), ("p", pad))
-    return (y, NodePattern(f"MAXPOOL_{ctx.prec}_FWD", (x,), (y, mask), kp),
-            NodePattern(f"MAXPOOL_{ctx.prec}_BWD", (dy_src, mask), (dx,), kp),
-            NodePattern(f"MAXPOOL_{ctx.prec}_INF", (x,), (y, mask), kp))
+    return (y, NodePattern(K.MAXPOOL_FWD.op(ctx.prec), (x,), (y, mask), kp),
+            NodePattern(K.MAXPOOL_BWD.op(ctx.prec), (dy_src, mask), (dx,), kp),
+            NodePattern(K.MAXPOOL_INF.op(ctx.prec), (x,), (y, mask), kp))
 
 
 def _dx(ctx: LayerCtx, name: str = "$dx") -> str | None:
@@ -378,7 +386,7 @@ def _build_conv(ctx: LayerCtx) -> LayerPlan:
     return lp
 
 
-def _build_bn(kind: str) -> Callable[[LayerCtx], LayerPlan]:
+def _build_bn(kind: LayerKernels) -> Callable[[LayerCtx], LayerPlan]:
     def build(ctx: LayerCtx) -> LayerPlan:
         lp = LayerPlan()
         _, f, b, i = _bn(lp, ctx, "", "$x", "$dy", "$dx", ctx.inputs[0], kind)
@@ -402,13 +410,13 @@ def _build_relu(ctx: LayerCtx) -> LayerPlan:
     return lp
 
 
-def _build_activation(kind: str, tensor: str) -> Callable[[LayerCtx], LayerPlan]:
+def _build_activation(kind: LayerKernels, tensor: str) -> Callable[[LayerCtx], LayerPlan]:
     def build(ctx: LayerCtx) -> LayerPlan:
         lp = LayerPlan()
         y = lp.add(f"{tensor}_output", ctx.feat, ctx.featdt, ctx.inputs[0])
-        f = NodePattern(f"{kind}_{ctx.prec}_FWD", ("$x",), (y,))
+        f = NodePattern(kind.fwd.op(ctx.prec), ("$x",), (y,))
         lp.forward = [f]
-        lp.backward = [NodePattern(f"{kind}_{ctx.prec}_BWD", ("$dy", "$x"), ("$dx",))]
+        lp.backward = [NodePattern(kind.bwd.op(ctx.prec), ("$dy", "$x"), ("$dx",))]
         lp.inference = [f]
         return lp
     return build
@@ -428,9 +436,9 @@ def _build_avgpool(ctx: LayerCtx) -> LayerPlan:
     lp = LayerPlan()
     y = lp.add("avgpool_output", ctx.feat, ctx.featdt,
                (n, window(h, v["k"], v["s"], v["p"]), window(w, v["k"], v["s"], v["p"]), c))
-    lp.forward = [NodePattern(f"AVGPOOL_{ctx.prec}_FWD", ("$x",), (y,))]
-    lp.backward = [NodePattern(f"AVGPOOL_{ctx.prec}_BWD", ("$dy",), ("$dx",))]
-    lp.inference = [NodePattern(f"AVGPOOL_{ctx.prec}_INF", ("$x",), (y,))]
+    lp.forward = [NodePattern(K.AVGPOOL_FWD.op(ctx.prec), ("$x",), (y,))]
+    lp.backward = [NodePattern(K.AVGPOOL_BWD.op(ctx.prec), ("$dy",), ("$dx",))]
+    lp.inference = [NodePattern(K.AVGPOOL_INF.op(ctx.prec), ("$x",), (y,))]
     return lp
 
 
@@ -442,16 +450,16 @@ def _build_gap(ctx: LayerCtx) -> LayerPlan:
     return lp
 
 
-def _build_reshape(kind: str, tensor: str, shape: Callable[[Shape], Shape]) -> Callable[[LayerCtx], LayerPlan]:
+def _build_reshape(kind: LayerKernels, tensor: str, shape: Callable[[Shape], Shape]) -> Callable[[LayerCtx], LayerPlan]:
     def build(ctx: LayerCtx) -> LayerPlan:
         lp = LayerPlan()
         y = lp.add(f"{tensor}_output", ctx.feat, ctx.featdt, shape(ctx.inputs[0]))
-        f = NodePattern(f"{kind}_{ctx.prec}_FWD", ("$x",), (y,))
+        f = NodePattern(kind.fwd.op(ctx.prec), ("$x",), (y,))
         lp.forward, lp.inference = [f], [f]
         if ctx.first:
-            lp.backward = [NodePattern(f"{kind}_{ctx.prec}_BWD_FIRST_LAYER", (), ())]
+            lp.backward = [NodePattern(kind.bwd_first_layer.op(ctx.prec), (), ())]
         else:
-            lp.backward = [NodePattern(f"{kind}_{ctx.prec}_BWD", ("$dy",), ("$dx",))]
+            lp.backward = [NodePattern(kind.bwd.op(ctx.prec), ("$dy",), ("$dx",))]
         return lp
     return build
 
@@ -459,9 +467,9 @@ def _build_reshape(kind: str, tensor: str, shape: Callable[[Shape], Shape]) -> C
 def _build_identity(ctx: LayerCtx) -> LayerPlan:
     lp = LayerPlan()
     y = lp.add("identity_output", ctx.feat, ctx.featdt, ctx.inputs[0])
-    f = NodePattern(f"IDENTITY_{ctx.prec}_FWD", ("$x",), (y,))
+    f = NodePattern(K.IDENTITY_FWD.op(ctx.prec), ("$x",), (y,))
     lp.forward, lp.inference = [f], [f]
-    lp.backward = [NodePattern(f"IDENTITY_{ctx.prec}_BWD", ("$dy",), ("$dx",))]
+    lp.backward = [NodePattern(K.IDENTITY_BWD.op(ctx.prec), ("$dy",), ("$dx",))]
     return lp
 
 
@@ -477,10 +485,10 @@ def _build_softmax_ce(ctx: LayerCtx) -> LayerPlan:
     top5_p = lp.add("top5_partial", MemRegion.T_TEMP_INT32, "i32", (n, 1, 1, 1))
     ins = ("$x", "@scaling", "@local_batch_size", "@label_smce", "@label_smoothing")
     outs = ("@loss", inv, pred, probs, "@top1", "@top5", loss_p, top1_p, top5_p)
-    lp.forward = [NodePattern(f"SOFTMAX_CE_{ctx.prec}_FWD", ins, outs)]
-    lp.backward = [NodePattern(f"SOFTMAX_CE_{ctx.prec}_BWD",
+    lp.forward = [NodePattern(K.SOFTMAX_CE_FWD.op(ctx.prec), ins, outs)]
+    lp.backward = [NodePattern(K.SOFTMAX_CE_BWD.op(ctx.prec),
                                (probs, inv, "@scaling", "@label_smce", "@label_smoothing"), ("$dx",))]
-    lp.inference = [NodePattern(f"SOFTMAX_CE_{ctx.prec}_INF", ins, outs)]
+    lp.inference = [NodePattern(K.SOFTMAX_CE_INF.op(ctx.prec), ins, outs)]
     return lp
 
 
@@ -488,8 +496,8 @@ def _build_dropout(ctx: LayerCtx) -> LayerPlan:
     lp = LayerPlan()
     y = lp.add("dropout_output", ctx.feat, ctx.featdt, ctx.inputs[0])
     mask = lp.add("dropout_mask", MemRegion.S_MASK, "i8", ctx.inputs[0])
-    lp.forward = [NodePattern(f"DROPOUT_{ctx.prec}_FWD", ("$x", "@dropout_seed"), (y, mask, "@dropout_seed"))]
-    lp.backward = [NodePattern(f"DROPOUT_{ctx.prec}_BWD", ("$dy", mask), ("$dx",))]
+    lp.forward = [NodePattern(K.DROPOUT_FWD.op(ctx.prec), ("$x", "@dropout_seed"), (y, mask, "@dropout_seed"))]
+    lp.backward = [NodePattern(K.DROPOUT_BWD.op(ctx.prec), ("$dy", mask), ("$dx",))]
     lp.inference = []  # the inference graph skips dropout (facts section 8.5 (e))
     return lp
 
@@ -497,9 +505,9 @@ def _build_dropout(ctx: LayerCtx) -> LayerPlan:
 def _build_add(ctx: LayerCtx) -> LayerPlan:
     lp = LayerPlan()
     y = lp.add("add_output", ctx.feat, ctx.featdt, ctx.output)
-    f = NodePattern(f"ADD_{ctx.prec}_FWD", ("$x", "$x1"), (y,))
+    f = NodePattern(K.ADD_FWD.op(ctx.prec), ("$x", "$x1"), (y,))
     lp.forward, lp.inference = [f], [f]
-    lp.backward = [NodePattern(f"ADD_{ctx.prec}_BWD", ("$dy",), ("$dx", "$dx1"))]
+    lp.backward = [NodePattern(K.ADD_BWD.op(ctx.prec), ("$dy",), ("$dx", "$dx1"))]
     return lp
 
 
@@ -513,7 +521,7 @@ def _build_cbr(ctx: LayerCtx) -> LayerPlan:
     lp = LayerPlan()
     conv_y, shape, cf, cb, ci = _conv(lp, ctx, "", "$x", "bn_output", _dx(ctx), ctx.inputs[0], v["out_ch"],
                                       v["k"], v["s"], v["p"], first=ctx.first)
-    bn_y, bf, bb, bi = _bn(lp, ctx, "", conv_y, "cbr_relu_output", conv_y, shape, "BN2D")
+    bn_y, bf, bb, bi = _bn(lp, ctx, "", conv_y, "cbr_relu_output", conv_y, shape, _BN2D)
     # Backward: dY -> d(bn_out) over bn_out -> d(conv_out) over conv_out -> dX. The ReLU reads its
     # output when the layer's consumers keep it anyway (dY then has its own slot), else its mask.
     lp.bwd_reads_output = ctx.output_kept
@@ -529,7 +537,7 @@ def _build_cbrp(ctx: LayerCtx) -> LayerPlan:
     lp = LayerPlan()
     conv_y, shape, cf, cb, ci = _conv(lp, ctx, "", "$x", "bn_output", _dx(ctx), ctx.inputs[0], v["out_ch"],
                                       v["conv_k"], v["conv_s"], v["conv_p"], first=ctx.first)
-    bn_y, bf, bb, bi = _bn(lp, ctx, "", conv_y, "bn_output", conv_y, shape, "BN2D")
+    bn_y, bf, bb, bi = _bn(lp, ctx, "", conv_y, "bn_output", conv_y, shape, _BN2D)
     relu_y, rf, rb, ri = _relu(lp, ctx, "", bn_y, "relu_output", bn_y, shape, False)  # feeds the pool: mask
     _, pf, pb, pi = _maxpool(lp, ctx, "", relu_y, "$dy", relu_y, shape, v["pool_k"], v["pool_s"], v["pool_p"])
     lp.forward = [cf, bf, rf, pf]
@@ -588,7 +596,7 @@ def _residual(ctx: LayerCtx, main: list[_Stage], shortcut: _Stage | None, identi
         st = shortcut
         cy, cshape, cf, cb, ci = _conv(lp, ctx, st.prefix, "$x", "", "branch_grad", x_shape, st.out_ch, st.k,
                                        st.s, st.p, st.groups)
-        by, bf, bb, bi = _bn(lp, ctx, st.prefix, cy, add_name, cy, cshape, "BN2D")
+        by, bf, bb, bi = _bn(lp, ctx, st.prefix, cy, add_name, cy, cshape, _BN2D)
         sc_out = by
         fwd += [cf, bf]
         inf += [ci, bi]
@@ -599,7 +607,7 @@ def _residual(ctx: LayerCtx, main: list[_Stage], shortcut: _Stage | None, identi
     for i, st in enumerate(main):
         cy, cshape, cf, cb, ci = _conv(lp, ctx, st.prefix, cur, "", cur_grad, shape, st.out_ch, st.k, st.s,
                                        st.p, st.groups)
-        by, bf, bb, bi = _bn(lp, ctx, st.prefix, cy, "", cy, cshape, "BN2D")
+        by, bf, bb, bi = _bn(lp, ctx, st.prefix, cy, "", cy, cshape, _BN2D)
         fwd += [cf, bf]
         inf += [ci, bi]
         out, out_grad = by, by
@@ -617,7 +625,7 @@ def _residual(ctx: LayerCtx, main: list[_Stage], shortcut: _Stage | None, identi
         cur, cur_grad, shape = out, out_grad, cshape
     if has_add:
         y = lp.add(add_name, ctx.feat, ctx.featdt, shape)
-        add_f = NodePattern(f"ADD_{ctx.prec}_FWD", (sc_out, cur), (y,), ())
+        add_f = NodePattern(K.ADD_FWD.op(ctx.prec), (sc_out, cur), (y,), ())
         fwd.append(add_f)
         inf.append(add_f)
         grad_at_join = add_name
@@ -647,9 +655,9 @@ def _residual(ctx: LayerCtx, main: list[_Stage], shortcut: _Stage | None, identi
         bwd.append(cb.with_dy(cy))
         dy = cb.outputs[0]
     if identity:
-        bwd.append(NodePattern(f"GRAD_ACCUM_{ctx.prec}", (grad_at_join, "$dx"), ("$dx",), ()))
+        bwd.append(NodePattern(K.GRAD_ACCUM.op(ctx.prec), (grad_at_join, "$dx"), ("$dx",), ()))
     elif shortcut is not None:
-        bwd.append(NodePattern(f"GRAD_ACCUM_{ctx.prec}", ("branch_grad", "$dx"), ("$dx",), ()))
+        bwd.append(NodePattern(K.GRAD_ACCUM.op(ctx.prec), ("branch_grad", "$dx"), ("$dx",), ()))
     lp.forward, lp.backward, lp.inference = fwd, bwd, inf
     return lp
 
@@ -734,13 +742,10 @@ def plan_workspaces(lp: LayerPlan, ctx: LayerCtx) -> LayerPlan:
     flat ``{1, 1, 1, elements}`` tensor appended to the node's outputs; the backend binds it to the
     kernel's workspace argument by that name. Workspaces are call-scoped, so all kernels share them.
     """
-    from tr_mlir.lowering.cpu import lookup
-    from tr_mlir.lowering.operands import operands_for, workspace_tensor_name
-
     check_node_kernels(lp)
 
     def with_ws(pattern: NodePattern) -> NodePattern:
-        spec = lookup(pattern.op)
+        spec = implementation(pattern.op)
         if spec.workspace_rule(ctx.target) is None:
             return pattern
         params = dict(ctx.params) if pattern.params is None else dict(pattern.params)
@@ -763,19 +768,12 @@ def plan_workspaces(lp: LayerPlan, ctx: LayerCtx) -> LayerPlan:
 
 
 def check_node_kernels(lp: LayerPlan) -> None:
-    """Every node op of ``lp`` has a kernel and an operand row; raises :class:`DescriptorError`
-    naming the node op and the registration that is missing (phase 1 reports it at the layer)."""
-    from tr_mlir.lowering.cpu import KERNELS, kernel_name
-    from tr_mlir.lowering.operands import OPERANDS
-
+    """Every node op of ``lp`` has a kernel and an operand row (:func:`~tr_mlir.dialects.kernels.binding_problem`);
+    raises :class:`DescriptorError` naming the node op and the missing registration (phase 1 reports it at the layer)."""
     for pattern in (*lp.forward, *lp.backward, *lp.inference):
-        name = kernel_name(pattern.op)
-        if name not in KERNELS:
-            raise DescriptorError(f"its descriptor emits node op '{pattern.op}', which has no kernel '{name}': "
-                                  f"register one with @tr_mlir.extend.kernel('{name}', writes=[...])")
-        if name not in OPERANDS:
-            raise DescriptorError(f"its descriptor emits node op '{pattern.op}', which has no operand row: "
-                                  f"tr_mlir.extend.register_operands('{name}', Operands(...))")
+        problem = binding_problem(pattern.op)
+        if problem:
+            raise DescriptorError(f"its descriptor emits {problem}")
 
 
 def _with_workspaces(build: Callable[[LayerCtx], LayerPlan]) -> Callable[[LayerCtx], LayerPlan]:
@@ -789,27 +787,28 @@ def _with_workspaces(build: Callable[[LayerCtx], LayerPlan]) -> Callable[[LayerC
 # The table
 # --------------------------------------------------------------------------------------
 
-_ACTIVATIONS = {
-    arch.TanhOp: ("TANH", "tanh"), arch.SiluOp: ("SILU", "silu"), arch.Relu6Op: ("RELU6", "relu6"),
-    arch.LeakyReluOp: ("LEAKY_RELU", "leaky_relu"), arch.HardswishOp: ("HARDSWISH", "hardswish"),
-    arch.EluOp: ("ELU", "elu"), arch.SigmoidOp: ("SIGMOID", "sigmoid"),
+_ACTIVATIONS = {  # the kernel stem names the output tensor (tanh_output)
+    arch.TanhOp: LayerKernels(K.TANH_FWD, K.TANH_BWD), arch.SiluOp: LayerKernels(K.SILU_FWD, K.SILU_BWD),
+    arch.Relu6Op: LayerKernels(K.RELU6_FWD, K.RELU6_BWD), arch.LeakyReluOp: LayerKernels(K.LEAKY_RELU_FWD, K.LEAKY_RELU_BWD),
+    arch.HardswishOp: LayerKernels(K.HARDSWISH_FWD, K.HARDSWISH_BWD), arch.EluOp: LayerKernels(K.ELU_FWD, K.ELU_BWD),
+    arch.SigmoidOp: LayerKernels(K.SIGMOID_FWD, K.SIGMOID_BWD),
 }
 
 _BUILTIN: Mapping[type[Operation], Descriptor] = {
     arch.ConvOp: Descriptor(_build_conv, "conv_output", bwd_reads_input=True, first_layer_ok=True),
-    arch.Bn1dOp: Descriptor(_build_bn("BN1D"), "bn_output", bwd_reads_input=True),
-    arch.Bn2dOp: Descriptor(_build_bn("BN2D"), "bn_output", bwd_reads_input=True),
+    arch.Bn1dOp: Descriptor(_build_bn(_BN1D), "bn_output", bwd_reads_input=True),
+    arch.Bn2dOp: Descriptor(_build_bn(_BN2D), "bn_output", bwd_reads_input=True),
     arch.FcOp: Descriptor(_build_fc, "fc_output", bwd_reads_input=True),
     arch.ReluOp: Descriptor(_build_relu, "relu_output"),
-    **{cls: Descriptor(_build_activation(kind, t), f"{t}_output", bwd_reads_input=True)
-       for cls, (kind, t) in _ACTIVATIONS.items()},
+    **{cls: Descriptor(_build_activation(kind, kind.fwd.stem), f"{kind.fwd.stem}_output", bwd_reads_input=True)
+       for cls, kind in _ACTIVATIONS.items()},
     arch.MaxPoolOp: Descriptor(_build_maxpool, "pool_output"),
     arch.AvgPoolOp: Descriptor(_build_avgpool, "avgpool_output"),
     arch.GapOp: Descriptor(_build_gap, "gap_output", dx_tensor="gap_grad_slot"),
-    arch.FlattenOp: Descriptor(_build_reshape("FLATTEN", "flatten", lambda s: (s[0], 1, 1, s[1] * s[2] * s[3])),
+    arch.FlattenOp: Descriptor(_build_reshape(_FLATTEN, "flatten", lambda s: (s[0], 1, 1, s[1] * s[2] * s[3])),
                                "flatten_output", first_layer_ok=True),
     arch.ChannelPaddingOp: Descriptor(
-        _build_reshape("CHANNEL_PADDING", "channel_padding", lambda s: (s[0], s[1], s[2], (s[3] + 7) // 8 * 8)),
+        _build_reshape(_CHANNEL_PADDING, "channel_padding", lambda s: (s[0], s[1], s[2], (s[3] + 7) // 8 * 8)),
         "channel_padding_output", first_layer_ok=True),
     arch.IdentityOp: Descriptor(_build_identity, "identity_output"),
     arch.SoftmaxCeOp: Descriptor(_build_softmax_ce, "ce_output", dx_tensor="ce_output"),

@@ -83,6 +83,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from tr_mlir.dialects.arch import ModelOp
+from tr_mlir.dialects.kernels import K, KernelId
 from tr_mlir.dialects.memplan import (
     GraphId,
     GraphOp,
@@ -105,22 +106,26 @@ INFER_GRAPH = "infer"
 GRAD_SLOT_SUFFIX = "_grad"
 GRAD_PART_SUFFIX = "_grad_part"
 
-_UPDATE_SUFFIX = {
-    OptimizerKind.SGD: ("SGD", "SGD"),
-    OptimizerKind.MOMENTUM: ("MOMENTUM", "MOMENTUM"),
-    OptimizerKind.NESTEROV: ("NESTEROV", "NESTEROV"),
-    OptimizerKind.ADAM: ("ADAM", "ADAM"),
-    OptimizerKind.ADAMW: ("ADAMW", "ADAM"),
-    OptimizerKind.LARS: (None, "MOMENTUM"),
-    OptimizerKind.LARS_NESTEROV: (None, "NESTEROV"),
+_UPDATE_KERNELS: Mapping[OptimizerKind, tuple[KernelId | None, KernelId]] = {
+    OptimizerKind.SGD: (K.RANGE_UPDATE_WEIGHT_SGD, K.RANGE_UPDATE_BIAS_SGD),
+    OptimizerKind.MOMENTUM: (K.RANGE_UPDATE_WEIGHT_MOMENTUM, K.RANGE_UPDATE_BIAS_MOMENTUM),
+    OptimizerKind.NESTEROV: (K.RANGE_UPDATE_WEIGHT_NESTEROV, K.RANGE_UPDATE_BIAS_NESTEROV),
+    OptimizerKind.ADAM: (K.RANGE_UPDATE_WEIGHT_ADAM, K.RANGE_UPDATE_BIAS_ADAM),
+    OptimizerKind.ADAMW: (K.RANGE_UPDATE_WEIGHT_ADAMW, K.RANGE_UPDATE_BIAS_ADAM),
+    OptimizerKind.LARS: (None, K.RANGE_UPDATE_BIAS_MOMENTUM),
+    OptimizerKind.LARS_NESTEROV: (None, K.RANGE_UPDATE_BIAS_NESTEROV),
 }
-"""Optimizer -> (weight range-op suffix or None for LARS, bias range-op suffix) (facts 8.5(d) 6)."""
+"""Optimizer -> (weight range op, None for LARS; bias range op) (facts 8.5(d) 6)."""
 
 _LARS_FAMILIES = (
-    (R.W_FC_WEIGHT, "FC", GraphId.LARS_FC_OPT),
-    (R.W_FIRST_CONV, "FIRST", GraphId.LARS_FIRST_CONV_OPT),
-    (R.W_DEEP_CONV, "DEEP", GraphId.LARS_DEEP_CONV_OPT),
+    (R.W_FC_WEIGHT, (K.LARS_COMPUTE_TRUST_RATIO_FC, K.LARS_UPDATE_FC, K.LARS_NESTEROV_UPDATE_FC),
+     GraphId.LARS_FC_OPT),
+    (R.W_FIRST_CONV, (K.LARS_COMPUTE_TRUST_RATIO_FIRST, K.LARS_UPDATE_FIRST, K.LARS_NESTEROV_UPDATE_FIRST),
+     GraphId.LARS_FIRST_CONV_OPT),
+    (R.W_DEEP_CONV, (K.LARS_COMPUTE_TRUST_RATIO_DEEP, K.LARS_UPDATE_DEEP, K.LARS_NESTEROV_UPDATE_DEEP),
+     GraphId.LARS_DEEP_CONV_OPT),
 )
+"""Weight region -> (trust-ratio op, update op, Nesterov update op) and its LARS graph."""
 
 
 # --------------------------------------------------------------------------------------
@@ -341,7 +346,7 @@ class _Builder:
             targets[k] = target
         self._check_reads_before_overwrite(layer, targets)
         nodes = [self.node(layer, p, params, ab, dx=targets) for p in layer.plan.backward]
-        nodes += [Node(f"GRAD_ACCUM_{self.prec}", (part, into), (into,)) for part, into in accumulate]
+        nodes += [Node(K.GRAD_ACCUM.op(self.prec), (part, into), (into,)) for part, into in accumulate]
         return nodes
 
     def _check_reads_before_overwrite(self, layer: _Layer, targets: Mapping[int, int]) -> None:
@@ -369,12 +374,12 @@ class _Builder:
             buckets[GraphId.DEEP_FWD_BWD] += [self.node(layer, p, params) for p in layer.plan.forward]
         for layer in reversed(deep):
             buckets[GraphId.DEEP_FWD_BWD] += self.backward(layer, params)
-        buckets[GraphId.ZERO_GRAD].append(Node("RANGE_CLEAR", out_ranges=((R.G_BN_BIAS, R.G_DEEP_CONV_FP16),)))
+        buckets[GraphId.ZERO_GRAD].append(Node(K.RANGE_CLEAR.op(), out_ranges=((R.G_BN_BIAS, R.G_DEEP_CONV_FP16),)))
         self._auxiliary(buckets, params)
         return GraphOp(TRAIN_GRAPH, buckets, params.table)
 
     def _label_copy(self, ab: str) -> Node:
-        return Node("DTENSOR_COPY", (self.tensor(f"label_{ab}", self.model),),
+        return Node(K.DTENSOR_COPY.op(), (self.tensor(f"label_{ab}", self.model),),
                     (self.tensor("label_smce", self.model),))
 
     # -- auxiliary graphs (facts 8.5 (d)) ------------------------------------------------
@@ -389,52 +394,52 @@ class _Builder:
         s = self.scalar
         amp, opt = self.amp, self.optimizer
         has_bn = self.populated(R.B_NEXT_MEAN)
-        b[GraphId.TRANSFER_A].append(Node("RANGE_H2D_COPY_A", out_ranges=((R.I_A_LABEL, R.I_A_LABEL),
+        b[GraphId.TRANSFER_A].append(Node(K.RANGE_H2D_COPY_A.op(), out_ranges=((R.I_A_LABEL, R.I_A_LABEL),
                                                                             (R.I_A_DATA, R.I_A_DATA))))
-        b[GraphId.TRANSFER_B].append(Node("RANGE_H2D_COPY_B", out_ranges=((R.I_B_LABEL, R.I_B_LABEL),
+        b[GraphId.TRANSFER_B].append(Node(K.RANGE_H2D_COPY_B.op(), out_ranges=((R.I_B_LABEL, R.I_B_LABEL),
                                                                             (R.I_B_DATA, R.I_B_DATA))))
         for gid, span in ((GraphId.FIRST_COMM, (R.G_BN_BIAS, R.G_FIRST_CONV)),
                           (GraphId.DEEP_COMM, (R.G_DEEP_CONV, R.R_RESULT))):
-            b[gid].append(Node("RANGE_MEAN_ALLREDUCE", in_ranges=(span,), out_ranges=(span,)))
+            b[gid].append(Node(K.RANGE_MEAN_ALLREDUCE.op(), in_ranges=(span,), out_ranges=(span,)))
         if has_bn:
             span = (R.B_NEXT_MEAN, R.B_NEXT_VAR)
-            b[GraphId.STATS_COMM].append(Node("RANGE_BN_STATS_ALLREDUCE", in_ranges=(span,), out_ranges=(span,)))
+            b[GraphId.STATS_COMM].append(Node(K.RANGE_BN_STATS_ALLREDUCE.op(), in_ranges=(span,), out_ranges=(span,)))
         self._optimizer(b)
         self._ema(b, params)
         if amp and self.populated(R.W_FC_WEIGHT, R.W_FIRST_CONV, R.W_DEEP_CONV):
             b[GraphId.CAST_MAIN_FP32_TO_FP16].append(Node(
-                "RANGE_CAST_FP32_TO_FP16", in_ranges=((R.W_FC_WEIGHT, R.W_DEEP_CONV),),
+                K.RANGE_CAST_FP32_TO_FP16.op(), in_ranges=((R.W_FC_WEIGHT, R.W_DEEP_CONV),),
                 out_ranges=((R.A_FC_WEIGHT, R.A_DEEP_CONV),)))
         for gid, src, dst in ((GraphId.CAST_DEEP_GRAD_FP16_TO_FP32, R.G_DEEP_CONV_FP16, R.G_DEEP_CONV),
                               (GraphId.CAST_FIRST_GRAD_FP16_TO_FP32, R.G_FIRST_CONV_FP16, R.G_FIRST_CONV)):
             if amp and self.populated(src):
-                b[gid].append(Node("RANGE_CAST_FP16_TO_FP32", in_ranges=((src, src),), out_ranges=((dst, dst),)))
+                b[gid].append(Node(K.RANGE_CAST_FP16_TO_FP32.op(), in_ranges=((src, src),), out_ranges=((dst, dst),)))
         nan = b[GraphId.NAN_CHECK_AND_GRAD_SCALING]
-        nan.append(Node("RANGE_CHECK_NAN", outputs=(s("has_nan"),), in_ranges=((R.G_BN_BIAS, R.G_DEEP_CONV),)))
+        nan.append(Node(K.RANGE_CHECK_NAN.op(), outputs=(s("has_nan"),), in_ranges=((R.G_BN_BIAS, R.G_DEEP_CONV),)))
         if amp:
-            nan.append(Node("RANGE_GRAD_SCALING", (s("has_nan"), s("scaling")), (s("scaling"),)))
+            nan.append(Node(K.RANGE_GRAD_SCALING.op(), (s("has_nan"), s("scaling")), (s("scaling"),)))
         if has_bn:
             b[GraphId.UPDATE_STATS].append(Node(
-                "RANGE_D2D_COPY", in_ranges=((R.B_NEXT_MEAN, R.B_NEXT_MEAN), (R.B_NEXT_VAR, R.B_NEXT_VAR)),
+                K.RANGE_D2D_COPY.op(), in_ranges=((R.B_NEXT_MEAN, R.B_NEXT_MEAN), (R.B_NEXT_VAR, R.B_NEXT_VAR)),
                 out_ranges=((R.B_PREV_MEAN, R.B_PREV_MEAN), (R.B_PREV_VAR, R.B_PREV_VAR))))
         self._bn_inference_params(b[GraphId.UPDATE_BN_INF_PARAMS], params)
-        b[GraphId.CLEAR_METRICS].append(Node("RANGE_CLEAR", out_ranges=((R.R_RESULT_ACCUMULATED,) * 2,)))
+        b[GraphId.CLEAR_METRICS].append(Node(K.RANGE_CLEAR.op(), out_ranges=((R.R_RESULT_ACCUMULATED,) * 2,)))
         for gid, batch in ((GraphId.ACCUM_METRICS, "local_batch_size"),
                            (GraphId.ACCUM_METRICS_TRAIN_LAST, "last_train_batch_size"),
                            (GraphId.ACCUM_METRICS_VAL_LAST, "last_val_batch_size")):
-            b[gid].append(Node("RANGE_ACCUM_METRICS", (s(batch), s("loss"), s("top1"), s("top5")),
+            b[gid].append(Node(K.RANGE_ACCUM_METRICS.op(), (s(batch), s("loss"), s("top1"), s("top5")),
                                (s("accum_loss"), s("accum_top1"), s("accum_top5"))))
 
     def _optimizer(self, b: dict[GraphId, list[Node]]) -> None:
         s = self.scalar
         opt = self.optimizer
-        weight_kind, bias_kind = _UPDATE_SUFFIX[opt]
+        weight_kind, bias_kind = _UPDATE_KERNELS[opt]
         momentum, adam = opt.uses_momentum, opt.uses_adam
         out = b[GraphId.OPTIMIZER]
         if adam:
             # has_nan: a step skipped on overflow is not counted (PyTorch's GradScaler semantics)
-            out.append(Node("SCALAR_INCREMENT", (s("step"), s("has_nan")), (s("step"),)))
-            out.append(Node("ADAM_BIAS_CORRECTION", (s("step"), s("beta"), s("beta2")),
+            out.append(Node(K.SCALAR_INCREMENT.op(), (s("step"), s("has_nan")), (s("step"),)))
+            out.append(Node(K.ADAM_BIAS_CORRECTION.op(), (s("step"), s("beta"), s("beta2")),
                             (s("bias_corr1"), s("bias_corr2"))))
 
         def ids(wd: bool) -> tuple[int, ...]:
@@ -457,10 +462,10 @@ class _Builder:
                 self._lars(b)
             else:
                 ins, outs = spans(R.W_FC_WEIGHT, R.W_DEEP_CONV)
-                out.append(Node(f"RANGE_UPDATE_WEIGHT_{weight_kind}", ids(True), (), ins, outs))
+                out.append(Node(weight_kind.op(), ids(True), (), ins, outs))
         if self.populated(R.W_BN_BIAS, R.W_BN_WEIGHT, R.W_FC_BIAS):
             ins, outs = spans(R.W_BN_BIAS, R.W_FC_BIAS)
-            out.append(Node(f"RANGE_UPDATE_BIAS_{bias_kind}", ids(False), (), ins, outs))
+            out.append(Node(bias_kind.op(), ids(False), (), ins, outs))
 
     @property
     def has_ema(self) -> bool:
@@ -476,11 +481,11 @@ class _Builder:
         if not self.has_ema:
             return
         s = self.scalar
-        b[GraphId.EMA_UPDATE].append(Node("RANGE_EMA_PARAM_UPDATE", (s("ema_decay"),), (),
+        b[GraphId.EMA_UPDATE].append(Node(K.RANGE_EMA_PARAM_UPDATE.op(), (s("ema_decay"),), (),
                                           ((R.W_BN_BIAS, R.W_DEEP_CONV),), ((R.E_BN_BIAS, R.E_DEEP_CONV),)))
         out = b[GraphId.CAST_EMA_FP32_TO_FP16]
         if self.amp and self.populated(R.E_FC_WEIGHT, R.E_FIRST_CONV, R.E_DEEP_CONV):
-            out.append(Node("RANGE_CAST_FP32_TO_FP16", in_ranges=((R.E_FC_WEIGHT, R.E_DEEP_CONV),),
+            out.append(Node(K.RANGE_CAST_FP32_TO_FP16.op(), in_ranges=((R.E_FC_WEIGHT, R.E_DEEP_CONV),),
                             out_ranges=((R.E_FC_WEIGHT_FP16, R.E_DEEP_CONV_FP16),)))
         raw: list[Node] = []
         self._bn_inference_params(raw, params)
@@ -499,18 +504,18 @@ class _Builder:
 
     def _lars(self, b: dict[GraphId, list[Node]]) -> None:
         s = self.scalar
-        update = "LARS_NESTEROV_UPDATE" if self.optimizer is OptimizerKind.LARS_NESTEROV else "LARS_UPDATE"
-        for region, fam, gid in _LARS_FAMILIES:
+        nesterov = self.optimizer is OptimizerKind.LARS_NESTEROV
+        for region, (trust, update, nesterov_update), gid in _LARS_FAMILIES:
             weights = [t for t in self.tensors if t.region is region and t.slot]
             if not weights:
                 continue
             temp = self.scalar(f"lars_partial_{region.name[2:].lower()}")
             for w in weights:
                 g, m, n = (self.scalar(w.name + suffix) for suffix in (GRAD_SLOT_SUFFIX, ".m", ".n"))
-                b[gid].append(Node(f"LARS_COMPUTE_TRUST_RATIO_{fam}", (w.id, g, s("tc"), s("wd"), s("eps"),
-                                                                       s("scaling"), s("has_nan"), temp), (n,)))
-                b[gid].append(Node(f"{update}_{fam}", (w.id, g, m, n, s("lr"), s("beta"), s("wd"), s("scaling"),
-                                                       s("has_nan")), (w.id, m)))
+                b[gid].append(Node(trust.op(), (w.id, g, s("tc"), s("wd"), s("eps"), s("scaling"), s("has_nan"),
+                                                temp), (n,)))
+                b[gid].append(Node((nesterov_update if nesterov else update).op(),
+                                   (w.id, g, m, n, s("lr"), s("beta"), s("wd"), s("scaling"), s("has_nan")), (w.id, m)))
 
     def _bn_inference_params(self, out: list[Node], params: _Params) -> None:
         s = self.scalar
@@ -522,7 +527,7 @@ class _Builder:
             stem = t.name[:-len("bn_weight")]
             ins = (t.id, *(s(stem + n) for n in ("bn_bias", "bn_next_mean", "bn_next_var")), s("bn_epsilon"))
             outs = tuple(s(stem + n) for n in ("bn_eq_scale", "bn_eq_bias"))
-            out.append(Node("BN_UPDATE_EQ_PARAMS", ins, outs, param=ref))
+            out.append(Node(K.BN_UPDATE_EQ_PARAMS.op(), ins, outs, param=ref))
 
     # -- infer graph ----------------------------------------------------------------------
 
@@ -543,7 +548,7 @@ class _Builder:
                 ema = GraphId.INF_EMA_A if ab == "a" else GraphId.INF_EMA_B
                 buckets[ema] = [self._to_ema(n) for n in nodes]
         span = (R.R_RESULT_ACCUMULATED, R.R_RESULT_ACCUMULATED)
-        buckets[GraphId.VAL_RESULT_COMM].append(Node("RANGE_MEAN_ALLREDUCE", in_ranges=(span,), out_ranges=(span,)))
+        buckets[GraphId.VAL_RESULT_COMM].append(Node(K.RANGE_MEAN_ALLREDUCE.op(), in_ranges=(span,), out_ranges=(span,)))
         return GraphOp(INFER_GRAPH, buckets, params.table)
 
 

@@ -14,6 +14,9 @@
   of some compiled graph (a few small models, fused / unfused, fp32 / AMP, every optimizer), or
   listed in :data:`UNREACHED_KERNELS` with the reason no descriptor emits it today.
 * Every ``xfail`` of ``tests/`` is ``strict=True``: an expected failure that starts passing says so.
+* Layering: no module of ``dialects/`` or ``passes/`` imports ``tr_mlir.lowering`` (not even
+  inside a function): the compiler knows kernels through the node-op vocabulary
+  (:mod:`tr_mlir.dialects.kernels`), which the kernel library fills.
 """
 
 from __future__ import annotations
@@ -121,6 +124,26 @@ def test_no_private_imports_across_modules():
                      + "\n".join(f"  {f}: {m}  ({'; '.join(v)})" for (f, m), v in sorted(new.items())))
     stale = sorted(set(PRIVATE_IMPORTS) - set(found))
     assert not stale, f"PRIVATE_IMPORTS entries that no longer occur (drop them): {stale}"
+
+
+# -- layering ----------------------------------------------------------------------------------
+
+COMPILER_PACKAGES = ("tr_mlir.dialects", "tr_mlir.passes")
+"""Packages that must not import the lowering (the backends depend on them, not the reverse)."""
+
+
+def test_the_compiler_does_not_import_the_lowering():
+    found = []
+    for path, mod, _ in MODULES:
+        if not mod.startswith(COMPILER_PACKAGES):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            found += [f"{_rel(path)}:{node.lineno}: {ast.unparse(node)}" for n in names
+                      if n == "tr_mlir.lowering" or n.startswith("tr_mlir.lowering.")]
+    assert not found, ("the compiler imports the lowering (ask tr_mlir.dialects.kernels instead):\n  "
+                       + "\n  ".join(found))
 
 
 # -- size cap ----------------------------------------------------------------------------------

@@ -16,8 +16,10 @@ a fusion step of ``arch-plan``          :func:`register_fusion_step` (where it r
 a pattern pass for a chain              :func:`fusion_pass` (matches the op's chain, rewrites it)
 a layer descriptor (memplan phases)     :func:`register_descriptor`; :func:`chain_descriptor`
                                         composes the chain's descriptors (the default kernels)
+a kernel family (node-op vocabulary)    :func:`register_kernel_id` (a :class:`KernelId`: name,
+                                        precisions, operand row), or implicitly by :func:`kernel`
 a kernel (CPU)                          :func:`kernel` (decorator), its node operands
-                                        :func:`register_operands`
+                                        (``operands=``, or :func:`register_operands`)
 a kernel (CUDA)                         :func:`register_cuda_kernel`
 the ArchPlan YAML form                  :func:`register_yaml_spec`
 =====================================  =========================================================
@@ -61,9 +63,20 @@ from tr_mlir.archplan_yaml import LAYER_SPECS, LayerSpec, Param, register_yaml_s
 from tr_mlir.dialects import arch
 from tr_mlir.dialects.arch import HWC, LayerOp, register_op, registered_ops
 from tr_mlir.errors import PluginError, TrMlirError
-from tr_mlir.lowering.cpu.registry import KERNELS, KernelSpec, kernel_name
+from tr_mlir.dialects.kernels import (
+    KERNEL_IDS,
+    OPERANDS,
+    PRECISIONS,
+    K,
+    KernelId,
+    KernelIdError,
+    Operands,
+    binding_problem,
+    register_kernel_id,
+    register_operands,
+)
+from tr_mlir.lowering.cpu.registry import KERNELS, KernelSpec
 from tr_mlir.lowering.cpu.registry import kernel as _cpu_kernel
-from tr_mlir.lowering.operands import OPERANDS, Operands, register_operands
 from tr_mlir.passes import PASSES, register_pass
 from tr_mlir.passes._descriptors import (
     DESCRIPTORS,
@@ -79,11 +92,13 @@ from tr_mlir.passes._fusion import Chain, ChainMatch, FuseChain, Link, reads_mod
 from tr_mlir.passes.arch_plan import FUSION_STEPS, register_fusion_step
 
 __all__ = [
-    "Chain", "ChainMatch", "Descriptor", "DescriptorError", "FuseChain", "FusedChainOp", "KernelSpec", "LayerCtx",
+    "Chain", "ChainMatch", "Descriptor", "DescriptorError", "FuseChain", "FusedChainOp", "K", "KernelId",
+    "KernelIdError", "KernelSpec", "LayerCtx",
     "LayerOp", "LayerPlan", "LayerSpec", "Link", "NodePattern", "Operands", "Param", "PluginError", "TensorDesc",
     "TrMlirError", "chain_descriptor", "check", "fused_op", "fusion_pass", "kernel", "load_plugin", "load_plugins",
     "loaded_plugins", "reads_model_input", "register_cuda_kernel", "register_descriptor", "register_fused_chain",
-    "register_fusion_step", "register_op", "register_operands", "register_pass", "register_yaml_spec",
+    "register_fusion_step", "register_kernel_id", "register_op", "register_operands", "register_pass",
+    "register_yaml_spec",
     "plugin_frame", "plugin_spec", "registered_ops", "replace_ops", "rewrite_models", "scoped",
 ]
 
@@ -98,7 +113,8 @@ it) that registers when imported (``[project.entry-points."tr_mlir.plugins"] my_
 # --------------------------------------------------------------------------------------
 
 
-def kernel(name: str, *, writes: Sequence[str], operands: Operands | None = None,
+def kernel(name: str | KernelId, *, writes: Sequence[str], operands: Operands | None = None,
+           precisions: Sequence[str] = PRECISIONS,
            **options: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Decorator registering a CPU kernel function under ``name`` (the precision-free kernel name:
     node ops ``NAME_FP32_FWD`` / ``NAME_AMP_FWD`` both bind ``name_fwd``), as the built-in kernels
@@ -106,12 +122,19 @@ def kernel(name: str, *, writes: Sequence[str], operands: Operands | None = None
     params the keyword-only ones; ``writes``, ``workspaces``, ``workspace_fn``,
     ``target_workspace_fns``, ``kind``, ``also`` in ``options``), and, with ``operands``, its operand
     row (:func:`register_operands`) in the same place: the kernel and its node interface declared
-    once. Raises :class:`~tr_mlir.errors.PluginError` for a name registered twice, ``writes`` that
-    are not array arguments, or an operand row naming an argument the function does not have.
+    once. A name (``name`` and each of ``also``) that is no family of the vocabulary yet is
+    declared one (:func:`register_kernel_id`, with ``precisions``: ``()`` for a precision-free op
+    such as ``RANGE_MY_UPDATE``). Raises :class:`~tr_mlir.errors.PluginError` for a name
+    registered twice or that is no snake_case name, ``writes`` that are not array arguments, or
+    an operand row naming an argument the function does not have.
     """
+    names = (name, *options.get("also", ()))
     try:
+        for n in names:
+            if n not in KERNEL_IDS:
+                register_kernel_id(KernelId(str(n), precisions=precisions))
         deco = _cpu_kernel(name, writes=writes, **options)
-    except TypeError as e:
+    except (TypeError, KernelIdError) as e:
         raise PluginError(f"kernel('{name}'): {e}") from None
 
     def register(fn: Callable[..., None]) -> Callable[..., None]:
@@ -120,12 +143,12 @@ def kernel(name: str, *, writes: Sequence[str], operands: Operands | None = None
         except ValueError as e:
             raise PluginError(str(e)) from None
         if operands is not None:
-            for n in (name, *options.get("also", ())):
+            for n in names:
                 register_operands(n, operands)
-            bad = _row_problems(KERNELS[kernel_name(name)], operands)
+            bad = _row_problems(KERNELS[name], operands)
             if bad:
                 raise PluginError(f"kernel('{name}'): its operand row names {bad}, which are not array arguments "
-                                  f"of {fn.__name__} ({list(KERNELS[kernel_name(name)].arrays)})")
+                                  f"of {fn.__name__} ({list(KERNELS[name].arrays)})")
         return out
 
     return register
@@ -133,10 +156,7 @@ def kernel(name: str, *, writes: Sequence[str], operands: Operands | None = None
 
 def _row_problems(spec: KernelSpec, row: Operands) -> list[str]:
     """The argument names of ``row`` that ``spec``'s function does not take."""
-    names = [a for a in (*row.ins, *row.outs) if a is not None]
-    names += [a.rstrip("*") for a in (*row.in_ranges, *row.out_ranges)]
-    names += [row.host] if row.host else []
-    return [a for a in names if a not in spec.arrays]
+    return [a for a in row.arguments if a not in spec.arrays]
 
 
 def register_cuda_kernel(name: str, factory: Callable[[Any], Callable[..., None]]) -> None:
@@ -150,7 +170,7 @@ def register_cuda_kernel(name: str, factory: Callable[[Any], Callable[..., None]
     from tr_mlir.lowering.cuda.backend import register_cuda_kernel as reg
 
     try:
-        reg(kernel_name(name), factory)
+        reg(name, factory)
     except KeyError as e:
         raise PluginError(str(e.args[0])) from None
 
@@ -523,16 +543,13 @@ def check() -> None:
 
 
 def check_nodes(patterns: Iterable[NodePattern], where: str) -> None:
-    """Every node op in ``patterns`` has a kernel and an operand row; raises
+    """Every node op in ``patterns`` has a family, a kernel and an operand row
+    (:func:`tr_mlir.dialects.kernels.binding_problem`); raises
     :class:`~tr_mlir.errors.PluginError` naming the op, the layer (``where``) and the fix."""
     for p in patterns:
-        name = kernel_name(p.op)
-        if name not in KERNELS:
-            raise PluginError(f"{where}: node op '{p.op}' has no kernel '{name}': register one with "
-                              f"@tr_mlir.extend.kernel('{name}', writes=[...])")
-        if name not in OPERANDS:
-            raise PluginError(f"{where}: node op '{p.op}' has no operand row: "
-                              f"tr_mlir.extend.register_operands('{name}', Operands(...))")
+        problem = binding_problem(p.op)
+        if problem:
+            raise PluginError(f"{where}: {problem}")
 
 
 # --------------------------------------------------------------------------------------
@@ -675,7 +692,7 @@ def load_plugins(specs: Iterable[str | os.PathLike[str]] = (), *, entry_points: 
 @contextlib.contextmanager
 def scoped() -> Iterator[None]:
     """Undo, on exit, every registration made inside the block (ops, passes, fusion steps,
-    descriptors, kernels, operand rows, CUDA implementations, YAML specs, loaded plugins): the
+    descriptors, kernel families and their operand rows, kernels, CUDA implementations, YAML specs, loaded plugins): the
     registries are process-wide, so a test, a notebook comparing fusions, or a sweep over plugins
     uses this to keep one plugin's registrations from reaching the next. Objects created inside
     keep working once built: compile a Task inside the block (``Task.compile()`` or a first
@@ -685,7 +702,7 @@ def scoped() -> Iterator[None]:
     from tr_mlir.lowering.cuda import backend as cuda_backend
     from tr_mlir.passes import _descriptors
 
-    saved = [(d, dict(d)) for d in (PASSES, DESCRIPTORS, _descriptors._REGISTERED, OPERANDS, KERNELS, LAYER_SPECS,
+    saved = [(d, dict(d)) for d in (PASSES, DESCRIPTORS, _descriptors._REGISTERED, KERNEL_IDS, KERNELS, LAYER_SPECS,
                                     KINDS, cuda_backend.CUDA_IMPLS, _LOADED)]
     steps, ops = list(FUSION_STEPS), list(arch._REGISTERED)
     try:

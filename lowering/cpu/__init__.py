@@ -1,7 +1,8 @@
 """The CPU kernels: the NumPy reference implementation of every op (and compiled C for the hot cases), one table keyed by compute op.
 
-:data:`KERNELS` maps every compute/range op name the compiler emits (snake_case, without
-precision: ``conv_fwd``, ``bn2d_bwd``, ``range_update_weight_momentum``, ...) to a
+:data:`KERNELS` maps every kernel family of the node-op vocabulary
+(:class:`tr_mlir.dialects.kernels.KernelId`: snake_case, without precision: ``conv_fwd``,
+``bn2d_bwd``, ``range_update_weight_momentum``, ...; the constants of ``K``) to a
 :class:`KernelSpec`: the function, the roles of its array arguments (read, written, workspace,
 optional), its static params and its workspace rule per target (:data:`TARGETS`: the CPU
 function's, and the CUDA launcher's) for the planner. Precision follows

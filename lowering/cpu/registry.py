@@ -16,6 +16,12 @@ and a plan holds only what its target's kernels use.
 
 The runtime binds a node once (:meth:`KernelSpec.bind`) and replays the returned zero-argument
 closure every step.
+
+Every kernel belongs to a family of the node-op vocabulary
+(:class:`tr_mlir.dialects.kernels.KernelId`, e.g. ``K.CONV_FWD``): :func:`register` resolves the
+name against it (a name outside it is an error naming the kernel, when the module registering it
+is imported) and keys :data:`KERNELS` by the KernelId. :data:`KERNELS` is the vocabulary's own
+table (:data:`tr_mlir.dialects.kernels.KERNELS`), the one the compiler asks for workspace rules.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from tr_mlir.dialects import kernels as _vocabulary
+from tr_mlir.dialects.kernels import PRECISIONS, KernelId, KernelIdError, kernel_id, kernel_name
 
 ArrayInfo = tuple[tuple[int, ...], np.dtype]
 """(shape, dtype) of one array, as a planner knows it before the arena exists."""
@@ -149,25 +158,33 @@ class KernelSpec:
         self.fn(**kwargs)
 
 
-KERNELS: dict[str, KernelSpec] = {}
-"""Every kernel, keyed by compute/range op name (snake_case, precision-free: the dtypes of the
-bound arrays decide between fp32 and AMP)."""
+KERNELS: dict[KernelId, KernelSpec] = _vocabulary.KERNELS
+"""Every kernel, keyed by its :class:`~tr_mlir.dialects.kernels.KernelId` (snake_case,
+precision-free: the dtypes of the bound arrays decide between fp32 and AMP); a KernelId is a
+``str``, so ``KERNELS["conv_fwd"]`` is ``KERNELS[K.CONV_FWD]``."""
 
 
 def register(spec: KernelSpec) -> KernelSpec:
-    """Add ``spec`` to :data:`KERNELS`; a second kernel of one name, or a workspace rule for a
-    target not in :data:`TARGETS`, is an error."""
-    if spec.name in KERNELS:
-        raise ValueError(f"kernel '{spec.name}' registered twice")
+    """Add ``spec`` to :data:`KERNELS` under the family its name resolves to; a name outside the
+    vocabulary (:class:`~tr_mlir.dialects.kernels.KernelIdError`, naming the kernel), a second
+    kernel of one family, or a workspace rule for a target not in :data:`TARGETS`, is an error."""
     bad = sorted(set(spec.target_workspace_fns) - set(TARGETS))
     if bad:
         raise ValueError(f"kernel '{spec.name}': workspace rules for unknown targets {bad}, expected {list(TARGETS)}")
-    KERNELS[spec.name] = spec
+    try:
+        kid = kernel_id(spec.name)
+    except KernelIdError as e:
+        raise KernelIdError(f"kernel '{spec.name}': {e}") from None
+    if spec.name != kid.name:
+        raise KernelIdError(f"kernel '{spec.name}': register it under its family's key '{kid}'")
+    if kid in KERNELS:
+        raise ValueError(f"kernel '{spec.name}' registered twice")
+    KERNELS[kid] = spec
     return spec
 
 
 def kernel(
-    name: str,
+    name: str | KernelId,
     *,
     writes: Sequence[str],
     workspaces: Sequence[str] = (),
@@ -176,7 +193,8 @@ def kernel(
     kind: str = "compute",
     also: Sequence[str] = (),
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Decorator registering a kernel function under ``name`` (and the names in ``also``).
+    """Decorator registering a kernel function under ``name`` (and the names in ``also``): keys
+    of the node-op vocabulary (``"conv_fwd"`` or ``K.CONV_FWD``; :func:`register`).
 
     Array arguments are the function's positional-or-keyword parameters (a default of ``None``
     makes one optional); static params are its keyword-only parameters. ``workspace_fn``: the
@@ -201,7 +219,7 @@ def kernel(
             raise ValueError(f"kernel '{name}': {bad} are not array arguments of {fn.__name__}")
         for n in (name, *also):
             register(KernelSpec(
-                name=n, fn=fn, arrays=tuple(arrays), writes=frozenset(writes),
+                name=str(n), fn=fn, arrays=tuple(arrays), writes=frozenset(writes),
                 workspaces=tuple(workspaces), optional=frozenset(optional), params=tuple(params),
                 defaults=defaults, kind=kind, workspace_fn=workspace_fn,
                 target_workspace_fns=dict(target_workspace_fns or {}),
@@ -211,23 +229,15 @@ def kernel(
     return deco
 
 
-PRECISION_TOKENS = ("fp32", "amp")
+PRECISION_TOKENS = tuple(p.lower() for p in PRECISIONS)
+"""The precision tokens of node op names, lower case (:data:`tr_mlir.dialects.kernels.PRECISIONS`)."""
 
-
-def kernel_name(op: str) -> str:
-    """The registry key of a compute/range op name as the seed (and the descriptors) spell it:
-    lower case without its precision token, e.g. ``CONV_AMP_BWD_FIRST_LAYER`` ->
-    ``conv_bwd_first_layer``, ``GRAD_ACCUM_FP32`` -> ``grad_accum``, ``RANGE_CLEAR`` -> ``range_clear``.
-    The precision is carried by the dtypes of the bound arrays instead."""
-    low = op.lower()
-    if "_to_" in low:  # casts name their dtypes: RANGE_CAST_FP16_TO_FP32
-        return low
-    return "_".join(t for t in low.split("_") if t not in PRECISION_TOKENS)
+__all__ = ["ArrayInfo", "CPU", "CUDA", "KERNELS", "PRECISION_TOKENS", "TARGETS", "KernelSpec", "WorkspaceFn",
+           "kernel", "kernel_name", "lookup", "register"]  # kernel_name: the vocabulary's parser of node op names
 
 
 def lookup(op: str) -> KernelSpec:
-    """The kernel of op ``op`` (either spelling); ``KeyError`` naming the op when none exists."""
-    name = kernel_name(op)
-    if name not in KERNELS:
-        raise KeyError(f"no kernel for op '{op}' (looked up '{name}'); see python -m tr_mlir.lowering.cpu")
-    return KERNELS[name]
+    """The kernel of node op or registry name ``op`` (either spelling: ``CONV_AMP_FWD``,
+    ``conv_fwd``); ``KeyError`` (:class:`~tr_mlir.dialects.kernels.KernelIdError`) naming the op
+    when none exists."""
+    return _vocabulary.implementation(op)  # type: ignore[return-value]

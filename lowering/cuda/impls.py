@@ -1,16 +1,27 @@
-"""The CUDA backend's kernel table: registry name -> GPU function with the NumPy kernel's signature
-(:func:`cuda_kernels`), plugins' CUDA implementations (:data:`CUDA_IMPLS`,
-:func:`register_cuda_kernel`) and the kernels that have none (:func:`missing_cuda_kernels`).
+"""The CUDA backend's kernel table: KernelId -> GPU launcher (:func:`cuda_kernels`), plugins' CUDA
+implementations (:data:`CUDA_IMPLS`, :func:`register_cuda_kernel`) and the kernels that have none
+(:func:`missing_cuda_kernels`).
+
+A launcher is keyed by the family of the node-op vocabulary it implements
+(:func:`tr_mlir.dialects.kernels.kernel_id`: a name outside it fails when the table is built, at
+import) and gets the arguments of that family's kernel spec by name. It names only what it reads:
+every array argument of the spec except the workspaces, the workspaces its own ``cuda`` rule plans
+(``wbuf`` of the fp16 conv weight gradient), and the params it uses; the table derives the rest
+from the spec (:func:`_adapt`): workspaces it does not name must be ``None`` (a plan of its
+``cuda`` rule holds none; a planned one it ignores is an error naming it), params it does not name
+are not passed (a CPU algorithm choice, say).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from tr_mlir.dialects.kernels import KernelId, kernel_id
 from tr_mlir.lowering.cpu import KERNELS, KernelSpec
 from tr_mlir.lowering.cpu._util import F32, flat
 from tr_mlir.lowering.cpu.activation import ACTIVATIONS
@@ -22,7 +33,7 @@ from tr_mlir.lowering.cuda.sources import BLOCK
 
 
 # --------------------------------------------------------------------------------------
-# The kernel table: registry name -> GPU function with the NumPy kernel's signature
+# The kernel table: KernelId -> GPU launcher (the arguments it reads, by the spec's names)
 # --------------------------------------------------------------------------------------
 
 Impl = Callable[..., None]
@@ -48,8 +59,8 @@ def _ws(kw: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
     return {k: kw[k] for k in names if kw.get(k) is not None}
 
 
-def _impls(ops: GpuOps) -> dict[str, Impl]:
-    """Every kernel of the registry, on ``ops`` (keyword arguments as the NumPy kernels)."""
+def _impls(ops: GpuOps) -> dict[KernelId, Impl]:
+    """Every kernel of the registry, on ``ops`` (keyword arguments named as the NumPy kernels')."""
     t: dict[str, Impl] = {}
 
     def reg(*names: str) -> Callable[[Impl], Impl]:
@@ -61,15 +72,14 @@ def _impls(ops: GpuOps) -> dict[str, Impl]:
 
     # -- conv ------------------------------------------------------------------------------
     @reg("conv_fwd", "conv_inf")
-    def conv_fwd(x, w, y, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k, s=1, p=0, groups=1):
+    def conv_fwd(x, w, y, *, k, s=1, p=0, groups=1):
         g = conv_geom(tuple(x.shape), tuple(w.shape), k, s, p, groups)
         if tuple(y.shape) != g.y_shape:
             raise ValueError(f"expected conv output of shape {g.y_shape}, got {tuple(y.shape)}")
         ops.conv_forward(x, w, y, g, {})
 
     @reg("conv_bwd", "conv_bwd_first_layer")
-    def conv_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k, s=1, p=0,
-                 groups=1):
+    def conv_bwd(dy, x, w, dw, dx=None, wbuf=None, *, k, s=1, p=0, groups=1):
         g = conv_geom(tuple(x.shape), tuple(w.shape), k, s, p, groups)
         ws = {"wbuf": wbuf} if wbuf is not None else {}
         ops.conv_wgrad(dy, x, dw, g, ws)
@@ -78,11 +88,11 @@ def _impls(ops: GpuOps) -> dict[str, Impl]:
 
     # -- dense, reshapes, copies -------------------------------------------------------------
     @reg("fc_fwd", "fc_inf")
-    def fc_fwd(x, w, y, b=None, xbuf=None, wbuf=None, ybuf=None):
+    def fc_fwd(x, w, y, b=None):
         ops.fc_forward(x, w, b, y)
 
     @reg("fc_bwd", "fc_bwd_first_layer")
-    def fc_bwd(dy, w, x, dw, db=None, dx=None, xbuf=None, wbuf=None, ybuf=None):
+    def fc_bwd(dy, w, x, dw, db=None, dx=None):
         ops.fc_backward(dy, w, x, dw, db, dx)
 
     @reg("flatten_fwd", "flatten_inf")
@@ -189,19 +199,19 @@ def _impls(ops: GpuOps) -> dict[str, Impl]:
 
     # -- pooling ---------------------------------------------------------------------------
     @reg("maxpool_fwd", "maxpool_inf")
-    def maxpool_fwd(x, y, mask, eq=None, *, k, s, p=0):
+    def maxpool_fwd(x, y, mask, *, k, s, p=0):
         ops.maxpool_fwd(x, y, mask, k, s, p)
 
     @reg("maxpool_bwd")
-    def maxpool_bwd(dy, mask, dx, eq=None, acc=None, *, k, s, p=0):
+    def maxpool_bwd(dy, mask, dx, *, k, s, p=0):
         ops.maxpool_bwd(dy, mask, dx, k, s, p)
 
     @reg("avgpool_fwd", "avgpool_inf")
-    def avgpool_fwd(x, y, acc=None, *, k, s, p=0):
+    def avgpool_fwd(x, y, *, k, s, p=0):
         ops.avgpool("tr_avgpool_fwd", x, y, tuple(x.shape), tuple(y.shape), k, s, p)
 
     @reg("avgpool_bwd")
-    def avgpool_bwd(dy, dx, acc=None, *, k, s, p=0):
+    def avgpool_bwd(dy, dx, *, k, s, p=0):
         ops.avgpool("tr_avgpool_bwd", dy, dx, tuple(dx.shape), tuple(dy.shape), k, s, p)
 
     @reg("gap_fwd", "gap_inf")
@@ -431,37 +441,76 @@ def _impls(ops: GpuOps) -> dict[str, Impl]:
         t[f"{kind.name}_inf"] = binf
 
     @reg("gap_fc_fwd", "gap_fc_inf")
-    def gap_fc_fwd(x, w, g, y, b=None, xbuf=None, wbuf=None, ybuf=None):
+    def gap_fc_fwd(x, w, g, y, b=None):
         ops.gap_forward(x, g)
         ops.fc_forward(g, w, b, y)
 
     @reg("gap_fc_bwd")
-    def gap_fc_bwd(dy, w, g, dw, db=None, dx=None, xbuf=None, wbuf=None, ybuf=None):
+    def gap_fc_bwd(dy, w, g, dw, db=None, dx=None):
         ops.fc_backward(dy, w, g, dw, db, None if dx is None else g)
         if dx is not None:
             ops.gap_backward(g, dx)
 
-    return t
+    return {kernel_id(name): fn for name, fn in t.items()}
 
 
-_IMPL_NAMES: frozenset[str] = frozenset(_impls(None))  # type: ignore[arg-type]  # the table's names only
-"""The kernels the backend implements itself (building the table binds no device)."""
+def _adapt(spec: KernelSpec, fn: Impl) -> Impl:
+    """``fn`` called with the arguments of ``spec`` (module doc): the workspaces it does not name
+    must be ``None``, the params it does not name are dropped; ``fn`` itself when it names them all
+    (or takes ``**kw``). Raises ``ValueError`` naming the kernel when ``fn`` names an argument the
+    spec does not have, or leaves out an array argument that is no workspace."""
+    sig = inspect.signature(fn).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig):
+        return fn
+    takes = {p.name for p in sig if not p.name.startswith("_")}  # _name=value: a value bound at definition
+    unknown = sorted(takes - set(spec.arrays) - set(spec.params))
+    ignored = [a for a in spec.arrays if a not in takes and a not in spec.workspaces]
+    if unknown or ignored:
+        raise ValueError(f"CUDA launcher of kernel '{spec.name}' takes {sorted(takes)}: "
+                         + (f"{unknown} are no arguments of the kernel" if unknown else
+                            f"it must take every array argument but the workspaces, not {ignored}"))
+    no_ws = tuple(a for a in spec.workspaces if a not in takes)
+    no_params = tuple(p for p in spec.params if p not in takes)
+    if not no_ws and not no_params:
+        return fn
 
-CUDA_IMPLS: dict[str, Callable[[GpuOps], Impl]] = {}
-"""Plugins' CUDA implementations: kernel name -> ``factory(ops: GpuOps) -> fn``, where ``fn`` takes
-the arguments of the kernel's registry spec (device arrays, keyword params) and launches on
-``ops`` (:func:`register_cuda_kernel`)."""
+    def launch(**kw: Any) -> None:
+        for a in no_ws:
+            if kw.pop(a, None) is not None:
+                raise ValueError(f"kernel '{spec.name}': the CUDA launcher uses no workspace '{a}', yet one is "
+                                 "planned (its cuda workspace rule must not ask for it)")
+        for p in no_params:
+            kw.pop(p, None)
+        fn(**kw)
+
+    launch.__wrapped__ = fn  # type: ignore[attr-defined]
+    return launch
+
+
+_IMPL_NAMES: frozenset[KernelId] = frozenset(_impls(None))  # type: ignore[arg-type]  # the table's names only
+"""The kernels the backend implements itself (building the table binds no device; a name outside
+the node-op vocabulary fails here, at import)."""
+
+CUDA_IMPLS: dict[KernelId, Callable[[GpuOps], Impl]] = {}
+"""Plugins' CUDA implementations: KernelId -> ``factory(ops: GpuOps) -> fn``, where ``fn`` takes
+the arguments of the kernel's registry spec it reads (device arrays, keyword params, as the
+built-in launchers: :func:`_adapt`) and launches on ``ops`` (:func:`register_cuda_kernel`)."""
 
 
 def register_cuda_kernel(name: str, factory: Callable[[GpuOps], Impl]) -> None:
-    """Give the registry kernel ``name`` (its CPU implementation registered with ``@kernel``) a
-    CUDA implementation: ``factory(ops)`` returns the launcher, called with the spec's arrays and
-    params like the CPU function (``ops.compile(source)`` / ``ops.launch(...)`` build it from CUDA
-    C++ source). Raises ``KeyError`` when ``name`` is not a registered kernel."""
-    if name not in KERNELS:
+    """Give the registry kernel ``name`` (a KernelId, or a node op name in any spelling; its CPU
+    implementation registered with ``@kernel``) a CUDA implementation: ``factory(ops)`` returns
+    the launcher, called with the spec's arrays and params it names (module doc;
+    ``ops.compile(source)`` / ``ops.launch(...)`` build it from CUDA C++ source). Raises
+    ``KeyError`` when ``name`` is not a registered kernel."""
+    try:
+        kid = kernel_id(name)
+    except KeyError:
+        kid = None
+    if kid is None or kid not in KERNELS:
         raise KeyError(f"register_cuda_kernel('{name}'): no kernel '{name}' is registered; register its CPU "
                        "implementation with @tr_mlir.extend.kernel first")
-    CUDA_IMPLS[name] = factory
+    CUDA_IMPLS[kid] = factory
 
 
 def missing_cuda_kernels(names: Iterable[str] | None = None) -> list[str]:
@@ -471,11 +520,12 @@ def missing_cuda_kernels(names: Iterable[str] | None = None) -> list[str]:
     return sorted(n for n in (KERNELS if names is None else names) if n not in have)
 
 
-def cuda_kernels(ops: GpuOps) -> dict[str, KernelSpec]:
-    """The GPU kernel table: for every name of :data:`KERNELS` with a CUDA implementation (the
-    built-in ones and :data:`CUDA_IMPLS`) its spec with the GPU function. A kernel without one is
+def cuda_kernels(ops: GpuOps) -> dict[KernelId, KernelSpec]:
+    """The GPU kernel table: for every KernelId of :data:`KERNELS` with a CUDA implementation (the
+    built-in ones and :data:`CUDA_IMPLS`) its spec with the GPU launcher (:func:`_adapt`). A kernel without one is
     left out: the executable reports it, by name, only when a model's graphs use it."""
     impls = _impls(ops)
     for name, factory in CUDA_IMPLS.items():
         impls[name] = factory(ops)
-    return {name: dataclasses.replace(spec, fn=impls[name]) for name, spec in KERNELS.items() if name in impls}
+    return {name: dataclasses.replace(spec, fn=_adapt(spec, impls[name])) for name, spec in KERNELS.items()
+            if name in impls}
