@@ -19,7 +19,9 @@ import time
 
 def timed_launches(task, repeat: int):
     """``(best seconds, launch)`` for every kernel call of one training step of ``task`` (slot A),
-    each call run ``repeat`` times on its own."""
+    each call run ``repeat`` times on its own. The calls really run: the task's parameters and
+    statistics move by one step (and repeats of a kernel that writes over its input time it on its
+    own output), so profile after the measurements that need the task untouched."""
     r = task.runner
     graphs = r._pre[(0, "a")] + r._post[(0, "a", False)]
     for launch in (g for graph in graphs for g in graph.launches):
@@ -44,7 +46,7 @@ def kernel_table(task, repeat: int) -> list[tuple[float, str, dict]]:
 
 FAMILY_OF_MODULE = {"conv": "conv", "norm": "batch norm", "activation": "activation", "dense": "fc / add / reshape",
                     "pool": "pooling", "loss": "loss", "optim": "optimizer", "ranges": "ranges (clear, copy, checks)",
-                    "dropout": "dropout", "fused": "fused"}
+                    "dropout": "dropout"}
 """Kernel family of a CPU kernel, from the module of ``tr_mlir.lowering.cpu`` that defines it."""
 
 CONV_ALGO_PARAMS = ("algo", "algo_dgrad", "algo_wgrad")
@@ -73,8 +75,11 @@ def step_breakdown(task, repeat: int = 1) -> dict:
         if family == "conv":
             kw = getattr(launch, "keywords", {})
             name = getattr(fn, "__name__", "conv")
-            directions = ("fwd",) if name.endswith(("_fwd", "_inf")) else ("dgrad", "wgrad")
-            for d, param in zip(directions, ("algo",) if directions == ("fwd",) else CONV_ALGO_PARAMS[1:]):
+            if name.endswith(("_fwd", "_inf")):
+                directions = {"fwd": "algo"}
+            else:  # conv_bwd_first_layer (dx None) computes no input gradient
+                directions = {"wgrad": "algo_wgrad", **({"dgrad": "algo_dgrad"} if kw.get("dx") is not None else {})}
+            for d, param in directions.items():
                 algos[d][str(kw.get(param, "auto"))] += 1
     total = sum(per.values()) or 1.0
     return {"families": {k: v / total for k, v in sorted(per.items(), key=lambda kv: -kv[1])},

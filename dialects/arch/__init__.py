@@ -52,6 +52,7 @@ from tr_mlir.dialects.arch._base import (  # noqa: F401 (the dialect's public na
     unknown_nhwc,
 )
 from tr_mlir.dialects.arch._fused import (  # noqa: F401 (the dialect's public names)
+    _FusedBnBase,  # the base of fused ops with batch norms, for plugins (docs/architecture.md)
     BasicBlockIdentityOp,
     BasicBlockProjectionOp,
     BottleneckIdentityOp,

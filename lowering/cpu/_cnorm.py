@@ -10,11 +10,15 @@ which is how :func:`batch_stats`, :func:`apply` and the backward functions split
 kernel threads (:func:`._parallel.run`; ``ctypes`` releases the GIL during a call).
 
 Statistics accumulate in float64 per channel (PyTorch's CPU batch norm also accumulates fp32
-input in double): ``mean = S1 / M`` and the biased ``var = S2 / M - mean^2`` from the raw sums
-``S1 = sum x``, ``S2 = sum x^2`` of one pass. In double the cancellation of ``S2/M - mean^2`` costs
-about ``2^-52 * mean^2 / var`` relative error in ``var``, below fp32 rounding unless ``|mean|``
-exceeds ``~10^4 * std``; the variance is clamped at 0. The backward's sums are ``sum dy`` and
-``sum dy * x``, giving ``sum dy * xhat = inv_std * (sum dy*x - mean * sum dy)`` (double again).
+input in double, in two passes: the mean, then the centered squares). Here one pass sums the
+values shifted by a per-channel pivot ``p`` (the first row): ``S1 = sum (x - p)``,
+``S2 = sum (x - p)^2``, so ``mean = p + S1 / M`` and the biased ``var = S2 / M - (S1 / M)^2``
+(the shifted-data algorithm; Chan, Golub and LeVeque 1983, "Algorithms for computing the sample
+variance"). With the pivot inside the data the cancellation of the last difference is that of
+``|mean - p| ~ std``, not of ``|mean|``: a mean of 10^4 standard deviations costs no accuracy;
+the summation error of M double additions (about ``M * 2^-53`` relative) stays far below fp32
+rounding. The variance is clamped at 0. The backward's sums are ``sum dy`` and
+``sum dy * (x - mean)`` (the saved fp32 mean), giving ``sum dy * xhat`` directly.
 Each thread sums its own block of rows; the blocks are added in thread order, so results are
 fixed by the shapes and the thread count. They differ from the NumPy kernels by rounding only
 (fp32 per-row sums there); tests compare both against PyTorch.
@@ -37,11 +41,11 @@ SPLIT_ELEMENTS = 1 << 18
 of rows (below it the hand-off costs more than the second core saves)."""
 
 _P = ctypes.c_void_p
-_L = ctypes.c_long
+_L = ctypes.c_int64
 _ARGS = {
-    "bn_stats": [_P, _P, _P, _L, _L],
+    "bn_stats": [_P, _P, _P, _P, _L, _L],
     "bn_apply": [_P, _P, _P, _P, _L, _L],
-    "bn_bwd_stats": [_P, _P, _P, _P, _L, _L],
+    "bn_bwd_stats": [_P, _P, _P, _P, _P, _L, _L],
     "bn_bwd_dx": [_P, _P, _P, _P, _P, _P, _P, _L, _L],
 }
 
@@ -51,38 +55,40 @@ def source(c: int) -> str:
     (M, C) view of a contiguous NHWC fp32 array; the double arrays have ``c`` elements and are
     overwritten)."""
     return f"""
-#define C {c}L
-/* s1[c] = sum x, s2[c] = sum x^2 over rows [r0, r1) */
-void bn_stats(const float *x, double *s1, double *s2, long r0, long r1) {{
-  for (long j = 0; j < C; j++) {{ s1[j] = 0.0; s2[j] = 0.0; }}
-  for (long r = r0; r < r1; r++) {{
+#include <stdint.h>
+#define C ((int64_t){c})
+typedef int64_t i64;
+/* s1[c] = sum (x - p), s2[c] = sum (x - p)^2 over rows [r0, r1) (p: the per-channel pivot) */
+void bn_stats(const float *x, const float *p, double *s1, double *s2, i64 r0, i64 r1) {{
+  for (i64 j = 0; j < C; j++) {{ s1[j] = 0.0; s2[j] = 0.0; }}
+  for (i64 r = r0; r < r1; r++) {{
     const float *xr = x + r * C;
-    for (long j = 0; j < C; j++) {{ double v = xr[j]; s1[j] += v; s2[j] += v * v; }}
+    for (i64 j = 0; j < C; j++) {{ double v = (double)xr[j] - (double)p[j]; s1[j] += v; s2[j] += v * v; }}
   }}
 }}
 /* y = x * scale + shift per channel (y may be x) */
-void bn_apply(const float *x, float *y, const float *scale, const float *shift, long r0, long r1) {{
-  for (long r = r0; r < r1; r++) {{
+void bn_apply(const float *x, float *y, const float *scale, const float *shift, i64 r0, i64 r1) {{
+  for (i64 r = r0; r < r1; r++) {{
     const float *xr = x + r * C;
     float *yr = y + r * C;
-    for (long j = 0; j < C; j++) yr[j] = xr[j] * scale[j] + shift[j];
+    for (i64 j = 0; j < C; j++) yr[j] = xr[j] * scale[j] + shift[j];
   }}
 }}
-/* sdy[c] = sum dy, sdyx[c] = sum dy * x over rows [r0, r1) */
-void bn_bwd_stats(const float *dy, const float *x, double *sdy, double *sdyx, long r0, long r1) {{
-  for (long j = 0; j < C; j++) {{ sdy[j] = 0.0; sdyx[j] = 0.0; }}
-  for (long r = r0; r < r1; r++) {{
+/* sdy[c] = sum dy, sdyx[c] = sum dy * (x - mu) over rows [r0, r1) */
+void bn_bwd_stats(const float *dy, const float *x, const float *mu, double *sdy, double *sdyx, i64 r0, i64 r1) {{
+  for (i64 j = 0; j < C; j++) {{ sdy[j] = 0.0; sdyx[j] = 0.0; }}
+  for (i64 r = r0; r < r1; r++) {{
     const float *dr = dy + r * C, *xr = x + r * C;
-    for (long j = 0; j < C; j++) {{ double d = dr[j]; sdy[j] += d; sdyx[j] += d * (double)xr[j]; }}
+    for (i64 j = 0; j < C; j++) {{ double d = dr[j]; sdy[j] += d; sdyx[j] += d * ((double)xr[j] - (double)mu[j]); }}
   }}
 }}
 /* dx = a * dy + b * (x - mu) + c0 per channel (dx may be dy or x) */
 void bn_bwd_dx(const float *dy, const float *x, float *dx, const float *a, const float *b, const float *mu,
-               const float *c0, long r0, long r1) {{
-  for (long r = r0; r < r1; r++) {{
+               const float *c0, i64 r0, i64 r1) {{
+  for (i64 r = r0; r < r1; r++) {{
     const float *dr = dy + r * C, *xr = x + r * C;
     float *o = dx + r * C;
-    for (long j = 0; j < C; j++) o[j] = a[j] * dr[j] + b[j] * (xr[j] - mu[j]) + c0[j];
+    for (i64 j = 0; j < C; j++) o[j] = a[j] * dr[j] + b[j] * (xr[j] - mu[j]) + c0[j];
   }}
 }}
 """
@@ -96,7 +102,8 @@ def _fn(name: str, c: int) -> ctypes._CFuncPtr:
 
 def usable(*arrays: np.ndarray | None) -> bool:
     """Whether a batch-norm call can run here: a usable C compiler (:func:`._cc.available`, so
-    ``TR_MLIR_CC=0`` forces NumPy) and every given array fp32 and C-contiguous."""
+    ``TR_MLIR_CC=0`` forces NumPy) and every given array (the caller's own, before any reshape)
+    fp32 and C-contiguous."""
     return _cc.available() and all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays if a is not None)
 
 
@@ -114,13 +121,13 @@ def _rows(bounds: list[int], call) -> None:
     _parallel.run([lambda w=w: call(w, bounds[w], bounds[w + 1]) for w in range(len(bounds) - 1)])
 
 
-def _sums(name: str, a: np.ndarray, b: np.ndarray | None, m: int, c: int) -> tuple[np.ndarray, np.ndarray]:
-    """The two per-channel float64 sums of kernel ``name`` over all rows, block partials added in
-    thread order."""
+def _sums(name: str, arrays: tuple[np.ndarray, ...], m: int, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """The two per-channel float64 sums of kernel ``name`` over all rows of its input ``arrays``,
+    block partials added in thread order."""
     bounds = _bounds(m, c)
     parts = np.empty((len(bounds) - 1, 2, c), dtype=np.float64)
     fn = _fn(name, c)
-    ptrs = (a.ctypes.data,) if b is None else (a.ctypes.data, b.ctypes.data)
+    ptrs = tuple(a.ctypes.data for a in arrays)
     _rows(bounds, lambda w, r0, r1: fn(*ptrs, parts[w, 0].ctypes.data, parts[w, 1].ctypes.data, r0, r1))
     total = parts[0].copy()
     for w in range(1, parts.shape[0]):
@@ -130,12 +137,13 @@ def _sums(name: str, a: np.ndarray, b: np.ndarray | None, m: int, c: int) -> tup
 
 def batch_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The float64 ``(mean, biased variance)`` per channel of fp32 ``x`` (M, C) (module doc: one
-    pass of raw sums in double, the variance clamped at 0)."""
+    pass of sums shifted by the first row, in double; the variance clamped at 0)."""
     m, c = x.shape
-    s1, s2 = _sums("bn_stats", x, None, m, c)
-    mean = s1 / m
-    var = np.maximum(s2 / m - mean * mean, 0.0)
-    return mean, var
+    pivot = np.ascontiguousarray(x[0])
+    s1, s2 = _sums("bn_stats", (x, pivot), m, c)
+    shift = s1 / m
+    var = np.maximum(s2 / m - shift * shift, 0.0)
+    return pivot.astype(np.float64) + shift, var
 
 
 def apply(x: np.ndarray, y: np.ndarray, scale: np.ndarray, shift: np.ndarray) -> None:
@@ -146,10 +154,11 @@ def apply(x: np.ndarray, y: np.ndarray, scale: np.ndarray, shift: np.ndarray) ->
     _rows(_bounds(m, c), lambda w, r0, r1: fn(px, py, ps, pb, r0, r1))
 
 
-def backward_sums(dy: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(sum dy, sum dy * x)`` per channel in float64 over the rows of fp32 (M, C) ``dy``, ``x``."""
+def backward_sums(dy: np.ndarray, x: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(sum dy, sum dy * (x - mean))`` per channel in float64 over the rows of fp32 (M, C) ``dy``,
+    ``x``; ``mean`` fp32 (C,)."""
     m, c = x.shape
-    return _sums("bn_bwd_stats", dy, x, m, c)
+    return _sums("bn_bwd_stats", (dy, x, mean), m, c)
 
 
 def input_grad(dy: np.ndarray, x: np.ndarray, dx: np.ndarray, a: np.ndarray, b: np.ndarray, mu: np.ndarray,

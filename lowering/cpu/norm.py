@@ -16,9 +16,9 @@ activations (:data:`SPLIT_ELEMENTS`) are shared out among the kernel threads by 
 each reduction keeping one C-element partial per thread, summed in thread order. Parameters,
 running statistics and saved statistics are fp32 arrays of C elements (any shape, e.g. (1, 1, 1, C)).
 
-fp32 activations run the C kernels of :mod:`._cnorm` where a C compiler is available (two passes
-over memory each way, float64 sums, as PyTorch's CPU kernels accumulate); fp16 ones (AMP), and
-every array when ``TR_MLIR_CC=0``, the NumPy code here.
+fp32 contiguous activations run the C kernels of :mod:`._cnorm` where a C compiler is available
+(two passes over memory each way, float64 sums as PyTorch's CPU kernels accumulate, shifted by a
+pivot); fp16 ones (AMP), and every array when ``TR_MLIR_CC=0``, the NumPy code here.
 """
 
 from __future__ import annotations
@@ -94,32 +94,45 @@ def _numpy_stats(x2: np.ndarray, mean: np.ndarray, acc: np.ndarray) -> np.ndarra
     return acc * (1.0 / m)
 
 
-def bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps, momentum) -> None:
-    """Training-mode batch norm (see the module doc); ``y`` may be ``x``'s buffer."""
-    x2, y2 = rows2d(x), rows2d(y)
-    m, c = x2.shape
-    mean, istd = _vec(save_mean), _vec(save_istd)
-    compiled = _cnorm.usable(x2, y2)
-    if compiled:
-        mean64, var64 = _cnorm.batch_stats(x2)
-        mean[...] = mean64
-        var = var64.astype(F32)
-    else:
-        var = _numpy_stats(x2, mean, istd)
+def _running_update(rm: np.ndarray, rv: np.ndarray, mean, var, m: int, momentum) -> None:
+    """PyTorch's running statistics, in place: ``rm = (1 - mom) rm + mom mean``,
+    ``rv = (1 - mom) rv + mom var M / (M - 1)`` (M = 1 keeps the biased variance)."""
     mom = scalar(momentum)
-    rm, rv = _vec(running_mean), _vec(running_var)
     rm *= 1.0 - mom
     rm += mom * mean
     rv *= 1.0 - mom
     rv += (mom * (m / (m - 1) if m > 1 else 1.0)) * var
+
+
+def _compiled_forward(x2, y2, gamma, beta, rm, rv, mean, istd, eps, momentum) -> None:
+    """:func:`bn_forward_train` with the C kernels of :mod:`._cnorm` (fp32 (M, C) views): the
+    statistics, inv_std, scale and shift in float64 (C elements), each rounded to fp32 once."""
+    m = x2.shape[0]
+    mean64, var64 = _cnorm.batch_stats(x2)
+    _running_update(rm, rv, mean64.astype(F32), var64.astype(F32), m, momentum)
+    istd64 = 1.0 / np.sqrt(var64 + float(scalar(eps)))
+    scale64 = gamma.astype(np.float64) * istd64
+    mean[...] = mean64
+    istd[...] = istd64
+    _cnorm.apply(x2, y2, scale64.astype(F32), (beta.astype(np.float64) - mean64 * scale64).astype(F32))
+
+
+def bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps, momentum) -> None:
+    """Training-mode batch norm (see the module doc); ``y`` may be ``x``'s buffer."""
+    if _cnorm.usable(x, y):
+        _compiled_forward(rows2d(x), rows2d(y), _vec(gamma), _vec(beta), _vec(running_mean), _vec(running_var),
+                          _vec(save_mean), _vec(save_istd), eps, momentum)
+        return
+    x2, y2 = rows2d(x), rows2d(y)
+    m, c = x2.shape
+    mean, istd = _vec(save_mean), _vec(save_istd)
+    var = _numpy_stats(x2, mean, istd)
+    _running_update(_vec(running_mean), _vec(running_var), mean, var, m, momentum)
     var += scalar(eps)
     np.sqrt(var, out=istd)
     np.reciprocal(istd, out=istd)
     scale = _vec(gamma) * istd
     shift = _vec(beta) - mean * scale
-    if compiled:
-        _cnorm.apply(x2, y2, np.ascontiguousarray(scale, dtype=F32), np.ascontiguousarray(shift, dtype=F32))
-        return
 
     def normalize(lo: int, hi: int, w: int, step: int) -> None:
         for r in chunks(hi - lo, step):
@@ -141,7 +154,7 @@ def bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta) -> None:
     m, c = x2.shape
     mean, istd = _vec(save_mean), _vec(save_istd)
     dg, db = _vec(dgamma), _vec(dbeta)
-    if _cnorm.usable(x2, dy2, None if dx is None else dx):
+    if _cnorm.usable(x, dy, dx):
         _compiled_backward(dy2, x2, _vec(gamma), mean, istd, None if dx is None else rows2d(dx), dg, db)
         return
 
@@ -181,9 +194,10 @@ def _compiled_backward(dy2, x2, gamma, mean, istd, dx2, dg, db) -> None:
     double, then ``dx = k * dy - k * istd * mdg * (x - mean) - k * mdb`` with ``k = gamma * istd``,
     ``mdb = dbeta / M``, ``mdg = dgamma / M`` (the same formula)."""
     m = x2.shape[0]
-    sdy, sdyx = _cnorm.backward_sums(dy2, x2)
+    mu = np.ascontiguousarray(mean, dtype=F32)
+    sdy, sdyxc = _cnorm.backward_sums(dy2, x2, mu)
     istd64 = istd.astype(np.float64)
-    dg64 = istd64 * (sdyx - mean.astype(np.float64) * sdy)
+    dg64 = istd64 * sdyxc
     db[...] = sdy
     dg[...] = dg64
     if dx2 is None:
@@ -192,7 +206,7 @@ def _compiled_backward(dy2, x2, gamma, mean, istd, dx2, dg, db) -> None:
     a = k.astype(F32)
     b = (-k * istd64 * dg64 / m).astype(F32)
     c0 = (-k * sdy / m).astype(F32)
-    _cnorm.input_grad(dy2, x2, dx2, a, b, np.ascontiguousarray(mean, dtype=F32), c0)
+    _cnorm.input_grad(dy2, x2, dx2, a, b, mu, c0)
 
 
 def bn_affine(x, scale, bias, y) -> None:

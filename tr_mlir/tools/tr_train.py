@@ -85,7 +85,7 @@ schedule to the new total. Resuming ``DIR/last`` without ``--save-dir`` goes on 
 into ``DIR``; resuming ``DIR/best`` or another folder saves only with ``--save-dir``.
 
 Report (``--report-json FILE``, rewritten after every epoch), schema version
-:data:`REPORT_SCHEMA_VERSION` = 1::
+:data:`~tr_mlir.tools.train_options.REPORT_SCHEMA_VERSION` = 1::
 
     {
       "schema_version": 1,

@@ -1,4 +1,4 @@
-// Every verifier error of dialects/arch.py, one case per split-input-file chunk. With
+// Every verifier error of the arch dialect (dialects/arch/), one case per split-input-file chunk. With
 // --verify-diagnostics each failing chunk prints its message (exit 0), so every chunk
 // CHECKs its message: a chunk that wrongly verified would leave its CHECK unmatched.
 // RUN: tr-opt %s --split-input-file --verify-diagnostics | filecheck %s
