@@ -194,7 +194,7 @@ OPERANDS: dict[str, Operands] = {
                 entry=Operands(in_ranges=("data*",), out_ranges=("data*",))),
     "range_check_nan": Operands(outs=("has_nan",), in_ranges=("grads*",)),
     "range_grad_scaling": Operands(("has_nan", "loss_scale"), ("loss_scale",)),
-    "range_ema_param_update": Operands(("decay",), in_ranges=("w",), out_ranges=("ema",)),
+    "range_ema_param_update": Operands(("decay", "has_nan"), in_ranges=("w",), out_ranges=("ema",)),
     "range_accum_metrics": Operands(("batch_size", "loss", "top1", "top5"), ("acc_loss", "acc_top1", "acc_top5")),
     "range_update_weight_sgd": Operands(("lr", "weight_decay", "loss_scale", "has_nan"),
                                         in_ranges=("w", "g"), out_ranges=("w",)),

@@ -619,10 +619,11 @@ class Task:
         return lowres, None if res == h else (res, res * w // h)
 
     def _after_step(self) -> None:
-        if self.ema is not None:
-            self._ema_count += 1
-        if self.loss_scaler is not None:
-            self._scaler_step()
+        if self.ema is not None or self.loss_scaler is not None:
+            found = self.exe.get_scalar("has_nan") != 0  # a skipped step: no EMA update either (tr_mlir.ema)
+            self._ema_count += int(self.ema is not None and not found)
+            if self.loss_scaler is not None:
+                self._scaler_step(found)
 
     def _reset_ema(self) -> None:
         """EMA := the current weights, no update made yet (AveragedModel's deep copy)."""
@@ -638,9 +639,8 @@ class Task:
             raise TaskError("Task.ema_parameters: the task keeps no EMA (Task(ema=DECAY))")
         return [(e.name, self._get(_Entry(e.name, self._ema_tid[e.name], e.store, e.index))) for e in self._params]
 
-    def _scaler_step(self) -> None:
-        """GradScaler rule after one step (:mod:`tr_mlir.amp`): reads ``has_nan``, writes ``scaling``."""
-        found = self.exe.get_scalar("has_nan") != 0
+    def _scaler_step(self, found: bool) -> None:
+        """GradScaler rule after one step (:mod:`tr_mlir.amp`; ``found``: ``has_nan``), writes ``scaling``."""
         scale, tracker = self.loss_scaler.update(self._scaler_state[0], self._scaler_state[1], found)
         self._scaler_state = [scale, tracker]
         self.exe.set_scalar("scaling", scale)
