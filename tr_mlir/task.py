@@ -321,8 +321,8 @@ class Task:
         loss_scaler: AMP only: ``None`` (the seed's rule: 8192, halved on overflow, no growth) or a
             :class:`tr_mlir.amp.GradScaler` (PyTorch's GradScaler rule); :mod:`tr_mlir.amp`.
         augment: a :mod:`tr_mlir.augment` transform (e.g. ``augment.preset('cifar')``) applied by
-            :meth:`fit` to every training batch on a background thread, seeded by the Task seed
-            and the epoch; ``None``: none.
+            :meth:`fit` (only) to every training batch on a background thread, seeded by the Task
+            seed and the epoch; :meth:`train_step` takes its batch as given; ``None``: none.
         resize: progressive resizing ``(start, end, switch_epoch)``: :meth:`fit` trains epochs
             ``0 .. switch_epoch - 1`` (counted over the task's life, :attr:`epochs`) at resolution
             ``start`` with the ``train_base`` / ``train_last`` variants and the later ones at
@@ -895,8 +895,8 @@ class Task:
             self._bn_dirty = False
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
-        """One optimizer step on exactly ``batch_size`` samples; returns the batch loss (mean,
-        before the update). Compiles first if needed."""
+        """One optimizer step on exactly ``batch_size`` samples as given (``augment`` and ``resize``
+        apply in :meth:`fit` only); returns the batch loss (mean, before the update). Compiles first if needed."""
         self._ready()
         x = self._x(x, "Task.train_step")
         if x.shape[0] != self.batch_size:
