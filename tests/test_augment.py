@@ -77,3 +77,17 @@ def test_inputs_are_not_modified_and_outputs_are_fresh():
         out = t(x, np.random.default_rng(0))
         assert np.array_equal(x, keep) and not np.shares_memory(out, x)
         out[...] = 0  # writable
+
+
+@pytest.mark.parametrize("shape", [(16, 28, 28, 1), (5, 9, 13, 3)])
+def test_affine_c_kernel_is_bit_identical_to_numpy(shape, monkeypatch):
+    from tr_mlir.lowering.cpu import _cc
+
+    if not _cc.available():
+        pytest.skip(f"no compiled kernels: {_cc.reason()}")
+    x = RNG.standard_normal(shape).astype(np.float32)
+    t = A.RandomAffine(30.0, 0.4, (0.6, 1.5))  # large maps: many samples clamp to the border
+    compiled = t(x, np.random.default_rng(9))
+    monkeypatch.setenv(_cc.ENV_SWITCH, "0")
+    assert A._affine_kernel(*shape[1:]) is None
+    assert np.array_equal(compiled, t(x, np.random.default_rng(9)))
