@@ -7,8 +7,9 @@ never modified). :class:`Compose` chains transforms. Every random draw is one ve
 per batch, so a batch costs a few passes over its pixels, not a Python loop over samples: a crop
 is one gather from a strided view of the padded batch's windows, a flip moves whole pixels, an
 affine map computes float32 coordinates and gathers the four bilinear corners with flat ``take``
-calls (batch 128 on one core of the 2-core dev machine: MNIST affine ~0.7 ms, CIFAR crop + flip
-~0.6 ms; ``python -m bench.augment``). NumPy releases the GIL inside each of these calls.
+calls, or in one generated C pass where compiled kernels are available (same bits; batch 128 on
+one core of the 2-core dev machine, quiet: MNIST affine ~0.7 ms in NumPy, CIFAR crop + flip
+~0.6 ms; ``python -m bench.augment``). NumPy and the C pass release the GIL while they work.
 
 Transforms (the semantics follow torchvision's of the same name; the formulas are re-derived
 here, not copied):
@@ -206,7 +207,7 @@ class RandomAffine:
         padded batch, combined in place. Where compiled kernels are available
         (:mod:`tr_mlir.lowering.cpu._cc`) the per-pixel work is one generated C pass instead
         (:data:`AFFINE_C`, the same float32 operations in the same order: bit-identical output,
-        ~2x faster, GIL released)."""
+        ~1.5x faster under load here, GIL released)."""
         x = _batch(x, "RandomAffine")
         n, h, w, c = x.shape
         if n == 0:
