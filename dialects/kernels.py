@@ -602,8 +602,8 @@ class K:
     RANGE_BN_STATS_ALLREDUCE = _id("range_bn_stats_allreduce", _ALLREDUCE, _FREE)
     RANGE_CHECK_NAN = _id("range_check_nan", Operands(outs=("has_nan",), in_ranges=("grads*",)), _FREE)
     RANGE_GRAD_SCALING = _id("range_grad_scaling", Operands(("has_nan", "loss_scale"), ("loss_scale",)), _FREE)
-    RANGE_EMA_PARAM_UPDATE = _id("range_ema_param_update", Operands(("decay",), in_ranges=("w",), out_ranges=("ema",)),
-                                 _FREE)
+    RANGE_EMA_PARAM_UPDATE = _id("range_ema_param_update",
+                                 Operands(("decay", "has_nan"), in_ranges=("w",), out_ranges=("ema",)), _FREE)
     RANGE_ACCUM_METRICS = _id("range_accum_metrics", Operands(("batch_size", "loss", "top1", "top5"),
                                                               ("acc_loss", "acc_top1", "acc_top5")), _FREE)
     RANGE_UPDATE_WEIGHT_SGD = _id("range_update_weight_sgd", _SGD_W, _FREE)

@@ -473,7 +473,7 @@ class _Builder:
         return "ema_decay" in self.ids
 
     def _ema(self, b: dict[GraphId, list[Node]], params: _Params) -> None:
-        """EMA (issue 17): ``ema_update`` = ``RANGE_EMA_PARAM_UPDATE(ema_decay)`` over
+        """EMA (issue 17): ``ema_update`` = ``RANGE_EMA_PARAM_UPDATE(ema_decay, has_nan)`` over
         ``[W_BN_BIAS .. W_DEEP_CONV] -> [E_BN_BIAS .. E_DEEP_CONV]`` (after the optimizer);
         ``cast_ema_fp32_to_fp16`` = the EMA model made ready for inference: AMP cast of the EMA
         weights to their fp16 twins, then one ``BN_UPDATE_EQ_PARAMS`` per BN from the EMA gamma /
@@ -481,7 +481,7 @@ class _Builder:
         if not self.has_ema:
             return
         s = self.scalar
-        b[GraphId.EMA_UPDATE].append(Node(K.RANGE_EMA_PARAM_UPDATE.op(), (s("ema_decay"),), (),
+        b[GraphId.EMA_UPDATE].append(Node(K.RANGE_EMA_PARAM_UPDATE.op(), (s("ema_decay"), s("has_nan")), (),
                                           ((R.W_BN_BIAS, R.W_DEEP_CONV),), ((R.E_BN_BIAS, R.E_DEEP_CONV),)))
         out = b[GraphId.CAST_EMA_FP32_TO_FP16]
         if self.amp and self.populated(R.E_FC_WEIGHT, R.E_FIRST_CONV, R.E_DEEP_CONV):

@@ -74,6 +74,9 @@ PRIVATE_IMPORTS: dict[tuple[str, str], str] = {
         "Task reads the layer table of a compiled program (layers()); as for export.py",
     ("tr_mlir/tools/train_options.py", "tr_mlir.lowering.cpu._cc"):
         "tr-train describes the CPU device with the C kernel compiler's state (_cc.describe())",
+    ("tr_mlir/augment.py", "tr_mlir.lowering.cpu._cc"):
+        "RandomAffine's per-pixel pass is a C kernel generated for the image shape (compiled and "
+        "loaded by _cc, NumPy where it is unavailable)",
     ("lowering/cuda/ops.py", "tr_mlir.lowering.cpu._util"):
         "the CUDA backend binds the same array views as the CPU kernels (F32, flat, nhwc, take "
         "of lowering/cpu/_util.py)",

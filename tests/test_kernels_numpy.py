@@ -1059,6 +1059,10 @@ def test_range_kernels():
     e = np.zeros(4, F32)
     run("range_ema_param_update", w=np.ones(4, F32), ema=e, decay=0.75)
     np.testing.assert_allclose(e, 0.25)
+    run("range_ema_param_update", w=np.ones(4, F32), ema=e, decay=0.75, has_nan=np.array([1], np.int32))
+    np.testing.assert_allclose(e, 0.25)  # a skipped step: the EMA is not updated
+    run("range_ema_param_update", w=np.ones(4, F32), ema=e, decay=0.5, has_nan=np.array([0], np.int32))
+    np.testing.assert_allclose(e, 0.625)
 
 
 # --------------------------------------------------------------------------------------

@@ -234,6 +234,16 @@ def test_fit_with_augmentation_is_reproducible_and_differs(tmp_path):
         assert np.array_equal(p, q), n
 
 
+
+def test_train_step_takes_its_batch_as_given():
+    """augment applies in fit only (Task doc): train_step of an augmenting task is the plain step."""
+    x, y = batch(32)
+    tasks = [Task("mlp_digits", (8, 8, 1), 10, 32, augment=a, seed=1) for a in (A.preset("digits"), None)]
+    for t in tasks:
+        t.train_step(x, y)
+    for (n, p), (_, q) in zip(tasks[0].parameters(), tasks[1].parameters()):
+        assert np.array_equal(p, q), n
+
 def test_prefetch_raises_worker_errors():
     def bad():
         yield np.zeros((2, 3, 3, 1), np.float32), np.zeros(2, np.int64)

@@ -13,8 +13,12 @@ of EMA updates made before this one:
   ones, leave the average quickly.
 
 Before the first update the EMA holds the initial weights (AveragedModel deep-copies the model).
-A step that AMP skips (overflow) still updates the EMA, towards the unchanged weights (the graphs
-have no host branch).
+A step that the optimizer skips (``has_nan``: an AMP overflow, or an Inf / NaN gradient in fp32)
+does not update the EMA either and does not count in ``t``: the kernel reads ``has_nan`` on the
+device, and the host, which computes ``d_t``, reads it after each step (one scalar; on a GPU a
+device-to-host copy per step, as the GradScaler rule already makes). In torch terms: a loop that
+calls ``ema.update_parameters(model)`` only when ``scaler.step(opt)`` took the step
+(``AveragedModel`` changes only when called; ``GradScaler`` skips ``optimizer.step``).
 
 BN running statistics are **not** averaged: the EMA model uses the raw model's running mean and
 variance, as ``AveragedModel(use_buffers=False)`` followed by copying the buffers over (torch's

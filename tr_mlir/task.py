@@ -321,8 +321,8 @@ class Task:
         loss_scaler: AMP only: ``None`` (the seed's rule: 8192, halved on overflow, no growth) or a
             :class:`tr_mlir.amp.GradScaler` (PyTorch's GradScaler rule); :mod:`tr_mlir.amp`.
         augment: a :mod:`tr_mlir.augment` transform (e.g. ``augment.preset('cifar')``) applied by
-            :meth:`fit` to every training batch on a background thread, seeded by the Task seed
-            and the epoch; ``None``: none.
+            :meth:`fit` (only) to every training batch on a background thread, seeded by the Task
+            seed and the epoch; :meth:`train_step` takes its batch as given; ``None``: none.
         resize: progressive resizing ``(start, end, switch_epoch)``: :meth:`fit` trains epochs
             ``0 .. switch_epoch - 1`` (counted over the task's life, :attr:`epochs`) at resolution
             ``start`` with the ``train_base`` / ``train_last`` variants and the later ones at
@@ -619,10 +619,11 @@ class Task:
         return lowres, None if res == h else (res, res * w // h)
 
     def _after_step(self) -> None:
-        if self.ema is not None:
-            self._ema_count += 1
-        if self.loss_scaler is not None:
-            self._scaler_step()
+        if self.ema is not None or self.loss_scaler is not None:
+            found = self.exe.get_scalar("has_nan") != 0  # a skipped step: no EMA update either (tr_mlir.ema)
+            self._ema_count += int(self.ema is not None and not found)
+            if self.loss_scaler is not None:
+                self._scaler_step(found)
 
     def _reset_ema(self) -> None:
         """EMA := the current weights, no update made yet (AveragedModel's deep copy)."""
@@ -638,9 +639,8 @@ class Task:
             raise TaskError("Task.ema_parameters: the task keeps no EMA (Task(ema=DECAY))")
         return [(e.name, self._get(_Entry(e.name, self._ema_tid[e.name], e.store, e.index))) for e in self._params]
 
-    def _scaler_step(self) -> None:
-        """GradScaler rule after one step (:mod:`tr_mlir.amp`): reads ``has_nan``, writes ``scaling``."""
-        found = self.exe.get_scalar("has_nan") != 0
+    def _scaler_step(self, found: bool) -> None:
+        """GradScaler rule after one step (:mod:`tr_mlir.amp`; ``found``: ``has_nan``), writes ``scaling``."""
         scale, tracker = self.loss_scaler.update(self._scaler_state[0], self._scaler_state[1], found)
         self._scaler_state = [scale, tracker]
         self.exe.set_scalar("scaling", scale)
@@ -895,8 +895,8 @@ class Task:
             self._bn_dirty = False
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
-        """One optimizer step on exactly ``batch_size`` samples; returns the batch loss (mean,
-        before the update). Compiles first if needed."""
+        """One optimizer step on exactly ``batch_size`` samples as given (``augment`` and ``resize``
+        apply in :meth:`fit` only); returns the batch loss (mean, before the update). Compiles first if needed."""
         self._ready()
         x = self._x(x, "Task.train_step")
         if x.shape[0] != self.batch_size:

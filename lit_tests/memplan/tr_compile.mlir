@@ -3,11 +3,11 @@
 // RUN: tr-opt %S/../../examples/resnet_tiny.mlir -p 'tr-compile{amp=true batch_size=4 train_size=10 val_size=6 ema=true}' | filecheck %s --check-prefix=EMA
 
 // ema=true (issue 17): the scalar ema_decay and the .ema twins (E_* regions, the fp16 working copies,
-// the BN eq scale / bias); EMA_UPDATE = one RANGE_EMA_PARAM_UPDATE over the parameter regions
+// the BN eq scale / bias); EMA_UPDATE = one RANGE_EMA_PARAM_UPDATE(ema_decay 23, has_nan 5) over the parameter regions
 // [W_BN_BIAS 6 .. W_DEEP_CONV 11] -> [E_BN_BIAS 12 .. E_DEEP_CONV 17]; the EMA cast and BN fold; INF_EMA.
 // EMA:         names = [{{.*}}"bn_momentum", "ema_decay",
 // EMA-SAME:    "l0.conv_weight.ema"
-// EMA:         memplan.nodes ema_update ops = ["RANGE_EMA_PARAM_UPDATE"] ins = [23] {{.*}} in_ranges = [6, 11] {{.*}} out_ranges = [12, 17]
+// EMA:         memplan.nodes ema_update ops = ["RANGE_EMA_PARAM_UPDATE"] ins = [23, 5] {{.*}} in_ranges = [6, 11] {{.*}} out_ranges = [12, 17]
 // EMA:         memplan.nodes cast_ema_fp32_to_fp16 ops = ["RANGE_CAST_FP32_TO_FP16", "BN_UPDATE_EQ_PARAMS",
 // EMA:         memplan.nodes inf_main_a ops = [[OPS:.*]] ins
 // EMA:         memplan.nodes inf_ema_a ops = [[OPS]] ins

@@ -200,8 +200,12 @@ def range_allreduce(data, *, world_size: int = 1) -> None:
 
 
 @kernel("range_ema_param_update", writes=("ema",), kind="range")
-def range_ema_param_update(w, ema, decay) -> None:
-    """``ema = decay * ema + (1 - decay) * w`` over the ranges (chunked, fp32)."""
+def range_ema_param_update(w, ema, decay, has_nan=None) -> None:
+    """``ema = decay * ema + (1 - decay) * w`` over the ranges (chunked, fp32), skipped when
+    ``has_nan`` is set: the optimizer skipped the step, so the EMA is not updated either (an
+    ``AveragedModel.update_parameters`` made only after a real ``optimizer.step``)."""
+    if has_nan is not None and scalar(has_nan) != 0:
+        return
     d = scalar(decay)
     for a, e in _pairs(w, ema):
         for sl in chunks(a.size):

@@ -287,8 +287,9 @@ def cases(seed: int = 0) -> list[Case]:
         "acc_top1": _s(3.0), "acc_top5": _s(5.0)}))
     for name in ("range_mean_allreduce", "range_sum_allreduce", "range_bn_stats_allreduce"):
         add(Case(name, name, {"data": (_r(rng, (12,)),)}))
-    add(Case("range_ema_param_update", "range_ema_param_update", {"w": _r(rng, (25,)), "ema": _r(rng, (25,)),
-                                                                  "decay": _s(0.9)}))
+    for hn in (0, 1):
+        add(Case(f"range_ema_param_update nan={hn}", "range_ema_param_update", {
+            "w": _r(rng, (25,)), "ema": _r(rng, (25,)), "decay": _s(0.9), "has_nan": _s(hn, I32)}))
     for hn in (0, 1):
         add(Case(f"scalar_increment nan={hn}", "scalar_increment", {"step": _s(4, I32), "has_nan": _s(hn, I32)}))
     add(Case("scalar_increment", "scalar_increment", {"step": _s(4, I32)}))

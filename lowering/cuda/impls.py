@@ -310,9 +310,10 @@ def _impls(ops: GpuOps) -> dict[KernelId, Impl]:
     t["range_sum_allreduce"] = allreduce("sum")
 
     @reg("range_ema_param_update")
-    def range_ema_param_update(w, ema, decay):
+    def range_ema_param_update(w, ema, decay, has_nan=None):
         for a, e in _pairs(w, ema):
-            ops.ew("tr_ema", a.size, *ops.arr(a), *ops.arr(e), *ops.s(decay), np.int64(a.size), touch=(a, e))
+            ops.ew("tr_ema", a.size, *ops.arr(a), *ops.arr(e), *ops.s(decay), *ops.s(has_nan), np.int64(a.size),
+                   touch=(a, e))
 
     @reg("scalar_increment")
     def scalar_increment(step, has_nan=None):

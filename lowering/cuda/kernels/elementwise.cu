@@ -104,8 +104,10 @@ TR_GLOBAL void tr_act_bwd(int act, const void* dy, int dtdy, const void* x, int 
   }
 }
 
-/* ema = decay * ema + (1 - decay) * w */
-TR_GLOBAL void tr_ema(const void* w, int dtw, void* e, int dte, const void* decay, int dtd, i64 n) {
+/* ema = decay * ema + (1 - decay) * w; nothing when has_nan is set (the optimizer skipped the step) */
+TR_GLOBAL void tr_ema(const void* w, int dtw, void* e, int dte, const void* decay, int dtd, const void* has_nan,
+                      int dth, i64 n) {
+  if (lds(has_nan, dth, 0.0) != 0.0) return;
   float d = (float)lds(decay, dtd, 0.0);
   float od = (float)(1.0 - lds(decay, dtd, 0.0));
   GRID_LOOP(i, n) stf(e, dte, i, ldf(e, dte, i) * d + od * ldf(w, dtw, i));
