@@ -309,6 +309,8 @@ def _training_options(a: argparse.Namespace) -> dict[str, Any]:
         out["ema"] = EMA(a.ema, a.ema_warmup)
     if a.resize_schedule is not None:
         out["resize"] = resize_schedule(a.resize_schedule, a.epochs)
+    if a.conv_algo != "auto":
+        out["conv_algo"] = a.conv_algo
     return out
 
 
@@ -391,6 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drop-last", action="store_true",
                    help="skip each epoch's last partial batch (every step has the full batch; needed when "
                         "a last batch of one sample would reach a batch norm)")
+    p.add_argument("--conv-algo", default="auto", metavar="ALGO",
+                   help="conv algorithms (memplan-select-conv-algo): auto (cost rule), im2col (the rule before it, "
+                        "same numerics), numpy, or one algorithm (direct, pointwise, depthwise) where it applies")
     p.add_argument("--no-reuse", dest="reuse", action="store_false",
                    help="give every transient DTensor its own slot (the seed's layout) instead of placing "
                         "tensors that are never live together in the same bytes (same numerics, more memory)")
@@ -428,7 +433,7 @@ def explicit_flags(argv: Sequence[str]) -> set[str]:
 TRAINING_KEYS: tuple[str, ...] = ("model", "blueprint", "torch_model", "dataset", "batch_size", "optimizer", "lr",
                                   "weight_decay", "label_smoothing", "warmup", "amp", "fuse", "seed", "drop_last", "augment",
                                   "init", "loss_scaler", "scaler_init", "scaler_growth", "scaler_backoff",
-                                  "scaler_interval", "ema", "ema_warmup", "resize_schedule")
+                                  "scaler_interval", "ema", "ema_warmup", "resize_schedule", "conv_algo")
 """Options that define a run: fixed by the checkpoint on ``--resume``."""
 
 RESUMED_DEFAULTS: tuple[str, ...] = ("epochs", "device", "reuse")
@@ -1306,7 +1311,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         "epochs": args.epochs, "batch_size": args.batch_size, "optimizer": args.optimizer, "lr": lr,
         "weight_decay": args.weight_decay, "label_smoothing": args.label_smoothing, "warmup": args.warmup,
         "amp": args.amp, "fuse": args.fuse, "augment": args.augment, "init": args.init,
-        "ema": args.ema, "ema_warmup": args.ema_warmup, "resize_schedule": args.resize_schedule,
+        "ema": args.ema, "ema_warmup": args.ema_warmup, "resize_schedule": args.resize_schedule, "conv_algo": task.conv_algo,
         "loss_scaler": args.loss_scaler, "scaler_init": args.scaler_init, "scaler_growth": args.scaler_growth,
         "scaler_backoff": args.scaler_backoff, "scaler_interval": args.scaler_interval, "device": args.device, "device_used": device, "seed": args.seed,
         "reuse": task.reuse, "drop_last": args.drop_last, "plugins": list(task.plugins), "dump_ir": None if args.dump_ir is None else str(args.dump_ir),
@@ -1332,6 +1337,8 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         spec.update(train_res=task.resize[0], train_res_end=task.resize[1])
     if task.ema is not None:
         spec["ema"] = True
+    if task.conv_algo != "auto":
+        spec["conv_algo"] = task.conv_algo
     pipeline = TrCompilePass(fuse=task.fuse, amp=task.amp, num_classes=task.num_classes, reuse=task.reuse, **spec)
     _say("== compile")
     _say(f"pipeline: builtin.module({pipeline.pipeline_pass_spec()})")
