@@ -4,14 +4,13 @@
 its kernel: ``conv_weight``, ``c1_conv_weight``, ``conv_amp_w_fp16`` under AMP, ...) to the
 algorithm params of its kernels, ``{algo = "...", algo_dgrad = "...", algo_wgrad = "..."}``
 (:data:`tr_mlir.lowering.cpu.conv.DIRECTIONS`). :func:`recorded_params` is how phase 1 and phase 4
-read it (through :func:`tr_mlir.passes._descriptors.plan_workspaces`); :func:`algorithm_mix` is
-how the reports count it.
+read it (through :func:`tr_mlir.passes._descriptors.plan_workspaces`); the reports count the choices
+from the graphs' params (:func:`tr_mlir.memplan_summary.conv_algorithms`).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from xdsl.dialects.builtin import DictionaryAttr, StringAttr
 from xdsl.ir import Operation
@@ -49,22 +48,3 @@ def recorded_params(op: Operation, weight: str | None, kernel_params: Iterable[s
         return {}
     mine = layer_algorithms(op).get(weight, {})
     return {k: mine[k] for k in kernel_params if k in mine}
-
-
-def algorithm_mix(ops: Iterable[Operation]) -> dict[str, Counter[str]]:
-    """Direction (``fwd``, ``dgrad``, ``wgrad``) -> algorithm -> number of convs recorded on the
-    layer ops ``ops`` (all zero before ``memplan-select-conv-algo`` ran)."""
-    from tr_mlir.lowering.cpu.conv import DIRECTIONS
-
-    mix: dict[str, Counter[str]] = {d: Counter() for d in DIRECTIONS.values()}
-    for op in ops:
-        for params in layer_algorithms(op).values():
-            for name, algo in params.items():
-                if name in DIRECTIONS:
-                    mix[DIRECTIONS[name]][algo] += 1
-    return mix
-
-
-def format_mix(mix: Mapping[str, Counter[str]]) -> str:
-    """``fwd im2col 3, direct 2; dgrad ...; wgrad ...`` (most used first; ``-`` for none)."""
-    return "; ".join(f"{d} " + (", ".join(f"{a} {n}" for a, n in mix[d].most_common()) or "-") for d in mix)

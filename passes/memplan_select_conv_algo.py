@@ -10,7 +10,8 @@ It takes the compile spec as ``memplan-derive-shapes`` does (the same options, o
 existing ``memplan.program``), builds every layer's descriptor plan in all six variants
 (:func:`tr_mlir.passes.memplan_derive_shapes.layer_plans`), and for each node whose kernel has
 algorithm params (:data:`tr_mlir.lowering.cpu.conv.DIRECTIONS`) forms the conv's geometry in each
-variant (batch and resolution of the variant, fp16 operands under AMP). The choice is one per conv
+variant that runs the node (batch and resolution of the variant, fp16 operands under AMP; forward and
+backward nodes in the training variants, inference nodes in all six). The choice is one per conv
 and direction (the graph's nodes are shared by the six variants), written as the attribute
 ``conv_algo`` of the layer op, keyed by the conv's weight operand within the layer (a fused block
 has several convs)::
@@ -81,7 +82,7 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
 from tr_mlir.dialects.arch import ModelOp
-from tr_mlir.dialects.memplan import Target
+from tr_mlir.dialects.memplan import Target, is_train_variant
 from tr_mlir.lowering.cpu import lookup
 from tr_mlir.lowering.cpu import conv as C
 from tr_mlir.lowering.operands import operands_for
@@ -185,11 +186,12 @@ def _resolve(value: str, geoms: list[tuple[str, C.ConvGeom, bool]], direction: s
     return (picks.pop() if len(picks) == 1 else C.AUTO), None
 
 
-def _conv_nodes(ctx: LayerCtx, lp: LayerPlan) -> list[tuple[str, str, C.ConvGeom, bool]]:
+def _conv_nodes(ctx: LayerCtx, lp: LayerPlan, train: bool) -> list[tuple[str, str, C.ConvGeom, bool]]:
     """(weight operand, algorithm param, geometry, fp16) for every algorithm param of every conv
-    node of one layer plan."""
+    node of one layer plan that its variant runs (``train``: forward, backward and inference
+    nodes; else inference only: a val variant runs only the ``@infer`` graph)."""
     out = []
-    for pattern in (*lp.forward, *lp.backward, *lp.inference):
+    for pattern in (*lp.forward, *lp.backward, *lp.inference) if train else lp.inference:
         spec = lookup(pattern.op)
         if not set(C.DIRECTIONS) & set(spec.params):
             continue
@@ -228,7 +230,7 @@ def select(model: ModelOp, ops: list[Operation], plans: Mapping[str, list[tuple[
         geoms: dict[tuple[str, str], list[tuple[str, C.ConvGeom, bool]]] = {}
         for variant, per_layer in plans.items():
             ctx, lp = per_layer[index]
-            for w, name, g, fp16 in _conv_nodes(ctx, lp):
+            for w, name, g, fp16 in _conv_nodes(ctx, lp, is_train_variant(variant)):
                 geoms.setdefault((w, name), []).append((variant, g, fp16))
         request = _requests(op)
         if request is not None and target is Target.CUDA:
