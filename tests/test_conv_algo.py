@@ -272,3 +272,12 @@ def test_the_cost_rule_takes_winograd_once_it_is_registered(monkeypatch):
 def test_a_request_in_the_ir_overrides_the_option():
     text = SCHEDULE.replace("out_ch = 6 k = 5 :", 'out_ch = 6 k = 5 {conv_algo_request = "numpy"} :')
     assert _select(text, conv_algo="direct")["conv_weight"] == {"algo": "im2col", "algo_wgrad": "im2col"}
+
+
+def test_tr_train_passes_conv_algo_on():
+    from tr_mlir.tools.tr_train import TRAINING_KEYS, _training_options, build_parser
+
+    args = build_parser().parse_args(["--conv-algo", "numpy"])
+    assert _training_options(args)["conv_algo"] == "numpy"
+    assert "conv_algo" not in _training_options(build_parser().parse_args([]))
+    assert "conv_algo" in TRAINING_KEYS  # a resumed run keeps the checkpoint's
