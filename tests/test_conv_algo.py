@@ -281,3 +281,18 @@ def test_tr_train_passes_conv_algo_on():
     assert _training_options(args)["conv_algo"] == "numpy"
     assert "conv_algo" not in _training_options(build_parser().parse_args([]))
     assert "conv_algo" in TRAINING_KEYS  # a resumed run keeps the checkpoint's
+
+
+def test_a_cuda_plan_records_auto_and_its_kernels_accept_it():
+    from tr_mlir.lowering.cuda import emulator as emu
+    from tr_mlir.lowering.cuda.backend import CudaBackend
+
+    if emu.host_compiler() is None:
+        pytest.skip("no host C++ compiler for the kernel emulator")
+    task = _trained("resnet_tiny", (8, 8, 1), steps=1, fuse=True, device=CudaBackend(emu.EmulatedDevice()))
+    mix = conv_algorithms(find_program(task.module)[1])
+    assert set(mix["fwd"]) == {"auto"} and set(mix["wgrad"]) == {"auto"}
+    assert all(np.isfinite(p).all() for _, p in task.parameters())
+    with pytest.raises(TrMlirError, match="target cuda has one convolution implementation"):
+        Task("resnet_tiny", (8, 8, 1), 10, 8, fuse=True, conv_algo="direct",
+             device=CudaBackend(emu.EmulatedDevice())).compile()
