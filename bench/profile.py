@@ -3,8 +3,9 @@
 Builds the throughput model ``MODEL`` (:data:`bench.models.THROUGHPUT_MODELS`: ``mlp``,
 ``lenet5``, ``resnet18_cifar``) as ``bench.throughput`` does, warms it up, then times every
 captured kernel call of one training step on its own (the best of ``--repeat`` calls, so the
-table is the kernels' cost without Python or load noise) and prints the time per kernel and the
-slowest calls with their shapes. ``--pyinstrument`` also records whole steps with pyinstrument
+table is the kernels' cost without Python or load noise) and prints the conv algorithm mix (convs
+per direction and algorithm, :func:`algorithm_mix`), the time per kernel and the slowest calls
+with their shapes. ``--pyinstrument`` also records whole steps with pyinstrument
 (``pip install pyinstrument``; not a dependency of tr-mlir) and prints its call tree.
 ``--threads`` sets the BLAS / kernel thread count (default 2).
 """
@@ -86,6 +87,15 @@ def step_breakdown(task, repeat: int = 1) -> dict:
             "kernel_s": total, "conv_algorithms": {d: dict(v) for d, v in algos.items()}}
 
 
+def algorithm_mix(task) -> str:
+    """The compiled model's conv algorithm mix, convs per direction and algorithm as
+    ``memplan-select-conv-algo`` chose them (:func:`tr_mlir.memplan_summary.conv_algorithms`)."""
+    from tr_mlir.lowering.executable import find_program
+    from tr_mlir.memplan_summary import conv_algorithms, format_conv_algorithms
+
+    return format_conv_algorithms(conv_algorithms(find_program(task.module)[1]))
+
+
 def main(argv: list[str] | None = None) -> int:
     from threadpoolctl import threadpool_limits
 
@@ -119,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             per[name][1] += t
         print(f"{args.model}, batch {m.batch}, {args.threads} threads: one step {step * 1e3:.1f} ms; "
               f"{len(rows)} kernel calls, best-of-{args.repeat} sum {total * 1e3:.1f} ms")
+        print(f"conv algorithms (convs per direction): {algorithm_mix(ours.task)}")
         print(f"{'kernel':<28} {'calls':>5} {'ms':>9} {'share':>6}")
         for name, (n, t) in sorted(per.items(), key=lambda kv: -kv[1][1]):
             print(f"{name:<28} {n:>5} {t * 1e3:>9.2f} {100 * t / total:>5.1f}%")

@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tr_mlir.dialects.memplan import WORKSPACE_PREFIX
+
 from tr_mlir.errors import PluginError
 
 PRECISIONS = ("FP32", "AMP")
@@ -411,13 +412,39 @@ ArrayInfo = tuple[tuple[int, ...], Any]
 """(shape, dtype) of one array, as a planner knows it before the arena exists."""
 
 
+@dataclass(frozen=True)
+class AlgorithmTable:
+    """The algorithms of a kernel family whose static params choose how it computes (the conv
+    kernels' ``algo`` / ``algo_dgrad`` / ``algo_wgrad``), as the compiler's selection pass reads
+    them through the kernel (:attr:`KernelImpl.algorithms`; ``memplan-select-conv-algo``).
+
+    ``auto``: the value that leaves the choice to the kernel's run-time rule; ``directions``:
+    static param -> the direction it chooses for; ``algorithms``: name -> an object with
+    ``applicable(geometry, fp16) -> bool``; ``variants``: further names the options accept (the
+    Winograd variants); ``rule(geometry, fp16)``: the run-time rule's choice; ``check(name,
+    geometry, fp16)``: raises ``ValueError`` for a name that does not apply; ``geometry(arrays,
+    params)``: ``(geometry, fp16, the params present)`` of one node from its operand
+    ``(shape, dtype)`` pairs and static params."""
+
+    auto: str
+    directions: Mapping[str, str]
+    algorithms: Mapping[str, Any]
+    variants: tuple[str, ...]
+    rule: Callable[[Any, bool], str]
+    check: Callable[[str, Any, bool], None]
+    geometry: Callable[[Mapping[str, ArrayInfo], Mapping[str, Any]], tuple[Any, bool, list[str]]]
+
+
 class KernelImpl(Protocol):
     """What the compiler asks of a kernel implementation (:class:`tr_mlir.lowering.cpu.KernelSpec`):
-    its argument roles and its workspace rule per target."""
+    its argument roles, its static params, its workspace rule per target and, for a family whose
+    params choose an algorithm, its :class:`AlgorithmTable`."""
 
     name: str
     arrays: tuple[str, ...]
     workspaces: tuple[str, ...]
+    params: tuple[str, ...]
+    algorithms: AlgorithmTable | None
 
     def workspace_rule(self, target: str = ...) -> Callable[..., dict[str, ArrayInfo]] | None: ...
 

@@ -32,6 +32,7 @@ PASSES: dict[str, str | type[ModulePass]] = {
     "arch-merge-binary": "ArchMergeBinaryPass",
     "arch-mark-first-layer": "ArchMarkFirstLayerPass",
     "arch-plan": "ArchPlanPass",
+    "memplan-select-conv-algo": "MemplanSelectConvAlgoPass",
     "memplan-derive-shapes": "MemplanDeriveShapesPass",
     "memplan-max-slots": "MemplanMaxSlotsPass",
     "memplan-create-plans": "MemplanCreatePlansPass",

@@ -63,6 +63,7 @@ from tr_mlir.dialects import arch
 from tr_mlir.dialects.kernels import K, LayerKernels, binding_problem, implementation, operands_for, workspace_tensor_name
 from tr_mlir.dialects.memplan import MemRegion, Target
 from tr_mlir.errors import PluginError, TrMlirError
+from tr_mlir.passes._conv_algo import recorded_params
 
 Shape = tuple[int, int, int, int]
 """NHWC."""
@@ -714,7 +715,7 @@ _WORKSPACE_HOME = {np.dtype(np.float32): (MemRegion.T_TEMP_FP32, "f32"),
 (a bool workspace lives in an int8 slot, viewed as bool by the backend)."""
 
 
-def _operand_info(lp: LayerPlan, ctx: LayerCtx, operand: str) -> tuple[Shape, np.dtype]:
+def operand_info(lp: LayerPlan, ctx: LayerCtx, operand: str) -> tuple[Shape, np.dtype]:
     """(shape, dtype) of one node operand in this variant (see the module doc for the symbols)."""
     if operand.startswith("@"):
         return PLACEHOLDER, np.dtype(np.float32)
@@ -741,17 +742,25 @@ def plan_workspaces(lp: LayerPlan, ctx: LayerCtx) -> LayerPlan:
     largest size any node needs, in ``T_TEMP_FP32`` / ``T_TEMP_FP16`` / ``T_TEMP_INT8`` by dtype), a
     flat ``{1, 1, 1, elements}`` tensor appended to the node's outputs; the backend binds it to the
     kernel's workspace argument by that name. Workspaces are call-scoped, so all kernels share them.
+    A conv node first takes the algorithms recorded on the layer op into its params
+    (:func:`tr_mlir.passes._conv_algo.recorded_params`), so its workspaces are those of its algorithms.
     """
     check_node_kernels(lp)
 
     def with_ws(pattern: NodePattern) -> NodePattern:
         spec = implementation(pattern.op)
-        if spec.workspace_rule(ctx.target) is None:
-            return pattern
         params = dict(ctx.params) if pattern.params is None else dict(pattern.params)
         named, _ = operands_for(pattern.op).named(pattern.inputs, pattern.outputs, params, pattern.op)
-        infos = {arg: _operand_info(lp, ctx, o) for arg, o in named.items()}
-        needs = spec.workspace_shapes(infos, target=ctx.target, **params)
+        if chosen := recorded_params(ctx.op, named.get("w"), spec.params):
+            pattern = replace(pattern, params=tuple({**params, **chosen}.items()))
+            params.update(chosen)
+        if spec.workspace_rule(ctx.target) is None:
+            return pattern
+        infos = {arg: operand_info(lp, ctx, o) for arg, o in named.items()}
+        try:
+            needs = spec.workspace_shapes(infos, target=ctx.target, **params)
+        except ValueError as e:
+            raise DescriptorError(f"node '{pattern.op}': {e}") from e
         outs = list(pattern.outputs)
         for arg in spec.workspaces:
             if arg not in needs:

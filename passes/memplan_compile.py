@@ -1,6 +1,7 @@
 """``memplan-compile``: the five Compiler phases and the atlas as one pipeline.
 
-Runs ``memplan-derive-shapes`` (phase 1, with the compile-spec options), ``memplan-max-slots``
+Runs ``memplan-select-conv-algo`` (the conv algorithms, recorded on the layer ops before any
+workspace is sized), ``memplan-derive-shapes`` (phase 1, with the compile-spec options), ``memplan-max-slots``
 (2), ``memplan-create-plans`` (3), ``memplan-build-graph`` (4), ``memplan-share-variants`` (5) and
 ``memplan-build-atlas``, then places the transient DTensors by lifetime (``memplan-assign-offsets``),
 verifying the module after each, on the flat ``arch.model`` that
@@ -15,7 +16,9 @@ the compile spec of ``memplan-derive-shapes``: ``batch_size`` (per process), ``t
 ``target`` (cpu or cuda; default cpu). Each, when given, rewrites the spec field it names.
 ``reuse`` (default true) is ``memplan-assign-offsets``'s: ``reuse=false`` keeps the seed's
 one-slot-per-tensor layout. ``ema`` (default false) is ``memplan-create-plans``'s: plan an EMA of
-the parameters (its graphs follow in ``memplan-build-graph``).
+the parameters (its graphs follow in ``memplan-build-graph``). ``conv_algo`` (default ``auto``:
+the cost rule; ``im2col``: today's rule; ``numpy``; or one algorithm where it applies) and
+``conv_algo_fwd`` / ``conv_algo_dgrad`` / ``conv_algo_wgrad`` are ``memplan-select-conv-algo``'s.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from tr_mlir.passes.memplan_build_graph import MemplanBuildGraphPass
 from tr_mlir.passes.memplan_create_plans import MemplanCreatePlansPass
 from tr_mlir.passes.memplan_derive_shapes import CompileSpecOptions, MemplanDeriveShapesPass
 from tr_mlir.passes.memplan_max_slots import MemplanMaxSlotsPass
+from tr_mlir.passes.memplan_select_conv_algo import ConvAlgoOptions, MemplanSelectConvAlgoPass
 from tr_mlir.passes.memplan_share_variants import MemplanShareVariantsPass
 
 SPEC_OPTIONS: tuple[str, ...] = tuple(f.name for f in fields(CompileSpecOptions))
@@ -39,7 +43,7 @@ SPEC_OPTIONS: tuple[str, ...] = tuple(f.name for f in fields(CompileSpecOptions)
 
 
 @dataclass(frozen=True)
-class MemplanCompilePass(CompileSpecOptions, ModulePass):
+class MemplanCompilePass(CompileSpecOptions, ConvAlgoOptions, ModulePass):
     """Phases 1..5 and the atlas; see the module docstring for the options."""
 
     name = "memplan-compile"
@@ -50,7 +54,8 @@ class MemplanCompilePass(CompileSpecOptions, ModulePass):
     def phases(self) -> list[ModulePass]:
         """The passes this pipeline runs, in order, with the spec options on phase 1."""
         spec = {k: getattr(self, k) for k in SPEC_OPTIONS}
-        return [MemplanDeriveShapesPass(**spec), MemplanMaxSlotsPass(), MemplanCreatePlansPass(ema=self.ema),
+        return [MemplanSelectConvAlgoPass(**spec, **self.algo_options()), MemplanDeriveShapesPass(**spec),
+                MemplanMaxSlotsPass(), MemplanCreatePlansPass(ema=self.ema),
                 MemplanBuildGraphPass(), MemplanShareVariantsPass(), MemplanBuildAtlasPass(),
                 MemplanAssignOffsetsPass(reuse=self.reuse)]
 

@@ -63,6 +63,7 @@ from tr_mlir.dialects.memplan import (
 from tr_mlir.passes._descriptors import (
     DescriptorError,
     check_node_kernels,
+    LayerCtx,
     LayerPlan,
     Shape,
     TensorDesc,
@@ -156,64 +157,69 @@ class MemplanDeriveShapesPass(CompileSpecOptions, ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for model, program in model_programs(op, self.name, need_program=False):
-            spec = self._spec(model, program)
+            spec = compile_spec(self, self.name, model, program)
             new = derive(model, spec)
             if program is not None:
                 Rewriter.replace_op(program, new)
             else:
                 Rewriter.insert_op(new, InsertPoint.after(model))
 
-    def _spec(self, model: ModelOp, program: ProgramOp | None) -> SpecOp:
-        old = program.spec if program is not None else None
-        fields = {k: (old.value(k) if old is not None else None)
-                  for k in ("batch_size", "train_size", "val_size", "train_res", "train_res_end", "val_res",
-                            "world_size")}
-        optimizer = old.optimizer_kind if old is not None else OptimizerKind.MOMENTUM
-        target = old.target_kind if old is not None else Target.CPU
-        for k in fields:
-            given = getattr(self, k)
-            if given is not None:
-                fields[k] = given
-        for k in ("batch_size", "train_size", "val_size"):
-            if fields[k] is None:
-                fail(model, f"{self.name} needs the option {k} (no 'memplan.spec' to take it from)")
-        h, w, _ = model.input_hwc
-        if fields["train_res"] is None:
-            fields["train_res"] = h
-        if fields["train_res_end"] is None:
-            fields["train_res_end"] = fields["train_res"]
-        if fields["val_res"] is None:
-            fields["val_res"] = h
-        if fields["world_size"] is None:
-            fields["world_size"] = 1
-        for k, v in fields.items():
-            if v > I64_MAX:
-                fail(model, f"{self.name}: {k} = {v} does not fit in 64 bits (at most {I64_MAX})")
-        try:
-            if self.optimizer is not None:
-                optimizer = OptimizerKind.parse(self.optimizer)
-            if self.target is not None:
-                target = Target(self.target)
-        except ValueError as e:
-            msg = str(e) if self.target is None or "optimizer" in str(e) else (
-                f"unknown target '{self.target}', expected cpu or cuda")
-            fail(model, f"{self.name}: {msg}")
-        spec = SpecOp(optimizer=optimizer, target=target, **fields)  # type: ignore[arg-type]
-        try:
-            spec.verify()
-        except VerifyException as e:
-            fail(model, f"{self.name}: {e}")
-        return spec
+
+def compile_spec(options: CompileSpecOptions, name: str, model: ModelOp, program: ProgramOp | None) -> SpecOp:
+    """The compile spec of ``model`` for the pass ``name`` with spec options ``options``: the
+    program's spec (if any) with the given options' fields rewritten (module doc);
+    diagnostics at the model for missing or bad values."""
+    old = program.spec if program is not None else None
+    fields = {k: (old.value(k) if old is not None else None)
+              for k in ("batch_size", "train_size", "val_size", "train_res", "train_res_end", "val_res",
+                        "world_size")}
+    optimizer = old.optimizer_kind if old is not None else OptimizerKind.MOMENTUM
+    target = old.target_kind if old is not None else Target.CPU
+    for k in fields:
+        given = getattr(options, k)
+        if given is not None:
+            fields[k] = given
+    for k in ("batch_size", "train_size", "val_size"):
+        if fields[k] is None:
+            fail(model, f"{name} needs the option {k} (no 'memplan.spec' to take it from)")
+    h, w, _ = model.input_hwc
+    if fields["train_res"] is None:
+        fields["train_res"] = h
+    if fields["train_res_end"] is None:
+        fields["train_res_end"] = fields["train_res"]
+    if fields["val_res"] is None:
+        fields["val_res"] = h
+    if fields["world_size"] is None:
+        fields["world_size"] = 1
+    for k, v in fields.items():
+        if v > I64_MAX:
+            fail(model, f"{name}: {k} = {v} does not fit in 64 bits (at most {I64_MAX})")
+    try:
+        if options.optimizer is not None:
+            optimizer = OptimizerKind.parse(options.optimizer)
+        if options.target is not None:
+            target = Target(options.target)
+    except ValueError as e:
+        msg = str(e) if options.target is None or "optimizer" in str(e) else (
+            f"unknown target '{options.target}', expected cpu or cuda")
+        fail(model, f"{name}: {msg}")
+    spec = SpecOp(optimizer=optimizer, target=target, **fields)  # type: ignore[arg-type]
+    try:
+        spec.verify()
+    except VerifyException as e:
+        fail(model, f"{name}: {e}")
+    return spec
 
 
-def _input_channels(model: ModelOp) -> int:
+def input_channels(model: ModelOp) -> int:
+    """The model input's C (its type's, else the ``input(H, W, C)`` of the op)."""
     t = model.input_value.type
     c = t.get_shape()[3]  # type: ignore[attr-defined]
     return c if c > 0 else model.input_hwc[2]
 
 
 def _variant_input(model: ModelOp, v: VariantSpec) -> Shape:
-    return (v.batch, v.res, v.width, _input_channels(model))
+    return (v.batch, v.res, v.width, input_channels(model))
 
 
 def _first_layer_checks(model: ModelOp, ops: list[Operation]) -> None:
@@ -284,10 +290,13 @@ def _bn_sample_checks(ops: list[Operation], variants: list[VariantSpec], per_var
                              f"tr-train --drop-last)")
 
 
-def _plan_variant(model: ModelOp, ops: list[Operation], v: VariantSpec, target: Target) -> list[LayerPlan]:
+def layer_plans(model: ModelOp, ops: list[Operation], v: VariantSpec, target: Target
+                ) -> list[tuple[LayerCtx, LayerPlan]]:
+    """Every layer's context and descriptor plan in variant ``v`` (shapes propagated from the
+    model input); diagnostics at the layer for shape and descriptor errors."""
     amp = bool(model.param("amp"))
     shapes: dict[SSAValue, Shape] = {model.input_value: _variant_input(model, v)}
-    plans: list[LayerPlan] = []
+    result: list[tuple[LayerCtx, LayerPlan]] = []
     for index, op in enumerate(ops):
         desc = descriptor_for_or_fail(op)
         ins = tuple(shapes[x] for x in layer_inputs(op))
@@ -299,7 +308,8 @@ def _plan_variant(model: ModelOp, ops: list[Operation], v: VariantSpec, target: 
                     raise VerifyException(f"'{op.name}' op expected operands of one shape, got {list(ins)}")
                 hwc = ins[0][1:]
             out = (ins[0][0], *hwc)
-            plan = desc.build(layer_ctx(op, ins, out, amp=amp, first=index == 0, target=target))
+            ctx = layer_ctx(op, ins, out, amp=amp, first=index == 0, target=target)
+            plan = desc.build(ctx)
             check_node_kernels(plan)
             if desc.output not in {t.name for t in plan.tensors}:
                 raise DescriptorError(f"its descriptor names output tensor '{desc.output}', which is not one of "
@@ -310,7 +320,13 @@ def _plan_variant(model: ModelOp, ops: list[Operation], v: VariantSpec, target: 
                 text = f"'{op.name}' op {text}"
             fail(op, f"{text} (variant {v.name}, resolution {v.res})")
         shapes[op.results[0]] = out
-        plans.append(plan)
+        result.append((ctx, plan))
+    return result
+
+
+def _plan_variant(model: ModelOp, ops: list[Operation], v: VariantSpec, target: Target) -> list[LayerPlan]:
+    amp = bool(model.param("amp"))
+    plans = [plan for _, plan in layer_plans(model, ops, v, target)]
     for index, op in enumerate(ops):
         desc = descriptor_for(op)
         value = op.results[0]
@@ -362,7 +378,7 @@ def derive(model: ModelOp, spec: SpecOp) -> ProgramOp:
     amp = bool(model.param("amp"))
     h, w, _ = model.input_hwc
     try:
-        variants = variant_specs(spec, _input_channels(model), (h, w))
+        variants = variant_specs(spec, input_channels(model), (h, w))
     except ValueError as e:
         fail(model, f"'{model.name}' op @{model.sym_name.data}: {e}")
     per_variant = [_plan_variant(model, ops, v, spec.target_kind) for v in variants]

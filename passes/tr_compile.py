@@ -10,8 +10,9 @@ atlas. Example (the done-when command of issue 4)::
 Options: those of ``arch-plan`` (``fuse``, ``amp``, ``num_classes`` rewrite the model attributes
 they name; ``cbrp`` adds the conv+bn+relu+maxpool merge) and those of ``memplan-compile`` (the
 compile spec: ``batch_size``, ``train_size``, ``val_size``, ``train_res``, ``train_res_end``,
-``val_res``, ``world_size``, ``optimizer``, ``target``, and ``reuse``: place transient DTensors by
-lifetime, default true).
+``val_res``, ``world_size``, ``optimizer``, ``target``; ``reuse``: place transient DTensors by
+lifetime, default true; ``ema``; ``conv_algo`` and ``conv_algo_fwd`` / ``_dgrad`` / ``_wgrad``: the
+conv algorithms, :mod:`tr_mlir.passes.memplan_select_conv_algo`).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from xdsl.passes import ModulePass
 from tr_mlir.passes.arch_plan import ArchPlanPass
 from tr_mlir.passes.memplan_compile import SPEC_OPTIONS, MemplanCompilePass
 from tr_mlir.passes.memplan_derive_shapes import CompileSpecOptions
+from tr_mlir.passes.memplan_select_conv_algo import ConvAlgoOptions
 
 
 @dataclass(frozen=True)
-class TrCompilePass(CompileSpecOptions, ModulePass):
+class TrCompilePass(CompileSpecOptions, ConvAlgoOptions, ModulePass):
     """``arch-plan`` + ``memplan-compile``; see the module docstring for the options."""
 
     name = "tr-compile"
@@ -46,5 +48,5 @@ class TrCompilePass(CompileSpecOptions, ModulePass):
         ArchPlanPass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, cbrp=self.cbrp,
                      skip=self.skip, extra=self.extra).apply(ctx, op)
         op.verify()
-        MemplanCompilePass(**{k: getattr(self, k) for k in SPEC_OPTIONS}, reuse=self.reuse,
+        MemplanCompilePass(**{k: getattr(self, k) for k in SPEC_OPTIONS}, **self.algo_options(), reuse=self.reuse,
                            ema=self.ema).apply(ctx, op)

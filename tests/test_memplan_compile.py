@@ -123,7 +123,7 @@ def test_api_argument_types(kwargs, message):
 
 def test_spec_values_beyond_64_bits_are_diagnostics():
     module = MODELS["mlp_digits"].emit()
-    with pytest.raises(DiagnosticException, match=r"memplan-derive-shapes: batch_size = 10{23} does not fit in 64 bits"):
+    with pytest.raises(DiagnosticException, match=r"memplan-select-conv-algo: batch_size = 10{23} does not fit in 64 bits"):
         TrCompilePass(batch_size=10**23, train_size=8, val_size=8).apply(make_context(), module)
     with pytest.raises(BluePrintError, match=r"compile: batch_size must fit in 64 bits"):
         compile(MODELS["mlp_digits"].blueprint(), (8, 8, 1), num_classes=10, batch_size=10**23, train_size=8,

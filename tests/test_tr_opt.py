@@ -774,8 +774,8 @@ def test_long_module_dump_cut_to_the_failing_op(capsys) -> None:
     code, _, err = run_main([str(EXAMPLES / "resnet50.mlir"), "-p", "tr-compile"], capsys)
     assert code == 1
     lines = err.splitlines()
-    assert lines[0].endswith("memplan-derive-shapes needs the option batch_size (no 'memplan.spec' to take it from)")
-    assert any("| memplan-derive-shapes needs the option batch_size" in line for line in lines)
+    assert lines[0].endswith("memplan-select-conv-algo needs the option batch_size (no 'memplan.spec' to take it from)")
+    assert any("| memplan-select-conv-algo needs the option batch_size" in line for line in lines)
     assert lines[-1].startswith("... (") and lines[-1].endswith("lines of the module left out)")
     assert len(lines) < 2 + tr_opt.DUMP_LINES
 

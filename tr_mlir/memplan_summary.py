@@ -1,7 +1,8 @@
 """``tr-opt -t memplan-summary``: a readable table of a compiled memplan program.
 
 For every ``memplan.program`` of the module: one header line (model, target, optimizer, amp,
-arena bytes, DTensor and capture-key counts); once the program has its graphs and atlas, the memory
+arena bytes, DTensor and capture-key counts); the conv algorithm mix (:func:`conv_algorithms`: convs
+per direction and algorithm, as ``memplan-select-conv-algo`` chose them); once the program has its graphs and atlas, the memory
 lines of :func:`memory_lines` (the transient pool, the liveness lower bound, the node at the peak
 and the largest tensors live there: "why is my model out of memory"); then one table per variant:
 
@@ -18,10 +19,11 @@ with plans.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import IO
 
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.utils.exceptions import DiagnosticException
 
 from tr_mlir.dialects.memplan import (
@@ -92,6 +94,9 @@ def summarize(program: ProgramOp) -> str:
     if atlases:
         head.append(f"{len(atlases[0].keys())} capture keys")
     lines = [": ".join([head[0], ", ".join(head[1:])])]
+    mix = conv_algorithms(program)
+    if any(mix.values()):
+        lines.append(f"conv algorithms (convs per direction): {format_conv_algorithms(mix)}")
     lines += memory_lines(program)
     for v_index, variant in enumerate(variants):
         name = variant.variant_name
@@ -111,6 +116,37 @@ def summarize(program: ProgramOp) -> str:
             lines += [f"  {gid.value:<30} {g:<8} {count:>6} {key:>5}" for gid, g, count, key in slots]
             lines.append(f"  {'total':<30} {'':<8} {sum(s[2] for s in slots):>6}")
     return "\n".join(lines) + "\n"
+
+
+def conv_algorithms(program: ProgramOp) -> dict[str, Counter[str]]:
+    """Direction (``fwd``, ``dgrad``, ``wgrad``) -> algorithm -> number of convs, read from the conv
+    nodes' params in the ``@train`` graph (one forward and one backward node per conv: the A copy of
+    the first layer's; ``auto`` where no algorithm is recorded, the kernel's default)."""
+    from tr_mlir.lowering.cpu import KERNELS, kernel_name
+    from tr_mlir.lowering.cpu.conv import AUTO, DIRECTIONS
+    from tr_mlir.lowering.operands import operands_for
+
+    mix: dict[str, Counter[str]] = {d: Counter() for d in DIRECTIONS.values()}
+    train = next((g for g in program.graphs() if g.graph_name == "train"), None)
+    if train is None:
+        return mix
+    table = [{k: v.data for k, v in d.data.items() if isinstance(v, StringAttr)} for d in train.params.data]
+    for gid in (GraphId.FIRST_LAYER_FWD_A, GraphId.DEEP_FWD_BWD, GraphId.FIRST_LAYER_BWD_A):
+        for node in train.nodes(gid):
+            spec = KERNELS.get(kernel_name(node.op))
+            if spec is None or not set(DIRECTIONS) & set(spec.params):
+                continue
+            params = table[node.param] if node.param >= 0 else {}
+            named, _ = operands_for(node.op).named(node.inputs, node.outputs, params, node.op)
+            names = ["algo"] if "dy" not in named else ["algo_wgrad", *(["algo_dgrad"] if "dx" in named else [])]
+            for name in names:
+                mix[DIRECTIONS[name]][params.get(name, AUTO)] += 1
+    return mix
+
+
+def format_conv_algorithms(mix: dict[str, Counter[str]]) -> str:
+    """``fwd im2col 3, direct 2; dgrad ...; wgrad ...`` (most used first; ``-`` for none)."""
+    return "; ".join(f"{d} " + (", ".join(f"{a} {n}" for a, n in mix[d].most_common()) or "-") for d in mix)
 
 
 def memory_lines(program: ProgramOp, top: int = 5) -> list[str]:

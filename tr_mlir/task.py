@@ -273,6 +273,7 @@ _OPTIONAL_CONFIG_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ema": (lambda v: v is None or isinstance(v, dict), "null or an object (EMA.config())"),
     "resize": (lambda v: v is None or (isinstance(v, list) and len(v) == 3 and all(map(_is_int, v))),
                "null or [start, end, switch_epoch]"),
+    "conv_algo": (lambda v: isinstance(v, str), "a string"),
 }
 """Keys that saves of earlier versions lack."""
 
@@ -336,6 +337,9 @@ class Task:
             average of the weights in the plan, updated by the ``EMA_UPDATE`` graph after every
             optimizer step (:mod:`tr_mlir.ema`); ``evaluate(..., ema=True)`` and :meth:`fit`'s
             ``val_ema_*`` columns use it.
+        conv_algo: the conv algorithms (``memplan-select-conv-algo``): ``'auto'`` (the cost
+            rule), ``'im2col'`` (the run-time rule before that pass: same numerics, bit for bit),
+            ``'numpy'``, or one algorithm (``'direct'``, ...) for every conv it applies to.
         plugins: plugin files or module names loaded before the model is built
             (:func:`tr_mlir.extend.load_plugin`: their ops, fusion steps, descriptors and kernels),
             kept in :meth:`config` so :meth:`load` loads them again. Installed plugins (the
@@ -351,7 +355,8 @@ class Task:
                  loss: CrossEntropyLoss = CrossEntropyLoss(label_smoothing=0.0),
                  amp: bool = False, fuse: bool = False, device: str = "cpu", seed: int = 0,
                  reuse: bool = True, init: str = "seed", loss_scaler: Any = None, augment: Any = None,
-                 ema: Any = None, resize: Sequence[int] | None = None, plugins: Sequence[str | os.PathLike] = ()):
+                 ema: Any = None, resize: Sequence[int] | None = None, conv_algo: str = "auto",
+                 plugins: Sequence[str | os.PathLike] = ()):
         if isinstance(input_shape, (str, bytes)) or not isinstance(input_shape, Sequence) or len(input_shape) != 3:
             raise TaskError(f"Task: input_shape must be (H, W, C), got {input_shape!r}")
         self.input_shape = tuple(_check_int("Task", f"input_shape[{i}]", d) for i, d in enumerate(input_shape))
@@ -398,6 +403,11 @@ class Task:
         self.seed = _check_int("Task", "seed", seed, low=0)
         self.optimizer, self.scheduler, self.loss = optimizer, scheduler, loss
         self.amp, self.fuse, self.device, self.reuse = amp, fuse, device, reuse
+        from tr_mlir.passes.memplan_select_conv_algo import check_value
+
+        if not isinstance(conv_algo, str) or check_value(conv_algo):
+            raise TaskError(f"Task: conv_algo: {check_value(conv_algo) if isinstance(conv_algo, str) else repr(conv_algo)}")
+        self.conv_algo = conv_algo
         from tr_mlir import amp as _amp
         from tr_mlir.inits import INITS
 
@@ -493,7 +503,7 @@ class Task:
             TrCompilePass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, batch_size=self.batch_size,
                           train_size=train_size, val_size=val_size, optimizer=self.optimizer.kind.value,
                           target=backend.target.value, world_size=self.world_size,
-                          reuse=self.reuse, ema=self.ema is not None,
+                          reuse=self.reuse, ema=self.ema is not None, conv_algo=self.conv_algo,
                           **({} if self.resize is None else {"train_res": self.resize[0],
                                                              "train_res_end": self.resize[1]})
                           ).apply(make_context(), module)
@@ -1046,7 +1056,7 @@ class Task:
             "loss_scaler": None if self.loss_scaler is None else self.loss_scaler.config(),
             "augment": None if self.augment is None else self.augment.config(),
             "ema": None if self.ema is None else self.ema.config(),
-            "resize": None if self.resize is None else list(self.resize),
+            "resize": None if self.resize is None else list(self.resize), "conv_algo": self.conv_algo,
         }
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -1178,7 +1188,8 @@ class Task:
                        optimizer=optimizer, scheduler=scheduler, loss=loss, amp=cfg["amp"], fuse=cfg["fuse"],
                        device=cfg["device"] if device is None else device, seed=cfg["seed"],
                        reuse=cfg.get("reuse", True), init=cfg.get("init", "seed"), loss_scaler=scaler,
-                       augment=aug, ema=ema, resize=cfg.get("resize"), plugins=plugins)
+                       augment=aug, ema=ema, resize=cfg.get("resize"), conv_algo=cfg.get("conv_algo", "auto"),
+                       plugins=plugins)
         except TaskError as e:
             raise TaskError(f"Task.load: {source} does not describe a task: {e}") from e
         task.steps, task.epochs = cfg["steps"], cfg["epochs"]

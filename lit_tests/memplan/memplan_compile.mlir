@@ -25,8 +25,8 @@
 // CHECK:         memplan.graph @infer
 // CHECK:         memplan.atlas slots = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, -1, -1, 10, -1, -1, 11,
 // CHECK-NEXT:  }
-// NOSPEC: memplan-derive-shapes needs the option batch_size (no 'memplan.spec' to take it from)
-// BADOPT: memplan-derive-shapes: unknown optimizer 'rmsprop', expected one of sgd, momentum, nesterov, adam, adamw, lars, lars-nesterov
+// NOSPEC: memplan-select-conv-algo needs the option batch_size (no 'memplan.spec' to take it from)
+// BADOPT: memplan-select-conv-algo: unknown optimizer 'rmsprop', expected one of sgd, momentum, nesterov, adam, adamw, lars, lars-nesterov
 arch.model @mlp input(2, 2, 2) num_classes = 3 first_layer = 0 {
 ^bb0(%x: tensor<?x2x2x2xf32>):
   %0 = arch.flatten %x : tensor<?x2x2x2xf32> -> tensor<?x1x1x8xf32>
@@ -49,7 +49,7 @@ arch.model @mlp input(2, 2, 2) num_classes = 3 first_layer = 0 {
 // NOSPEC-NEXT:    memplan.variant @train_base batch = 2 res = 2 max_res = 2 channels = 8 plan @plan_train_base train @train infer @infer
 // NOSPEC:         memplan.nodes optimizer ops = ["SCALAR_INCREMENT", "ADAM_BIAS_CORRECTION", "RANGE_UPDATE_WEIGHT_ADAM"] ins
 // NOSPEC:         memplan.atlas
-// BADOPT: memplan-derive-shapes: unknown optimizer 'rmsprop'
+// BADOPT: memplan-select-conv-algo: unknown optimizer 'rmsprop'
 arch.model @has_spec input(2, 2, 8) num_classes = 8 first_layer = 0 {
 ^bb0(%x: tensor<?x2x2x8xf32>):
   %0 = arch.conv %x out_ch = 8 k = 1 : tensor<?x2x2x8xf32> -> tensor<?x2x2x8xf32>

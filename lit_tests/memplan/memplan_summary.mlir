@@ -1,4 +1,5 @@
-// `tr-opt -t memplan-summary`: the memory lines (transient pool, liveness lower bound, the node at
+// `tr-opt -t memplan-summary`: the conv algorithm mix (here one first-layer 1x1 conv: pointwise, no
+// input gradient; without memplan-select-conv-algo the kernels' default, auto), the memory lines (transient pool, liveness lower bound, the node at
 // the peak and the largest DTensors live there), then one table per variant (regions with reserved
 // and used bytes and DTensor counts, then the GraphIds the variant runs with node counts and
 // capture keys).
@@ -9,6 +10,7 @@
 // RUN: not tr-opt %s -p 'memplan-derive-shapes{batch_size=4 train_size=10 val_size=8}' -t memplan-summary 2>&1 | filecheck %s --check-prefix=NOPLANS
 
 // CHECK:      memplan.program for @net: target cpu, optimizer momentum, fp32, arena 24,064 bytes, 41 DTensors, 2 graphs, 34 capture keys
+// CHECK-NEXT: conv algorithms (convs per direction): fwd pointwise 1; dgrad -; wgrad pointwise 1
 // CHECK-NEXT: memory: transient pool 6,144 bytes for 12 transient DTensors of 10,240 bytes (placed by lifetime)
 // CHECK-NEXT:   liveness lower bound 23,552 bytes = persistent 17,920 + transient peak 5,632; arena / bound 1.022
 // CHECK-NEXT:   peak at @train deep_fwd_bwd node 3 (GAP_FP32_BWD): 7 live, largest l1.gap_grad_slot 2,560, l0.conv_sum 512,
@@ -36,6 +38,7 @@
 
 // The seed's layout (reuse=false): every transient DTensor in its own slot of its region.
 // SEED:      memplan.program for @net: target cpu, optimizer momentum, fp32, arena 28,160 bytes, 41 DTensors, 2 graphs, 34 capture keys
+// SEED-NEXT: conv algorithms (convs per direction): fwd pointwise 1; dgrad -; wgrad pointwise 1
 // SEED-NEXT: memory: one slot per DTensor (reuse=false): 12 transient DTensors of 10,240 bytes
 // SEED-NEXT:   liveness lower bound 23,552 bytes = persistent 17,920 + transient peak 5,632; arena / bound 1.196
 // SEED:        F_FEATURE_FP32                    3,584            3,584         3
@@ -44,6 +47,7 @@
 
 // Without an atlas (before phase 5) the buckets of the graphs are listed, without keys.
 // NOATLAS:      memplan.program for @net: target cpu, optimizer momentum, fp32, arena 28,160 bytes, 41 DTensors, 2 graphs
+// NOATLAS-NEXT: conv algorithms (convs per direction): fwd auto 1; dgrad -; wgrad auto 1
 // NOATLAS:      variant train_base: batch 4, resolution 4
 // NOATLAS:        deep_fwd_bwd                   @train        4     -
 // NOATLAS:      variant val_base: batch 4, resolution 4

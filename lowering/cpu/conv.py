@@ -45,15 +45,26 @@ the dX accumulator), the GEMM and every accumulation run in fp32, and the result
 fp16 once. The weight gradient may be formed transposed in ``wbuf`` (the fast GEMM
 orientation), then copied into dw. :func:`conv_workspace_sizes` gives the sizes. (These are the
 CPU kernels' workspaces; the CUDA kernels need only ``wbuf``, for an fp16 dw: :func:`ws_bwd_cuda`.)
+
+Algorithm selection: the kernels' static params ``algo`` (``conv_fwd`` / ``conv_inf``) and
+``algo_dgrad`` / ``algo_wgrad`` (``conv_bwd`` / ``conv_bwd_first_layer``) name the algorithm of
+each direction, a compile-time choice (``memplan-select-conv-algo``). ``auto`` (the default) is
+the run-time rule above (:func:`compiled`, then :attr:`ConvGeom.method`), bit for bit; the other
+values are the entries of :data:`ALGORITHMS` (``im2col``, ``pointwise``, ``depthwise``,
+``direct``) and run that algorithm only (``direct``: the C kernels, or the NumPy method of the
+geometry where no C compiler works, as ``auto``); the workspace rules size for the chosen
+algorithm. The Winograd names (:data:`WINOGRAD`) are known but not available in this build.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from tr_mlir.dialects.kernels import AlgorithmTable
 
 from . import _cc, _cconv, _parallel, winograd
 from ._util import F32, nhwc, take
@@ -284,12 +295,87 @@ def compiled(g: ConvGeom, *arrays: np.ndarray, accumulate: bool = False) -> bool
     return _cc.available()
 
 
+# --------------------------------------------------------------------------------------
+# Algorithms (the compile-time choice of the kernels' algo params)
+# --------------------------------------------------------------------------------------
+
+AUTO = "auto"
+"""The algorithm value that leaves the choice to the run-time rule (:func:`compiled`, then
+:attr:`ConvGeom.method`): the kernels' default."""
+
+WINOGRAD = tuple(winograd.VARIANTS)
+"""Winograd variants F(2x2, 3x3) and F(4x4, 3x3) (:mod:`.winograd`), entries of :data:`ALGORITHMS`."""
+
+DIRECTIONS = {"algo": "fwd", "algo_dgrad": "dgrad", "algo_wgrad": "wgrad"}
+"""Kernel param -> the direction whose algorithm it names (forward / input / weight gradient)."""
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One conv algorithm: its name and ``applicable(g, fp16)``: whether it computes every
+    direction of geometry ``g`` (``fp16``: some operand is fp16, AMP)."""
+
+    name: str
+    applicable: Callable[[ConvGeom, bool], bool]
+
+
+ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
+    Algorithm("im2col", lambda g, fp16: True),  # windows copied into col, then a GEMM (grouped too)
+    Algorithm("pointwise", lambda g, fp16: g.method == "pointwise"),  # 1x1, stride 1, no padding, dense
+    Algorithm("depthwise", lambda g, fp16: g.method == "depthwise"),  # groups = C = K
+    Algorithm("direct", lambda g, fp16: g.groups == 1 and not fp16),  # the C kernels of ._cconv: fp32 only
+    # Winograd minimal filtering (.winograd): 3x3, stride 1, dense, p in {0, 1}; fp16 operands cast to fp32
+    *(Algorithm(v, lambda g, fp16: winograd.applicable(g)) for v in WINOGRAD),
+)}
+"""Every algorithm the kernels run."""
+
+
+def check_algorithm(name: str, g: ConvGeom, fp16: bool) -> None:
+    """Raise ``ValueError`` naming ``name`` when it is not ``auto`` or an algorithm of
+    :data:`ALGORITHMS` applicable to geometry ``g`` (``fp16``: AMP operands); the one
+    availability check of the Winograd names."""
+    if name == AUTO:
+        return
+    alg = ALGORITHMS.get(name)
+    if alg is None:
+        if name in WINOGRAD:
+            raise ValueError(f"conv algorithm '{name}' is not available: the Winograd kernels are not in this build")
+        raise ValueError(f"unknown conv algorithm '{name}', expected one of {[AUTO, *ALGORITHMS, *WINOGRAD]}")
+    if not alg.applicable(g, fp16):
+        win = g.win
+        raise ValueError(f"conv algorithm '{name}' does not apply to the conv {g.c} -> {g.k_out} channels, "
+                         f"k = {win.k}, s = {win.s}, p = {win.p}, groups = {g.groups}"
+                         f"{' with fp16 operands' if fp16 else ''}")
+
+
+def rule_algorithm(g: ConvGeom, fp16: bool) -> str:
+    """The algorithm the run-time rule (``auto``) picks for ``g`` where a C compiler works: ``direct``
+    where :func:`cc_geometry` holds and every operand is fp32, else :attr:`ConvGeom.method`."""
+    return "direct" if cc_geometry(g) and not fp16 else g.method
+
+
+def _method(g: ConvGeom, algo: str, *arrays: np.ndarray, accumulate: bool = False) -> str:
+    """The method one call runs: ``direct`` (the C kernels) or a NumPy method. ``auto``: the
+    run-time rule; ``direct``: the C kernels where fp32, contiguous and compilable, else the
+    geometry's NumPy method (as ``auto``); any other name: itself."""
+    if algo == AUTO:
+        return "direct" if compiled(g, *arrays, accumulate=accumulate) else g.method
+    if algo == "direct":
+        ok = not accumulate and all(a.dtype == F32 and a.flags.c_contiguous for a in arrays) and _cc.available()
+        return "direct" if ok else g.method
+    return algo
+
+
 def conv_workspace_sizes(g: ConvGeom, *, x16: bool, w16: bool, y16: bool, dw16: bool = False,
-                         phases: tuple[str, ...] = ("fwd",), accumulate: bool = False) -> dict[str, int]:
+                         phases: tuple[str, ...] = ("fwd",), accumulate: bool = False,
+                         algo: str | Mapping[str, str] = AUTO) -> dict[str, int]:
     """fp32 workspace element counts for the phases ``fwd``, ``wgrad``, ``dgrad`` of one conv.
 
     ``x16``/``w16``/``y16``/``dw16``: whether x (and dx), w, y (and dy), dw are fp16.
-    ``accumulate``: dgrad adds into dx instead of overwriting it.
+    ``accumulate``: dgrad adds into dx instead of overwriting it. ``algo``: the algorithm of
+    every phase, or phase -> algorithm (absent: ``auto``); ``auto`` and ``direct`` size for the
+    C kernels' ``tmp`` (``auto``: where :func:`cc_geometry` holds and all is fp32) and for the
+    geometry's NumPy method (their fallback), any other algorithm for itself only.
     """
     sizes: dict[str, int] = {}
 
@@ -297,10 +383,18 @@ def conv_workspace_sizes(g: ConvGeom, *, x16: bool, w16: bool, y16: bool, dw16: 
         sizes[name] = max(sizes.get(name, 0), n)
 
     mc, mk, xs, ws = g.m * g.c, g.m * g.k_out, int(np.prod(g.x_shape)), int(np.prod(g.w_shape))
-    meth = g.method
-    if cc_geometry(g) and not (x16 or w16 or y16 or dw16):
-        need("tmp", _cconv.workspace_elements(g))  # the compiled kernels' per-thread scratch
+    fp16 = x16 or w16 or y16 or dw16
     for ph in phases:
+        alg = algo if isinstance(algo, str) else algo.get(ph, AUTO)
+        check_algorithm(alg, g, fp16)
+        if alg in winograd.VARIANTS:
+            for name, n in winograd.workspace_sizes(g, alg, x16=x16, w16=w16, y16=y16, dw16=dw16,
+                                                    phases=(ph,)).items():
+                need(name, n)
+            continue
+        if alg == "direct" or (alg == AUTO and cc_geometry(g) and not fp16):
+            need("tmp", _cconv.workspace_elements(g))  # the compiled kernels' per-thread scratch
+        meth = g.method if alg in (AUTO, "direct") else alg
         if w16 or (ph == "wgrad" and (dw16 or meth != "depthwise")):
             need("wbuf", ws)
         if y16:
@@ -441,16 +535,16 @@ def _im2col_gemm(x: np.ndarray, w3t: np.ndarray, y4: np.ndarray, g: ConvGeom, ws
 
 
 def conv_forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray],
-                 algo: str | None = None) -> None:
-    """y = conv(x, w) for geometry ``g`` with workspaces ``ws`` (see the module doc); ``algo``: a
-    :data:`.winograd.VARIANTS` name runs :func:`.winograd.forward` where it applies."""
+                 algo: str = AUTO) -> None:
+    """y = conv(x, w) for geometry ``g`` with workspaces ``ws`` by algorithm ``algo`` (see the
+    module doc; the caller checked it: :func:`check_algorithm`)."""
     if algo in winograd.VARIANTS and winograd.applicable(g):
         winograd.forward(x, w, y, g, ws, algo)
         return
-    if compiled(g, x, w, y):
+    meth = _method(g, algo, x, w, y)
+    if meth == "direct":
         _cconv.forward(x, w, y, g, ws.get("tmp"))
         return
-    meth = g.method
     if meth == "pointwise":
         x2 = _as32(x, ws, "col", (g.m, g.c))
         w2 = _as32(w, ws, "wbuf", (g.k_out, g.c))
@@ -494,16 +588,15 @@ def _gemm_tn(a: np.ndarray, b: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: dict
 
 
 def conv_wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray],
-               algo: str | None = None) -> None:
-    """dw = dL/dw from the output gradient ``dy`` and the input ``x`` (overwrites dw); ``algo`` as
-    in :func:`conv_forward`."""
+               algo: str = AUTO) -> None:
+    """dw = dL/dw from the output gradient ``dy`` and the input ``x`` (overwrites dw), by ``algo``."""
     if algo in winograd.VARIANTS and winograd.applicable(g):
         winograd.wgrad(dy, x, dw, g, ws, algo)
         return
-    if compiled(g, dy, x, dw):
+    meth = _method(g, algo, dy, x, dw)
+    if meth == "direct":
         _cconv.wgrad(dy, x, dw, g, ws.get("tmp"))
         return
-    meth = g.method
     dy2 = _as32(dy, ws, "ybuf", (g.m, g.k_out))
     if meth == "pointwise":
         x2 = _as32(x, ws, "col", (g.m, g.c))
@@ -601,16 +694,16 @@ def _dgrad_tap_major(dy4: np.ndarray, w: np.ndarray, acc: np.ndarray, g: ConvGeo
 
 
 def conv_dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray],
-               accumulate: bool = False, algo: str | None = None) -> None:
-    """dx = dL/dx (or dx += dL/dx when ``accumulate``). ``dx`` may be x's buffer: x is not read.
-    ``algo`` as in :func:`conv_forward` (overwriting dx only: ``accumulate`` keeps this code)."""
+               accumulate: bool = False, algo: str = AUTO) -> None:
+    """dx = dL/dx (or dx += dL/dx when ``accumulate``), by ``algo``. ``dx`` may be x's buffer: x
+    is not read."""
     if algo in winograd.VARIANTS and winograd.applicable(g) and not accumulate:
         winograd.dgrad(dy, w, dx, g, ws, algo)
         return
-    if compiled(g, dy, w, dx, accumulate=accumulate):
+    meth = _method(g, algo, dy, w, dx, accumulate=accumulate)
+    if meth == "direct":
         _cconv.dgrad(dy, w, dx, g, ws.get("tmp"))
         return
-    meth = g.method
     dy2 = _as32(dy, ws, "ybuf", (g.m, g.k_out))
     if meth == "pointwise":
         w2 = _as32(w, ws, "wbuf", (g.k_out, g.c))
@@ -678,18 +771,34 @@ def _is16(arrays: dict[str, ArrayInfo], name: str) -> bool:
     return name in arrays and arrays[name][1] != F32
 
 
-def _ws_fwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int, groups: int) -> dict[str, ArrayInfo]:
+def _ws_fwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int, groups: int,
+            algo: str = AUTO) -> dict[str, ArrayInfo]:
     g = _geom_from(arrays, k, s, p, groups)
-    sizes = conv_workspace_sizes(g, x16=_is16(arrays, "x"), w16=_is16(arrays, "w"), y16=_is16(arrays, "y"))
+    sizes = conv_workspace_sizes(g, x16=_is16(arrays, "x"), w16=_is16(arrays, "w"), y16=_is16(arrays, "y"),
+                                 algo=algo)
     return {n: ((v,), F32) for n, v in sizes.items()}
 
 
-def _ws_bwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int, groups: int) -> dict[str, ArrayInfo]:
+def _ws_bwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int, groups: int, algo_dgrad: str = AUTO,
+            algo_wgrad: str = AUTO) -> dict[str, ArrayInfo]:
     g = _geom_from(arrays, k, s, p, groups)
     phases = ("wgrad", "dgrad") if "dx" in arrays else ("wgrad",)
     sizes = conv_workspace_sizes(g, x16=_is16(arrays, "x"), w16=_is16(arrays, "w"), y16=_is16(arrays, "dy"),
-                                 dw16=_is16(arrays, "dw"), phases=phases)
+                                 dw16=_is16(arrays, "dw"), phases=phases,
+                                 algo={"wgrad": algo_wgrad, "dgrad": algo_dgrad})
     return {n: ((v,), F32) for n, v in sizes.items()}
+
+
+def node_algorithms(arrays: Mapping[str, ArrayInfo], params: Mapping[str, Any]) -> tuple[ConvGeom, bool, list[str]]:
+    """What a compiler needs to choose the algorithms of one conv node: its geometry (from the
+    operands' ``(shape, dtype)`` and the params ``k``, ``s``, ``p``, ``groups``), whether an
+    operand is fp16, and the kernel params naming the algorithms it runs (:data:`DIRECTIONS`:
+    ``algo`` for a forward / inference node, ``algo_wgrad`` and, with a ``dx``, ``algo_dgrad``
+    for a backward node). Raises ``ValueError`` on inconsistent shapes (:func:`conv_geom`)."""
+    g = _geom_from(dict(arrays), params["k"], params.get("s", 1), params.get("p", 0), params.get("groups", 1))
+    fp16 = any(name in arrays and arrays[name][1] != F32 for name in ("x", "w", "y", "dy", "dx", "dw"))
+    names = ["algo"] if "dy" not in arrays else ["algo_wgrad", *(["algo_dgrad"] if "dx" in arrays else [])]
+    return g, fp16, names
 
 
 def ws_bwd_cuda(arrays: dict[str, ArrayInfo], **_: Any) -> dict[str, ArrayInfo]:
@@ -704,32 +813,46 @@ def _ws(**kw: Any) -> dict[str, np.ndarray]:
     return {k: v for k, v in kw.items() if v is not None}
 
 
+CONV_ALGORITHMS = AlgorithmTable(auto=AUTO, directions=DIRECTIONS, algorithms=ALGORITHMS, variants=WINOGRAD,
+                                 rule=rule_algorithm, check=check_algorithm, geometry=node_algorithms)
+"""The conv kernels' algorithms as the compiler's selection pass reads them (``memplan-select-conv-algo``,
+through the kernel spec: :attr:`KernelSpec.algorithms`)."""
+
+
 @kernel("conv_fwd", writes=("y",), workspaces=WORKSPACES, workspace_fn=_ws_fwd,
-        target_workspace_fns={CUDA: None}, also=("conv_inf",))
+        target_workspace_fns={CUDA: None}, also=("conv_inf",), algorithms=CONV_ALGORITHMS)
 def conv_fwd(x, w, y, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1, p: int = 0,
-             groups: int = 1) -> None:
+             groups: int = 1, algo: str = AUTO) -> None:
     """Convolution forward (and inference): ``y = conv2d(x, w, stride s, padding p, groups)``.
 
     x (N, H, W, C), w (K, k, k, C/groups) KRSC, y (N, (H+2p-k)//s+1, (W+2p-k)//s+1, K); fp32, or
     fp16 x/w/y with fp32 accumulation. No bias (every conv is followed by BN or nothing).
+    ``algo``: ``auto`` (the run-time rule) or an algorithm of :data:`ALGORITHMS`; ``ValueError``
+    naming it when it does not apply (:func:`check_algorithm`).
     """
     g = conv_geom(x.shape, w.shape, k, s, p, groups)
     if y.shape != g.y_shape:
         raise ValueError(f"expected conv output of shape {g.y_shape}, got {y.shape}")
-    conv_forward(x, w, y, g, _ws(col=col, wbuf=wbuf, ybuf=ybuf, xbuf=xbuf, tmp=tmp))
+    check_algorithm(algo, g, any(a.dtype != F32 for a in (x, w, y)))
+    conv_forward(x, w, y, g, _ws(col=col, wbuf=wbuf, ybuf=ybuf, xbuf=xbuf, tmp=tmp), algo)
 
 
 @kernel("conv_bwd", writes=("dx", "dw"), workspaces=WORKSPACES, workspace_fn=_ws_bwd,
-        target_workspace_fns={CUDA: ws_bwd_cuda}, also=("conv_bwd_first_layer",))
+        target_workspace_fns={CUDA: ws_bwd_cuda}, also=("conv_bwd_first_layer",), algorithms=CONV_ALGORITHMS)
 def conv_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1,
-             p: int = 0, groups: int = 1) -> None:
+             p: int = 0, groups: int = 1, algo_dgrad: str = AUTO, algo_wgrad: str = AUTO) -> None:
     """Convolution backward: ``dw`` (overwritten) from dy and x, then ``dx`` from dy and w.
 
     dW is computed first, so ``dx`` may be x's own buffer (the seed writes dX over X). ``dx``
     None (``conv_bwd_first_layer``): weight gradient only. dw may be fp16 (the AMP G16 copy).
+    ``algo_wgrad`` / ``algo_dgrad``: the algorithms of the two gradients (as ``conv_fwd``'s ``algo``).
     """
     g = conv_geom(x.shape, w.shape, k, s, p, groups)
-    ws = _ws(col=col, wbuf=wbuf, ybuf=ybuf, xbuf=xbuf, tmp=tmp)
-    conv_wgrad(dy, x, dw, g, ws)
+    fp16 = any(a is not None and a.dtype != F32 for a in (dy, x, w, dw, dx))
+    check_algorithm(algo_wgrad, g, fp16)
     if dx is not None:
-        conv_dgrad(dy, w, dx, g, ws)
+        check_algorithm(algo_dgrad, g, fp16)
+    ws = _ws(col=col, wbuf=wbuf, ybuf=ybuf, xbuf=xbuf, tmp=tmp)
+    conv_wgrad(dy, x, dw, g, ws, algo_wgrad)
+    if dx is not None:
+        conv_dgrad(dy, w, dx, g, ws, algo=algo_dgrad)

@@ -34,9 +34,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
 from tr_mlir.dialects import kernels as _vocabulary
-from tr_mlir.dialects.kernels import PRECISIONS, KernelId, KernelIdError, kernel_id, kernel_name
+from tr_mlir.dialects.kernels import (
+    PRECISIONS,
+    AlgorithmTable,
+    KernelId,
+    KernelIdError,
+    kernel_id,
+    kernel_name,
+)
 
 ArrayInfo = tuple[tuple[int, ...], np.dtype]
 """(shape, dtype) of one array, as a planner knows it before the arena exists."""
@@ -86,6 +92,7 @@ class KernelSpec:
     kind: str = "compute"
     workspace_fn: WorkspaceFn | None = None
     target_workspace_fns: Mapping[str, WorkspaceFn | None] = field(default_factory=dict)
+    algorithms: AlgorithmTable | None = None
 
     @property
     def reads(self) -> tuple[str, ...]:
@@ -192,6 +199,7 @@ def kernel(
     target_workspace_fns: Mapping[str, WorkspaceFn | None] | None = None,
     kind: str = "compute",
     also: Sequence[str] = (),
+    algorithms: AlgorithmTable | None = None,
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Decorator registering a kernel function under ``name`` (and the names in ``also``): keys
     of the node-op vocabulary (``"conv_fwd"`` or ``K.CONV_FWD``; :func:`register`).
@@ -199,7 +207,8 @@ def kernel(
     Array arguments are the function's positional-or-keyword parameters (a default of ``None``
     makes one optional); static params are its keyword-only parameters. ``workspace_fn``: the
     CPU function's workspace rule; ``target_workspace_fns``: the other targets' (see
-    :class:`KernelSpec`).
+    :class:`KernelSpec`). ``algorithms``: for a family whose static params choose an algorithm,
+    its :class:`~tr_mlir.dialects.kernels.AlgorithmTable` (what the compiler's selection pass reads).
     """
 
     def deco(fn: Callable[..., None]) -> Callable[..., None]:
@@ -222,7 +231,7 @@ def kernel(
                 name=str(n), fn=fn, arrays=tuple(arrays), writes=frozenset(writes),
                 workspaces=tuple(workspaces), optional=frozenset(optional), params=tuple(params),
                 defaults=defaults, kind=kind, workspace_fn=workspace_fn,
-                target_workspace_fns=dict(target_workspace_fns or {}),
+                target_workspace_fns=dict(target_workspace_fns or {}), algorithms=algorithms,
             ))
         return fn
 

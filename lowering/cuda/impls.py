@@ -71,15 +71,18 @@ def _impls(ops: GpuOps) -> dict[KernelId, Impl]:
         return deco
 
     # -- conv ------------------------------------------------------------------------------
+    # The CPU kernels' algorithm params (algo, algo_dgrad, algo_wgrad: lowering/cpu/conv.py) are
+    # accepted and ignored: the CUDA backend has one implementation per direction (GpuOps), and
+    # memplan-select-conv-algo records "auto" for a cuda plan.
     @reg("conv_fwd", "conv_inf")
-    def conv_fwd(x, w, y, *, k, s=1, p=0, groups=1):
+    def conv_fwd(x, w, y, *, k, s=1, p=0, groups=1, algo="auto"):
         g = conv_geom(tuple(x.shape), tuple(w.shape), k, s, p, groups)
         if tuple(y.shape) != g.y_shape:
             raise ValueError(f"expected conv output of shape {g.y_shape}, got {tuple(y.shape)}")
         ops.conv_forward(x, w, y, g, {})
 
     @reg("conv_bwd", "conv_bwd_first_layer")
-    def conv_bwd(dy, x, w, dw, dx=None, wbuf=None, *, k, s=1, p=0, groups=1):
+    def conv_bwd(dy, x, w, dw, dx=None, wbuf=None, *, k, s=1, p=0, groups=1, algo_dgrad="auto", algo_wgrad="auto"):
         g = conv_geom(tuple(x.shape), tuple(w.shape), k, s, p, groups)
         ws = {"wbuf": wbuf} if wbuf is not None else {}
         ops.conv_wgrad(dy, x, dw, g, ws)

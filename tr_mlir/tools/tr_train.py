@@ -374,6 +374,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         "weight_decay": args.weight_decay, "label_smoothing": args.label_smoothing, "warmup": args.warmup,
         "amp": args.amp, "fuse": args.fuse, "augment": args.augment, "init": args.init,
         "ema": args.ema, "ema_warmup": args.ema_warmup, "resize_schedule": args.resize_schedule,
+        "conv_algo": task.conv_algo,
         "loss_scaler": args.loss_scaler, "scaler_init": args.scaler_init, "scaler_growth": args.scaler_growth,
         "scaler_backoff": args.scaler_backoff, "scaler_interval": args.scaler_interval, "device": args.device, "device_used": device, "seed": args.seed,
         "reuse": task.reuse, "drop_last": args.drop_last, "plugins": list(task.plugins), "dump_ir": None if args.dump_ir is None else str(args.dump_ir),
@@ -399,6 +400,8 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         spec.update(train_res=task.resize[0], train_res_end=task.resize[1])
     if task.ema is not None:
         spec["ema"] = True
+    if task.conv_algo != "auto":
+        spec["conv_algo"] = task.conv_algo
     pipeline = TrCompilePass(fuse=task.fuse, amp=task.amp, num_classes=task.num_classes, reuse=task.reuse, **spec)
     say("== compile")
     say(f"pipeline: builtin.module({pipeline.pipeline_pass_spec()})")

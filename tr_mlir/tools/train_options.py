@@ -188,6 +188,8 @@ def training_options(a: argparse.Namespace) -> dict[str, Any]:
         out["ema"] = EMA(a.ema, a.ema_warmup)
     if a.resize_schedule is not None:
         out["resize"] = resize_schedule(a.resize_schedule, a.epochs)
+    if a.conv_algo != "auto":
+        out["conv_algo"] = a.conv_algo
     return out
 
 
@@ -270,6 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drop-last", action="store_true",
                    help="skip each epoch's last partial batch (every step has the full batch; needed when "
                         "a last batch of one sample would reach a batch norm)")
+    p.add_argument("--conv-algo", default="auto", metavar="ALGO",
+                   help="conv algorithms (memplan-select-conv-algo): auto (cost rule), im2col (the rule before it, "
+                        "same numerics), numpy, or one algorithm (direct, pointwise, depthwise, winograd_2x2_3x3, "
+                        "winograd_4x4_3x3) where it applies")
     p.add_argument("--no-reuse", dest="reuse", action="store_false",
                    help="give every transient DTensor its own slot (the seed's layout) instead of placing "
                         "tensors that are never live together in the same bytes (same numerics, more memory)")
@@ -307,7 +313,7 @@ def explicit_flags(argv: Sequence[str]) -> set[str]:
 TRAINING_KEYS: tuple[str, ...] = ("model", "blueprint", "torch_model", "dataset", "batch_size", "optimizer", "lr",
                                   "weight_decay", "label_smoothing", "warmup", "amp", "fuse", "seed", "drop_last", "augment",
                                   "init", "loss_scaler", "scaler_init", "scaler_growth", "scaler_backoff",
-                                  "scaler_interval", "ema", "ema_warmup", "resize_schedule")
+                                  "scaler_interval", "ema", "ema_warmup", "resize_schedule", "conv_algo")
 """Options that define a run: fixed by the checkpoint on ``--resume``."""
 
 RESUMED_DEFAULTS: tuple[str, ...] = ("epochs", "device", "reuse")
