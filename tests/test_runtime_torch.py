@@ -358,10 +358,11 @@ def run_torch(net: Net, ls: float, lr: float, *, amp: bool = False, noise: float
     return Run(losses, params, [a for _, a in start], bufs), start
 
 
-def run_ours(net: Net, amp: bool, fuse: bool, start: list[tuple[str, np.ndarray]], ls: float, lr: float) -> Run:
+def run_ours(net: Net, amp: bool, fuse: bool, start: list[tuple[str, np.ndarray]], ls: float, lr: float,
+             conv_algo: str = "auto") -> Run:
     ours, _ = net.optimizer(lr)
     task = tr_mlir.Task(net.blueprint(), net.input_shape, 10, net.batch, optimizer=ours,
-                        loss=tr_mlir.CrossEntropyLoss(label_smoothing=ls), amp=amp, fuse=fuse)
+                        loss=tr_mlir.CrossEntropyLoss(label_smoothing=ls), amp=amp, fuse=fuse, conv_algo=conv_algo)
     mine = task.parameters()
     assert len(mine) == len(start), f"{len(mine)} parameters here, {len(start)} in torch"
     for (n, a), (kind, b) in zip(mine, start):
@@ -393,7 +394,29 @@ def test_three_steps_fp32_match_torch(net: Net, fuse: bool):
     """Three optimizer steps in fp32, fused and unfused, against torch in fp32."""
     ls = 0.1
     ref, start = run_torch(net, ls, net.lr)
-    got = run_ours(net, False, fuse, start, ls, net.lr)
+    check_fp32(run_ours(net, False, fuse, start, ls, net.lr), ref, start)
+
+
+WINOGRAD_NETS = [n for n in NETS if n.name in ("vgg_bn", "resnet")]
+"""Nets of dense stride-1 3x3 convs (and the residual net's strided and 1x1 ones, which keep the
+rule's algorithm) for the whole-step checks of the Winograd algorithms."""
+
+
+@pytest.mark.parametrize("algo", ["winograd_2x2_3x3", "winograd_4x4_3x3"])
+@pytest.mark.parametrize("net", WINOGRAD_NETS, ids=[n.name for n in WINOGRAD_NETS])
+def test_three_steps_winograd_match_torch(net: Net, algo: str):
+    """Three fused fp32 steps with every applicable conv forced to a Winograd algorithm (forward,
+    input and weight gradient), against torch at the fp32 tolerance; and AMP at the AMP checks."""
+    ls = 0.1
+    ref, start = run_torch(net, ls, net.lr)
+    check_fp32(run_ours(net, False, True, start, ls, net.lr, conv_algo=algo), ref, start)
+    lr = net.lr * AMP_LR_SCALE
+    ref, start = run_torch(net, ls, lr, amp=True)
+    check_amp(net, run_ours(net, True, True, start, ls, lr, conv_algo=algo), ref, start, ls, lr)
+
+
+def check_fp32(got: Run, ref: Run, start: list[tuple[str, np.ndarray]]) -> None:
+    """Losses, parameters and BN buffers to :data:`FP32_TOL`, every parameter's update to 1e-3."""
     for i, (a, b) in enumerate(zip(got.losses, ref.losses)):
         assert abs(a - b) <= FP32_TOL * max(abs(b), 1.0), f"step {i}: loss {a} vs torch {b}"
     for i in range(len(ref.params)):
@@ -431,7 +454,11 @@ def test_three_steps_amp_fused_match_torch(net: Net):
     (large steps make three steps chaotic)."""
     ls, lr = 0.1, net.lr * AMP_LR_SCALE
     ref, start = run_torch(net, ls, lr, amp=True)
-    got = run_ours(net, True, True, start, ls, lr)
+    check_amp(net, run_ours(net, True, True, start, ls, lr), ref, start, ls, lr)
+
+
+def check_amp(net: Net, got: Run, ref: Run, start: list[tuple[str, np.ndarray]], ls: float, lr: float) -> None:
+    """The AMP checks of :func:`test_three_steps_amp_fused_match_torch` (its docstring)."""
     base, _ = run_torch(net, ls, lr)
     noisy, _ = run_torch(net, ls, lr, noise=1e-3)
     spread = nrel(noisy.flat("update"), base.flat("update"))
