@@ -35,15 +35,9 @@ momentum weighs the new batch, unbiased running variance).
 
 from __future__ import annotations
 
-import hashlib
-import io
-import json
 import os
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,247 +45,27 @@ from xdsl.dialects.builtin import ModuleOp
 
 from tr_mlir import optim as _optim
 from tr_mlir import sched as _sched
+from tr_mlir._task_checkpoints import TaskCheckpoints
+from tr_mlir._task_state import (  # noqa: F401  (CONFIG_FILE, STATE_FILE, SAVE_PAUSE_ENV, save_pause, _NAMING: read from here)
+    _NAMING,
+    CONFIG_FILE,
+    SAVE_PAUSE_ENV,
+    STATE_FILE,
+    TaskError,
+    _check_finite,
+    _check_int,
+    _Entry,
+    _tapped,
+    save_pause,
+)
 from tr_mlir.dialects.arch import ModelOp
-from tr_mlir.dialects.memplan import MemRegion
+from tr_mlir.errors import TrMlirError
 from tr_mlir.loss import CrossEntropyLoss
 
 __all__ = ["Task", "TaskError"]
 
-R = MemRegion
-CONFIG_FILE = "config.json"
-STATE_FILE = "state.npz"
-FORMAT = "tr-mlir-task-1"
 
-from tr_mlir.errors import TrMlirError  # noqa: E402  (the root of TaskError)
-
-
-class TaskError(TrMlirError, ValueError):
-    """A bad argument to the Task API (shape, dtype, size, option, plugin), or a model the compiler or
-    the backend cannot run; the message says which and why."""
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """One named tensor of the Task view: its DTensor, stored shape and the user-visible slice."""
-
-    name: str
-    tid: int
-    store: tuple[int, ...]
-    index: tuple[slice, ...]
-    state: tuple[tuple[str, int], ...] = ()  # (suffix, DTensor id) of optimizer state
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(len(range(*s.indices(d))) for s, d in zip(self.index, self.store))
-
-
-def _layer_of(name: str) -> int | None:
-    if name.startswith("l") and "." in name:
-        head = name.split(".", 1)[0][1:]
-        if head.isdigit():
-            return int(head)
-    return None
-
-
-def _vector(t: Any, user_c: int) -> tuple[tuple[int, ...], tuple[slice, ...]]:
-    """A C-element parameter stored as (1, 1, 1, C): shown as (C,)."""
-    c = t.shape[3]
-    return (c,), (slice(0, c),)
-
-
-def _conv_weight(t: Any, user_c: int) -> tuple[tuple[int, ...], tuple[slice, ...]]:
-    """KRSC conv weights. The first conv's weight may hold more input channels than the data
-    has (the plan pads the input's channels, ``arch-align-amp-input``); the user sees only the
-    data's ``user_c`` channels."""
-    full = tuple(slice(0, d) for d in t.shape)
-    if t.region is R.W_FIRST_CONV and t.shape[3] > user_c:
-        return tuple(t.shape), (*full[:3], slice(0, user_c))
-    return tuple(t.shape), full
-
-
-def _fc_weight(t: Any, user_c: int) -> tuple[tuple[int, ...], tuple[slice, ...]]:
-    """FC weights (out, H*W*C) over the NHWC-flattened input."""
-    o, f = t.shape[0], int(np.prod(t.shape[1:]))
-    return (o, f), (slice(0, o), slice(0, f))
-
-
-def _fc_has_bias(t: Any, ops: Sequence[Any]) -> bool:
-    """The FC bias slot is planned for every FC; it is a parameter only when the op has ``bias``."""
-    layer = _layer_of(t.name)
-    return layer is not None and bool(ops[layer].params().get("bias"))
-
-
-@dataclass(frozen=True)
-class _Naming:
-    """How the DTensors of one region get their canonical names (``conv0.weight``,
-    ``bn3.running_var``, ...): the counter they number by (``starts``: 1 when a tensor of this
-    region begins the next layer of that counter, 0 when it belongs to the current one), the name
-    prefix and field, whether it is a buffer (BN statistics) rather than a parameter, its user
-    view, and an optional filter."""
-
-    counter: str
-    starts: int
-    prefix: str
-    field: str
-    view: Callable[[Any, int], tuple[tuple[int, ...], tuple[slice, ...]]]
-    buffer: bool = False
-    keep: Callable[[Any, Sequence[Any]], bool] | None = None
-
-
-_NAMING: dict[MemRegion, _Naming] = {
-    R.W_FIRST_CONV: _Naming("conv", 1, "conv", "weight", _conv_weight),
-    R.W_DEEP_CONV: _Naming("conv", 1, "conv", "weight", _conv_weight),
-    R.W_BN_WEIGHT: _Naming("bn", 1, "bn", "weight", _vector),
-    R.W_BN_BIAS: _Naming("bn", 0, "bn", "bias", _vector),
-    R.W_FC_WEIGHT: _Naming("fc", 1, "fc", "weight", _fc_weight),
-    R.W_FC_BIAS: _Naming("fc", 0, "fc", "bias", _vector, keep=_fc_has_bias),
-    R.B_NEXT_MEAN: _Naming("bn_stats", 1, "bn", "running_mean", _vector, buffer=True),
-    R.B_NEXT_VAR: _Naming("bn_stats", 0, "bn", "running_var", _vector, buffer=True),
-}
-"""The canonical names of the Task view (module doc), keyed by the region of a DTensor, in the
-plan's tensor order."""
-
-
-def _tapped(items: Iterable[Any], tap: Callable[[int], None]) -> Iterable[Any]:
-    """``items`` unchanged, calling ``tap(i)`` just before the ``i``-th is handed out."""
-    for i, item in enumerate(items):
-        tap(i)
-        yield item
-
-
-def _check_int(owner: str, name: str, v: Any, low: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
-        raise TaskError(f"{owner}: {name} must be an int >= {low}, got {v!r}")
-    return int(v)
-
-
-def _check_finite(x: np.ndarray, where: str) -> None:
-    """Raise :class:`TaskError` naming the samples of ``x`` (N, ...) that hold a NaN or an Inf.
-    Such a sample would not just give a NaN loss: the batch-norm forward folds it into the running
-    statistics, which the NaN-gated (skipped) update does not roll back, so every later evaluation
-    would be NaN. The check is ``min`` and ``max`` (NaN and Inf propagate through them), so it
-    allocates nothing of the input's size; only the error path looks for the samples."""
-    if np.isfinite(x.min()) and np.isfinite(x.max()):
-        return
-    bad = np.flatnonzero(~np.isfinite(x.reshape(x.shape[0], -1)).all(axis=1))
-    more = f" and {bad.size - 1} more" if bad.size > 1 else ""
-    raise TaskError(f"{where}: x holds NaN or Inf (sample {int(bad[0])}{more}); expected finite inputs")
-
-
-SAVE_PAUSE_ENV = "TR_MLIR_SAVE_PAUSE"
-"""Test hook of the fault tests (``tests/test_faults.py``): ``TR_MLIR_SAVE_PAUSE=POINT:SECONDS``
-makes saves stop ``SECONDS`` at the step ``POINT`` (:func:`save_pause`), so that a test can signal
-the process exactly there. Unset (everywhere else) it costs one environment lookup per step."""
-
-
-def save_pause(point: str, where: Path) -> None:
-    """The test hook :data:`SAVE_PAUSE_ENV`: when it is ``POINT:SECONDS`` or ``POINT@NAME:SECONDS``
-    and ``point`` is ``POINT`` (``*``: every point) of a save into a folder named ``NAME`` (its name
-    up to the first dot: ``last`` for ``last.tmp``), print ``tr-mlir: save pause <point> <where>``
-    on stderr and sleep ``SECONDS``. The points, in order: :meth:`Task.save`'s
-    ``task-state-written``, ``task-config-written``, ``task-state-renamed``; tr-train's checkpoint
-    save (:func:`tr_mlir.tools.train_outputs.save_checkpoint`) adds ``run-task-saved``,
-    ``run-state-written``, ``run-old-moved`` and ``run-swapped``. A malformed value does nothing."""
-    spec = os.environ.get(SAVE_PAUSE_ENV)
-    if not spec:
-        return
-    target, _, seconds = spec.rpartition(":")
-    name, _, folder = target.partition("@")
-    try:
-        delay = float(seconds)
-    except ValueError:
-        return
-    if name in (point, "*") and folder in ("", where.name.split(".")[0]):
-        print(f"tr-mlir: save pause {point} {where}", file=sys.stderr, flush=True)
-        time.sleep(delay)
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _read_config(path: Path, folder: Path) -> dict[str, Any]:
-    """``config.json`` read back: a JSON object of format :data:`FORMAT`, else :class:`TaskError`."""
-    try:
-        cfg = json.loads(path.read_text())
-    except OSError as e:
-        raise TaskError(f"Task.load: cannot read a saved task from {folder}: {path}: {e.strerror or e}") from e
-    except ValueError as e:  # JSON, UTF-8 or an int of more digits than Python converts
-        raise TaskError(f"Task.load: cannot read a saved task from {folder}: {path} is not JSON (truncated or "
-                        f"damaged?): {e}") from e
-    if not isinstance(cfg, dict) or cfg.get("format") != FORMAT:
-        raise TaskError(f"Task.load: {path} is not a {FORMAT} file")
-    return cfg
-
-
-def _read_state(data: bytes, path: Path) -> dict[str, np.ndarray]:
-    """The arrays of a ``state.npz`` archive's bytes, else :class:`TaskError` naming ``path``."""
-    try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            state = {name: archive[name] for name in archive.files}
-    except Exception as e:  # a damaged archive fails in zipfile, zlib, the npy header parser, ...
-        raise TaskError(f"Task.load: {path} is not a readable NumPy .npz archive (truncated or damaged?): "
-                        f"{type(e).__name__}: {e}") from e
-    odd = [k for k, v in state.items() if not isinstance(v, np.ndarray)]
-    if odd:
-        raise TaskError(f"Task.load: {path} is not a readable NumPy .npz archive: '{odd[0]}' is no array")
-    return state
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-_CONFIG_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "model": (lambda v: isinstance(v, str), "a string (tree-form MLIR)"),
-    "input_shape": (lambda v: isinstance(v, list) and len(v) == 3 and all(map(_is_int, v)), "[H, W, C]"),
-    "num_classes": (_is_int, "an int"),
-    "batch_size": (_is_int, "an int"),
-    "optimizer": (lambda v: isinstance(v, dict), "an object (an optimizer's config())"),
-    "scheduler": (lambda v: v is None or isinstance(v, dict), "null or an object (a scheduler's config())"),
-    "label_smoothing": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
-    "amp": (lambda v: isinstance(v, bool), "a bool"),
-    "fuse": (lambda v: isinstance(v, bool), "a bool"),
-    "device": (lambda v: isinstance(v, str), "a string"),
-    "seed": (_is_int, "an int"),
-    "train_size": (lambda v: v is None or _is_int(v), "null or an int"),
-    "val_size": (lambda v: v is None or _is_int(v), "null or an int"),
-    "steps": (lambda v: _is_int(v) and v >= 0, "an int >= 0"),
-    "epochs": (lambda v: _is_int(v) and v >= 0, "an int >= 0"),
-}
-"""The keys of ``config.json`` (:meth:`Task.config`) and what each must hold; value ranges are the
-Task's own checks."""
-
-_OPTIONAL_CONFIG_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "reuse": (lambda v: isinstance(v, bool), "a bool"),
-    "state_sha256": (lambda v: isinstance(v, str), "a string"),
-    "plugins": (lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v), "a list of strings"),
-    "torch_naming": (lambda v: v is None or isinstance(v, list), "null or a list (the imported module's names)"),
-    "init": (lambda v: v in ("seed", "torch"), "'seed' or 'torch'"),
-    "loss_scaler": (lambda v: v is None or isinstance(v, dict), "null or an object (GradScaler.config())"),
-    "augment": (lambda v: v is None or isinstance(v, dict), "null or an object (an augmentation's config())"),
-    "ema": (lambda v: v is None or isinstance(v, dict), "null or an object (EMA.config())"),
-    "resize": (lambda v: v is None or (isinstance(v, list) and len(v) == 3 and all(map(_is_int, v))),
-               "null or [start, end, switch_epoch]"),
-    "conv_algo": (lambda v: isinstance(v, str), "a string"),
-}
-"""Keys that saves of earlier versions lack."""
-
-
-def _config_problem(cfg: dict[str, Any]) -> str | None:
-    """What is wrong with the types of a ``config.json`` read back, or None."""
-    for key, (ok, want) in _CONFIG_KEYS.items():
-        if key not in cfg:
-            return f"missing key '{key}'"
-        if not ok(cfg[key]):
-            return f"'{key}' is {cfg[key]!r:.80}, expected {want}"
-    for key, (ok, want) in _OPTIONAL_CONFIG_KEYS.items():
-        if key in cfg and not ok(cfg[key]):
-            return f"'{key}' is {cfg[key]!r:.80}, expected {want}"
-    return None
-
-
-class Task:
+class Task(TaskCheckpoints):
     """A model, its training configuration and its compiled executable (module doc).
 
     Args:
@@ -482,7 +256,11 @@ class Task:
         :class:`~tr_mlir.lowering.backend.ArenaTooLargeError` (a ``MemoryError``) before allocating
         a plan larger than the memory available (the message names the bytes and a batch size
         that fits)."""
-        from xdsl.utils.exceptions import DiagnosticException, PassFailedException, VerifyException
+        from xdsl.utils.exceptions import (
+            DiagnosticException,
+            PassFailedException,
+            VerifyException,
+        )
 
         from tr_mlir.compile import make_context
         from tr_mlir.lowering.executable import Executable
@@ -768,106 +546,6 @@ class Task:
 
     _STATE_SCALARS = ("scaling", "step", "has_nan")
 
-    def _snapshot(self) -> dict[str, np.ndarray]:
-        """Parameters, buffers, optimizer state and state scalars (save / recompile)."""
-        out: dict[str, np.ndarray] = {}
-        for e in self._params:
-            out[f"param/{e.name}"] = self._get(e)
-            for suffix, tid in e.state:
-                out[f"state/{e.name}{suffix}"] = np.array(self.exe.to_host(self.exe.view(tid)).reshape(e.store),
-                                                          np.float32)
-        for e in self._buffers:
-            out[f"buffer/{e.name}"] = self._get(e)
-        for name in self._STATE_SCALARS:
-            if self.exe.has(name):
-                out[f"scalar/{name}"] = np.array(self.exe.get_scalar(name), np.float64)
-        out["scalar/dropout_seed"] = np.array(self.exe.to_host(self.exe.scalar("dropout_seed")), np.int64)
-        if self.loss_scaler is not None:
-            out["scalar/scaler_growth_tracker"] = np.array(self._scaler_state[1], np.float64)
-        if self.ema is not None:
-            for e in self._params:
-                out[f"ema/{e.name}"] = np.array(self.exe.to_host(self.exe.view(self._ema_tid[e.name])).reshape(e.store),
-                                                np.float32)
-            out["scalar/ema_updates"] = np.array(self._ema_count, np.float64)
-        return out
-
-    def _state_layout(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """Every array :meth:`save` writes into ``state.npz`` for this task: key -> (shape, dtype)."""
-        f32 = np.dtype(np.float32)
-        want: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
-        for e in self._params:
-            want[f"param/{e.name}"] = (e.shape, f32)
-            want.update({f"state/{e.name}{suffix}": (e.store, f32) for suffix, _ in e.state})
-        want.update({f"buffer/{e.name}": (e.shape, f32) for e in self._buffers})
-        want.update({f"scalar/{name}": ((), np.dtype(np.float64)) for name in self._STATE_SCALARS
-                     if self.exe.has(name)})
-        want["scalar/dropout_seed"] = ((2,), np.dtype(np.int64))
-        if self.loss_scaler is not None:
-            want["scalar/scaler_growth_tracker"] = ((), np.dtype(np.float64))
-        if self.ema is not None:
-            want.update({f"ema/{e.name}": (e.store, f32) for e in self._params})
-            want["scalar/ema_updates"] = ((), np.dtype(np.float64))
-        return want
-
-    def _check_state(self, state: Mapping[str, np.ndarray], source: Path) -> None:
-        """Raise :class:`TaskError` unless ``state`` (a :meth:`save` archive read back) holds exactly
-        the arrays :meth:`save` writes for this task (parameters, optimizer state, buffers, state
-        scalars), each with its shape and dtype, and scalars a save can hold (finite numbers, a
-        dropout RNG state of int32 values)."""
-        def keys(names: list[str]) -> str:
-            more = f" and {len(names) - 6} more" if len(names) > 6 else ""
-            why = ("saved from another model?" if any(k.startswith(("param/", "buffer/")) for k in names)
-                   else "saved with another optimizer or precision?")
-            return f"{', '.join(names[:6])}{more} ({why})"
-
-        want = self._state_layout()
-        missing = [k for k in want if k not in state]
-        if missing:
-            raise TaskError(f"Task.load: {source} lacks {keys(missing)}")
-        unexpected = sorted(k for k in state if k not in want)
-        if unexpected:
-            raise TaskError(f"Task.load: {source} holds arrays this task does not have: {keys(unexpected)}")
-        for key, (shape, dtype) in want.items():
-            a = state[key]
-            if a.shape != shape:
-                raise TaskError(f"Task.load: {source}: '{key}' has shape {a.shape}, the model's is {shape} "
-                                f"(saved from another model?)")
-            if a.dtype != dtype:
-                raise TaskError(f"Task.load: {source}: '{key}' is {a.dtype}, a save writes {dtype}")
-            if key.startswith("scalar/") and not np.isfinite(a).all():
-                raise TaskError(f"Task.load: {source}: '{key}' is {a.tolist()}, expected finite numbers")
-        seed = state["scalar/dropout_seed"]
-        info = np.iinfo(np.int32)
-        if seed.min() < info.min or seed.max() > info.max:
-            raise TaskError(f"Task.load: {source}: 'scalar/dropout_seed' is {seed.tolist()}, expected int32 values")
-
-    def _restore(self, state: Mapping[str, np.ndarray]) -> None:
-        exe = self.exe
-        for e in self._params:
-            self._put(e, state[f"param/{e.name}"])
-            for suffix, tid in e.state:
-                key = f"state/{e.name}{suffix}"
-                if key in state:
-                    exe.view(tid).reshape(e.store)[...] = np.asarray(state[key], np.float32)
-        for e in self._buffers:
-            self._put(e, state[f"buffer/{e.name}"])
-            self._put(e, state[f"buffer/{e.name}"], self._prev[e.name])
-        for name in self._STATE_SCALARS:
-            key = f"scalar/{name}"
-            if key in state and exe.has(name):
-                exe.set_scalar(name, float(state[key]))
-        if "scalar/dropout_seed" in state:
-            exe.scalar("dropout_seed")[:] = np.asarray(state["scalar/dropout_seed"], np.int32)
-        if self.ema is not None:
-            for e in self._params:
-                if f"ema/{e.name}" in state:
-                    exe.view(self._ema_tid[e.name]).reshape(e.store)[...] = np.asarray(state[f"ema/{e.name}"], np.float32)
-            self._ema_count = int(state.get("scalar/ema_updates", self._ema_count))
-        if self.loss_scaler is not None:
-            self._scaler_state = [float(exe.get_scalar("scaling")),
-                                  int(state.get("scalar/scaler_growth_tracker", 0))]
-        exe.set_scalar("lr", self._lr_at(self.steps))
-
     # -- data validation ---------------------------------------------------------------
 
     def _x(self, x: Any, where: str, *, allow_empty: bool = False) -> np.ndarray:
@@ -1039,165 +717,6 @@ class Task:
             return np.zeros((0, self.num_classes), np.float32)
         self._refresh()
         return self.runner.predict(x, ema=ema)
-
-    # -- save / load ---------------------------------------------------------------------
-
-    def config(self) -> dict[str, Any]:
-        """The JSON-able configuration :meth:`save` writes (model as tree-form MLIR text)."""
-        return {
-            "format": FORMAT, "model": str(self._tree), "input_shape": list(self.input_shape),
-            "num_classes": self.num_classes, "batch_size": self.batch_size,
-            "optimizer": self.optimizer.config(),
-            "scheduler": None if self.scheduler is None else self.scheduler.config(),
-            "label_smoothing": self.loss.label_smoothing, "amp": self.amp, "fuse": self.fuse,
-            "device": self.device, "seed": self.seed, "train_size": self.train_size, "val_size": self.val_size,
-            "steps": self.steps, "epochs": self.epochs, "reuse": self.reuse, "plugins": list(self.plugins),
-            "torch_naming": None if self.torch_naming is None else self.torch_naming.config(), "init": self.init,
-            "loss_scaler": None if self.loss_scaler is None else self.loss_scaler.config(),
-            "augment": None if self.augment is None else self.augment.config(),
-            "ema": None if self.ema is None else self.ema.config(),
-            "resize": None if self.resize is None else list(self.resize), "conv_algo": self.conv_algo,
-        }
-
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write ``path/state.npz`` (parameters, buffers, optimizer state, loss scale, Adam step,
-        dropout RNG) and ``path/config.json`` (configuration, model, and ``state_sha256``: the
-        SHA-256 of the ``state.npz`` it belongs to); returns the folder.
-
-        Both files are written under temporary names first and then renamed over the old ones
-        (``state.npz`` first), so a save that fails (a full disk, an interrupt) leaves a task saved
-        earlier in ``path`` readable; one stopped between the two renames leaves the new
-        ``state.npz`` next to its ``config.json.tmp``, which :meth:`load` then takes. Raises
-        ``OSError`` when the folder or a file cannot be written."""
-        self._ready()
-        folder = Path(path)
-        folder.mkdir(parents=True, exist_ok=True)
-        config, state = folder / (CONFIG_FILE + ".tmp"), folder / (STATE_FILE + ".tmp")
-        leftovers = [config, state]
-        try:
-            with open(state, "wb") as f:  # a file object: np.savez would append '.npz' to a name
-                np.savez(f, **self._snapshot())
-            save_pause("task-state-written", folder)
-            config.write_text(json.dumps({**self.config(), "state_sha256": _sha256(state.read_bytes())}, indent=1))
-            save_pause("task-config-written", folder)
-            os.replace(state, folder / STATE_FILE)
-            leftovers = []  # config.json.tmp now completes the new state.npz: load() reads it if it stays
-            save_pause("task-state-renamed", folder)
-            os.replace(config, folder / CONFIG_FILE)
-        finally:
-            for tmp in leftovers:
-                tmp.unlink(missing_ok=True)
-        return folder
-
-    @classmethod
-    def load(cls, path: str | os.PathLike, device: Any = None) -> Task:
-        """The Task saved in folder ``path`` (:meth:`save`), compiled, with its state restored;
-        ``device``: where to run it (default: the saved device).
-
-        Raises:
-            TaskError: a missing or unreadable folder or file; a ``config.json`` that is no JSON,
-                does not describe a task (a missing key, a value of another type, a model that does
-                not parse) or records another ``state_sha256`` than the ``state.npz`` next to it
-                has (damaged, copied from another save); a ``state.npz`` that is no readable
-                archive or holds other arrays than a save of this task writes (missing or extra
-                arrays, other shapes or dtypes, non-finite scalars). The message names the file.
-            ArenaTooLargeError: the compiled model does not fit in memory (the message names
-                ``config.json``).
-        """
-        from tr_mlir.lowering.backend import ArenaTooLargeError
-
-        folder = Path(path)
-        config_path, state_path = folder / CONFIG_FILE, folder / STATE_FILE
-        try:
-            cfg, unreadable = _read_config(config_path, folder), None
-        except TaskError as e:
-            cfg, unreadable = {}, e
-        try:
-            data = state_path.read_bytes()
-        except OSError as e:
-            raise unreadable or TaskError(f"Task.load: cannot read a saved task from {folder}: {state_path}: "
-                                          f"{e.strerror or e}") from e
-        digest = _sha256(data)
-        if unreadable is not None or cfg.get("state_sha256", digest) != digest:
-            try:  # a save stopped between its two renames left the config of this state.npz as a .tmp
-                newer = _read_config(folder / (CONFIG_FILE + ".tmp"), folder)
-            except TaskError:
-                newer = {}
-            if newer.get("state_sha256") == digest:
-                cfg, config_path, unreadable = newer, folder / (CONFIG_FILE + ".tmp"), None
-        if unreadable is not None:
-            raise unreadable
-        foreign = cfg.get("state_sha256", digest) != digest
-        state = _read_state(data, state_path)
-        problem = _config_problem(cfg)
-        if problem:
-            raise TaskError(f"Task.load: {config_path} does not describe a task: {problem}")
-        task = cls._from_config(cfg, config_path, device)
-        try:
-            task.compile(cfg["train_size"], cfg["val_size"])
-        except (ValueError, TypeError) as e:  # TaskError (a ValueError): sizes, a model the compiler rejects
-            raise TaskError(f"Task.load: {config_path} does not describe a task: {e}") from e
-        except ArenaTooLargeError as e:
-            raise ArenaTooLargeError(f"Task.load: {config_path}: {e}") from e
-        task._check_state(state, state_path)
-        if foreign:
-            raise TaskError(f"Task.load: {state_path} is not the archive {config_path} was saved with (its "
-                            f"SHA-256 is not the 'state_sha256' recorded there): damaged, or copied from another save")
-        task._restore(state)
-        task.runner.prepare_weights()
-        task._bn_dirty = True
-        return task
-
-    @classmethod
-    def _from_config(cls, cfg: dict[str, Any], source: Path, device: Any) -> Task:
-        """The (not yet compiled) Task of a ``config.json`` that passed :func:`_config_problem`."""
-        from xdsl.parser import Parser
-
-        from tr_mlir.compile import make_context
-
-        def part(what: str, build: Callable[[], Any]) -> Any:
-            try:
-                return build()
-            except Exception as e:  # untrusted text and objects: the parser and from_config raise many types
-                raise TaskError(f"Task.load: {source} does not describe a task: {type(e).__name__}: {e} "
-                                f"(in '{what}')") from e
-
-        plugins = cfg.get("plugins", [])
-        if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
-            raise TaskError(f"Task.load: {source} does not describe a task: 'plugins' must be a list of strings")
-        try:
-            from tr_mlir.extend import load_plugins
-
-            load_plugins(plugins)
-        except TrMlirError as e:
-            raise TaskError(f"Task.load: {source} needs its plugins: {e}") from e
-        module = part("model", lambda: Parser(make_context(), cfg["model"]).parse_module())
-        optimizer = part("optimizer", lambda: _optim.from_config(cfg["optimizer"]))
-        scheduler = part("scheduler", lambda: _sched.from_config(cfg["scheduler"]))
-        loss = part("label_smoothing", lambda: CrossEntropyLoss(cfg["label_smoothing"]))
-        from tr_mlir import amp as _amp
-        from tr_mlir import augment as _augment
-
-        scaler = part("loss_scaler", lambda: _amp.from_config(cfg.get("loss_scaler")))
-        from tr_mlir import ema as _ema
-
-        ema = part("ema", lambda: _ema.from_config(cfg.get("ema")))
-        aug = part("augment", lambda: None if cfg.get("augment") is None else _augment.from_config(cfg["augment"]))
-        try:
-            task = cls(module, tuple(cfg["input_shape"]), cfg["num_classes"], cfg["batch_size"],
-                       optimizer=optimizer, scheduler=scheduler, loss=loss, amp=cfg["amp"], fuse=cfg["fuse"],
-                       device=cfg["device"] if device is None else device, seed=cfg["seed"],
-                       reuse=cfg.get("reuse", True), init=cfg.get("init", "seed"), loss_scaler=scaler,
-                       augment=aug, ema=ema, resize=cfg.get("resize"), conv_algo=cfg.get("conv_algo", "auto"),
-                       plugins=plugins)
-        except TaskError as e:
-            raise TaskError(f"Task.load: {source} does not describe a task: {e}") from e
-        task.steps, task.epochs = cfg["steps"], cfg["epochs"]
-        if cfg.get("torch_naming") is not None:
-            from tr_mlir.frontend.torch import TorchNaming
-
-            task.torch_naming = part("torch_naming", lambda: TorchNaming.from_config(cfg["torch_naming"]))
-        return task
 
     def __repr__(self) -> str:
         h, w, c = self.input_shape
