@@ -30,6 +30,7 @@ from tr_mlir.lowering.cpu.fused import BLOCKS, Layout
 from tr_mlir.lowering.cuda.blocks import block_backward, block_forward, block_inference
 from tr_mlir.lowering.cuda.ops import F16, GpuOps, I32
 from tr_mlir.lowering.cuda.sources import BLOCK
+from tr_mlir.lowering.cuda.winograd import pick
 
 
 # --------------------------------------------------------------------------------------
@@ -59,6 +60,18 @@ def _ws(kw: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
     return {k: kw[k] for k in names if kw.get(k) is not None}
 
 
+def _algos(kernel: str, kw: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """A conv launcher's ``algo``, ``algo_dgrad``, ``algo_wgrad`` params (None where the kernel has
+    none) from its ``**kw`` (which also receives the spec's other workspaces: one planned for it,
+    not None, is a wrong CUDA workspace rule: ``ValueError``)."""
+    names = ("algo", "algo_dgrad", "algo_wgrad")
+    extra = sorted(k for k, v in kw.items() if k not in names and v is not None)
+    if extra:
+        raise ValueError(f"kernel '{kernel}': the CUDA launcher uses no workspace {extra}, yet one is planned "
+                         "(its cuda workspace rule must not ask for it)")
+    return tuple(kw.get(n) for n in names)  # type: ignore[return-value]
+
+
 def _impls(ops: GpuOps) -> dict[KernelId, Impl]:
     """Every kernel of the registry, on ``ops`` (keyword arguments named as the NumPy kernels')."""
     t: dict[str, Impl] = {}
@@ -72,19 +85,21 @@ def _impls(ops: GpuOps) -> dict[KernelId, Impl]:
 
     # -- conv ------------------------------------------------------------------------------
     @reg("conv_fwd", "conv_inf")
-    def conv_fwd(x, w, y, *, k, s=1, p=0, groups=1):
+    def conv_fwd(x, w, y, col=None, wbuf=None, *, k, s=1, p=0, groups=1, **algos):
         g = conv_geom(tuple(x.shape), tuple(w.shape), k, s, p, groups)
         if tuple(y.shape) != g.y_shape:
             raise ValueError(f"expected conv output of shape {g.y_shape}, got {tuple(y.shape)}")
-        ops.conv_forward(x, w, y, g, {})
+        ws = _ws({"col": col, "wbuf": wbuf}, ("col", "wbuf"))
+        ops.conv_forward(x, w, y, g, ws, _algos("conv_fwd", algos)[0])
 
     @reg("conv_bwd", "conv_bwd_first_layer")
-    def conv_bwd(dy, x, w, dw, dx=None, wbuf=None, *, k, s=1, p=0, groups=1):
+    def conv_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, *, k, s=1, p=0, groups=1, **algos):
         g = conv_geom(tuple(x.shape), tuple(w.shape), k, s, p, groups)
-        ws = {"wbuf": wbuf} if wbuf is not None else {}
-        ops.conv_wgrad(dy, x, dw, g, ws)
+        ws = _ws({"col": col, "wbuf": wbuf}, ("col", "wbuf"))
+        algo, algo_dgrad, algo_wgrad = _algos("conv_bwd", algos)
+        ops.conv_wgrad(dy, x, dw, g, ws, pick(algo_wgrad, algo))
         if dx is not None:
-            ops.conv_dgrad(dy, w, dx, g, ws)
+            ops.conv_dgrad(dy, w, dx, g, ws, algo=pick(algo_dgrad, algo))
 
     # -- dense, reshapes, copies -------------------------------------------------------------
     @reg("fc_fwd", "fc_inf")
