@@ -28,7 +28,7 @@ from tr_mlir.lowering.cuda import winograd_checks as WC
 torch.set_num_threads(1)
 
 VARIANTS = sorted(W.VARIANTS)
-KERNELS = ("tr_wino_wt", "tr_wino_dwt", "tr_wino_in", "tr_wino_out", "tr_wino_dout")
+KERNELS = ("tr_wino_wt", "tr_wino_dwt", "tr_wino_in", "tr_wino_out")
 
 GEOMS = list(WC.GEOMS)  # n, h, w, c, k, p: 1 to 64 channels, 4x4 / 7x7 / non-square maps, p 0 and 1
 

@@ -10,7 +10,7 @@ Each pass is a few launches over the whole batch, image chunk by image chunk (:f
 * input gradient (:func:`dgrad`): the same on dy zero-padded by 2 - p with the filters rotated by
   180 degrees (``tr_wino_wt`` with ``flip``), ``M[xi] (P x C) = V[xi] (P x K) @ U[xi]``; reads only dy
   and w (dx may be x's buffer), and ``accumulate`` adds into dx (``tr_wino_out``'s beta);
-* weight gradient (:func:`wgrad`): per chunk ``tr_wino_in`` of x and ``tr_wino_dout``
+* weight gradient (:func:`wgrad`): per chunk ``tr_wino_in`` of x and of dy in its adjoint mode
   (dM = A dy A^T), ``dU[xi] (K x C) += dM[xi]^T @ V[xi]`` (the GEMM's split-K atomic mode into a
   zeroed fp32 dU), then ``tr_wino_dwt`` (dw = G^T dU G).
 
@@ -138,7 +138,7 @@ def _forward_pass(ops: GpuOps, pl: Plan, src: Any, w: Any, dst: Any, ws: Mapping
         mm = col[a2 * tiles * pl.cin:a2 * tiles * (pl.cin + pl.cout)]
         ops.ew("tr_wino_in", tiles * pl.cin, *ops.arr(src), ops.p(v), np.int32(n0), np.int32(nimg), np.int32(pl.h),
                np.int32(pl.w), np.int32(pl.cin), np.int32(pl.pad), np.int32(pl.th), np.int32(pl.tw), np.int32(m),
-               touch=(src, v))
+               np.int32(0), touch=(src, v))
         if pl.flip:  # U (K = cin, C = cout) as is
             sb, b_kfast = (pl.cout, 1, pl.cin * pl.cout), False
         else:  # U (K = cout, C = cin) transposed
@@ -186,9 +186,10 @@ def wgrad(ops: GpuOps, dy: Any, x: Any, dw: Any, g: ConvGeom, ws: Mapping[str, A
         dm = col[a2 * tiles * c:a2 * tiles * (c + kk)]
         ops.ew("tr_wino_in", tiles * c, *ops.arr(x), ops.p(v), np.int32(n0), np.int32(nimg), np.int32(pl.h),
                np.int32(pl.w), np.int32(c), np.int32(pl.pad), np.int32(pl.th), np.int32(pl.tw), np.int32(m),
-               touch=(x, v))
-        ops.ew("tr_wino_dout", tiles * kk, *ops.arr(dy), ops.p(dm), np.int32(n0), np.int32(nimg), np.int32(pl.ho),
-               np.int32(pl.wo), np.int32(kk), np.int32(pl.th), np.int32(pl.tw), np.int32(m), touch=(dy, dm))
+               np.int32(0), touch=(x, v))
+        ops.ew("tr_wino_in", tiles * kk, *ops.arr(dy), ops.p(dm), np.int32(n0), np.int32(nimg), np.int32(pl.ho),
+               np.int32(pl.wo), np.int32(kk), np.int32(0), np.int32(pl.th), np.int32(pl.tw), np.int32(m),
+               np.int32(1), touch=(dy, dm))
         ops.gemm(dm, (1, kk, tiles * kk), v, (c, 1, tiles * c), du, (c, 1, kk * c), kk, c, tiles, batch=a2,
                  accumulate_atomic=True, a_kfast=False, b_kfast=False)
     ops.ew("tr_wino_dwt", kk * c, ops.p(du), *ops.arr(dw), np.int32(kk), np.int32(c), np.int32(m), touch=(du, dw))

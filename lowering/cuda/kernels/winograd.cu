@@ -1,6 +1,7 @@
 /* ------------------------------------------------------------------ Winograd F(2x2, 3x3), F(4x4, 3x3) */
-/* The transforms of lowering/cpu/winograd.py (module doc there): U = G w G^T, V = B^T d B, y = A^T M A,
-   and for the weight gradient dM = A dy A^T, dw = G^T dU G; m = 2 or 4, alpha = m + 2. The per-component
+/* The transforms of lowering/cpu/winograd.py (module doc there): U = G w G^T (tr_wino_wt), V = B^T d B
+   (tr_wino_in), y = A^T M A (tr_wino_out), and for the weight gradient dM = A dy A^T (tr_wino_in, adj) and
+   dw = G^T dU G (tr_wino_dwt); m = 2 or 4, alpha = m + 2. The per-component
    GEMMs between them are tr_gemm launches (lowering/cuda/winograd.py). Layouts: U / dU (alpha^2, K, C),
    V (alpha^2, P, Cin), M / dM (alpha^2, P, Cout), P the tiles of an image chunk, tile t = (image, ty, tx)
    row-major; x / y NHWC, w KRSC. The matrices are winograd.transform(m) rounded to fp32 (the tests compare
@@ -113,27 +114,28 @@ TR_GLOBAL void tr_wino_dwt(const float* du, void* dw, int dtdw, int K, int C, in
   }
 }
 
-/* v (alpha^2, P, Cin) = B^T d B, d the alpha x alpha tile of x (N, H, W, Cin) at (m ty - pad, m tx - pad), zero
-   outside x; P = nimg th tw tiles of images n0 ... */
-TR_GLOBAL void tr_wino_in(const void* x, int dtx, float* v, int n0, int nimg, int H, int W, int Cin, int pad, int th,
-                          int tw, int m) {
+/* v (alpha^2, P, nc) = B^T d B, d the alpha x alpha tile of x (N, H, W, nc) at (m ty - pad, m tx - pad), zero
+   outside x, for the P = nimg th tw tiles of images n0 ...; adj (the weight gradient's dM, x = dy, H x W = Ho x Wo,
+   pad 0): A d A^T of the m x m tile at (m ty, m tx) instead. */
+TR_GLOBAL void tr_wino_in(const void* x, int dtx, float* v, int n0, int nimg, int H, int W, int nc, int pad, int th,
+                          int tw, int m, int adj) {
   WinoMats t;
   wino_mats(m, &t);
-  int a = t.a;
+  int a = t.a, size = adj ? m : a;
   i64 P = (i64)nimg * th * tw;
-  GRID_LOOP(i, P * Cin) {
+  GRID_LOOP(i, P * nc) {
     int c, ty, tx;
     i64 tile, n;
-    wino_pair(i, Cin, n0, th, tw, &c, &tile, &n, &ty, &tx);
+    wino_pair(i, nc, n0, th, tw, &c, &tile, &n, &ty, &tx);
     float d[6][6], e[6][6];
-    for (int r = 0; r < a; r++)
-      for (int s = 0; s < a; s++) {
+    for (int r = 0; r < size; r++)
+      for (int s = 0; s < size; s++) {
         int ih = m * ty - pad + r, iw = m * tx - pad + s;
-        d[r][s] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? ldf(x, dtx, ((n * H + ih) * W + iw) * Cin + c) : 0.0f;
+        d[r][s] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? ldf(x, dtx, ((n * H + ih) * W + iw) * nc + c) : 0.0f;
       }
-    wino_sandwich(t.bt, 0, a, a, d, e);
+    wino_sandwich(adj ? t.at : t.bt, adj, a, size, d, e);
     for (int p = 0; p < a; p++)
-      for (int q = 0; q < a; q++) v[((i64)(p * a + q) * P + tile) * Cin + c] = e[p][q];
+      for (int q = 0; q < a; q++) v[((i64)(p * a + q) * P + tile) * nc + c] = e[p][q];
   }
 }
 
@@ -157,28 +159,5 @@ TR_GLOBAL void tr_wino_out(const float* mm, void* y, int dty, int n0, int nimg, 
         i64 o = ((n * Ho + m * ty + u) * Wo + m * tx + vv) * Cout + c;
         stf(y, dty, o, beta != 0.0f ? e[u][vv] + beta * ldf(y, dty, o) : e[u][vv]);
       }
-  }
-}
-
-/* dm (alpha^2, P, K) = A g A^T, g the m x m tile of dy (N, Ho, Wo, K) at (m ty, m tx), zero outside Ho x Wo. */
-TR_GLOBAL void tr_wino_dout(const void* dy, int dtdy, float* dm, int n0, int nimg, int Ho, int Wo, int K, int th,
-                            int tw, int m) {
-  WinoMats t;
-  wino_mats(m, &t);
-  int a = t.a;
-  i64 P = (i64)nimg * th * tw;
-  GRID_LOOP(i, P * K) {
-    int k, ty, tx;
-    i64 tile, n;
-    wino_pair(i, K, n0, th, tw, &k, &tile, &n, &ty, &tx);
-    float d[6][6], e[6][6];
-    for (int u = 0; u < m; u++)
-      for (int vv = 0; vv < m; vv++) {
-        int oh = m * ty + u, ow = m * tx + vv;
-        d[u][vv] = (oh < Ho && ow < Wo) ? ldf(dy, dtdy, ((n * Ho + oh) * Wo + ow) * K + k) : 0.0f;
-      }
-    wino_sandwich(t.at, 1, a, m, d, e);
-    for (int p = 0; p < a; p++)
-      for (int q = 0; q < a; q++) dm[((i64)(p * a + q) * P + tile) * K + k] = e[p][q];
   }
 }
