@@ -65,9 +65,11 @@ error (F(4x4, 3x3): about 5x im2col's, bounded in :mod:`tr_mlir.lowering.cpu.win
 price; ``conv_algo=im2col`` keeps today's numerics exactly. A conv whose rule choice differs between variants (a resolution schedule
 crossing a threshold) records ``auto`` for that direction: the kernel applies today's rule per call.
 
-Target ``cuda``: the CUDA backend has one implementation per direction; the pass records ``auto``
-for every conv (its kernels accept and ignore the params), and refuses any value other than ``auto``
-and ``im2col`` (which already mean that implementation) as a diagnostic.
+Target ``cuda``: the CUDA backend runs an implicit GEMM per direction, or Winograd
+(:mod:`tr_mlir.lowering.cuda.winograd`, the same F(2x2, 3x3) / F(4x4, 3x3) transforms) where a
+Winograd variant is forced (``conv_algo=winograd_4x4_3x3``) and applies; with no cost rule measured
+on a GPU yet, ``auto`` records ``auto`` (the implicit GEMM) for every conv. Other CPU algorithm names
+(``direct``, ``numpy``, ...) are a diagnostic there.
 
 Diagnostics: an unknown value; a Winograd name before those kernels are merged; a forced algorithm
 on a cuda target; an inapplicable algorithm in a layer's request; malformed requests; and phase 1's
@@ -237,9 +239,10 @@ def select(model: ModelOp, ops: list[Operation], plans: Mapping[str, list[tuple[
         problem = check_value(options.policy(d))
         if problem:
             fail(model, f"{pass_name}: {problem}")
-        if target is Target.CUDA and options.policy(d) not in ("auto", "im2col"):
+        if target is Target.CUDA and options.policy(d) not in ("auto", "im2col", *_table().variants):
             fail(model, f"{pass_name}: conv algorithm '{options.policy(d)}' selects CPU kernels; target cuda has "
-                        f"one convolution implementation per direction (use auto)")
+                        f"its implicit GEMM and the Winograd variants (use auto, or "
+                        f"{' / '.join(_table().variants)})")
     for index, op in enumerate(ops):
         geoms: dict[tuple[str, str], list[tuple[str, Any, bool]]] = {}
         for variant, per_layer in plans.items():
@@ -255,8 +258,11 @@ def select(model: ModelOp, ops: list[Operation], plans: Mapping[str, list[tuple[
             asked = request if isinstance(request, str) else (request or {}).get(w, {}).get(name)
             if asked is not None and (problem := check_value(asked)):
                 fail(op, f"'{op.name}' op {REQUEST_ATTR}: {problem}")
-            if target is Target.CUDA:
+            if target is Target.CUDA:  # no cost rule measured on a GPU: the implicit GEMM, or a forced Winograd
+                forced = options.policy(direction)
                 choice = _table().auto
+                if forced in _table().variants and all(_table().algorithms[forced].applicable(g, f) for _, g, f in gs):
+                    choice = forced
             else:
                 choice, why = _resolve(asked or options.policy(direction), gs, direction)
                 if why and asked is not None:

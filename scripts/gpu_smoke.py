@@ -5,7 +5,9 @@ Without a usable GPU (CuPy missing, no driver, no device) it prints one line say
 On a GPU it runs, in order, and exits 1 if any check fails:
 
 1. **kernels**: every case of :func:`tr_mlir.lowering.cuda.checks.cases` (every registry kernel,
-   fp32 and AMP dtypes) through the CUDA backend against the NumPy kernels;
+   fp32 and AMP dtypes) through the CUDA backend against the NumPy kernels, and the CUDA Winograd
+   convs (:func:`tr_mlir.lowering.cuda.winograd_checks.check`: both variants, three directions,
+   fp32 and fp16, against the CPU im2col conv; ``max_error`` there is the ratio to the bound);
 2. **capture**: a small ResNet (``resnet8_cifar``, batch 32) trained for a few steps, one epoch,
    evaluation and prediction through captured CUDA graphs, in fp32 and AMP, against the CPU
    backend on the same data and initialization;
@@ -126,6 +128,16 @@ def check_kernels(report: dict) -> bool:
         except Exception as e:  # a launch failure is a failed case, the others still run
             failed.append({"case": case.label, "exception": f"{type(e).__name__}: {e}"})
             rows.append({"case": case.label, "ok": False})
+    try:  # the CUDA Winograd convs (every algo of conv_fwd / conv_bwd beyond the implicit GEMM)
+        from tr_mlir.lowering.cuda.winograd_checks import check
+
+        for r in check(backend):
+            rows.append({"case": r["case"], "max_error": r["error"], "ok": r["ok"]})
+            if not r["ok"]:
+                failed.append({"case": r["case"], "errors": {"bound_ratio": r["error"]}})
+    except Exception as e:
+        failed.append({"case": "winograd", "exception": f"{type(e).__name__}: {e}"})
+        rows.append({"case": "winograd", "ok": False})
     report["kernels"] = {"cases": len(rows), "failed": failed,
                          "worst": sorted(rows, key=lambda r: -r.get("max_error", 0.0))[:15]}
     _log(f"kernels: {len(rows) - len(failed)}/{len(rows)} cases agree with NumPy")

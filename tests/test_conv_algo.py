@@ -298,6 +298,15 @@ def test_a_cuda_plan_records_auto_and_its_kernels_accept_it():
     mix = conv_algorithms(find_program(task.module)[1])
     assert set(mix["fwd"]) == {"auto"} and set(mix["wgrad"]) == {"auto"}
     assert all(np.isfinite(p).all() for _, p in task.parameters())
-    with pytest.raises(TrMlirError, match="target cuda has one convolution implementation"):
+    with pytest.raises(TrMlirError, match="selects CPU kernels; target cuda has its implicit GEMM"):
         Task("resnet_tiny", (8, 8, 1), 10, 8, fuse=True, conv_algo="direct",
              device=CudaBackend(emu.EmulatedDevice())).compile()
+    # a forced Winograd variant runs the CUDA Winograd kernels (lowering/cuda/winograd.py) with
+    # their planned scratch, and trains like the CPU's Winograd (fp32 rounding apart)
+    gpu = _trained("resnet_tiny", (8, 8, 1), steps=2, fuse=True, conv_algo="winograd_4x4_3x3",
+                   device=CudaBackend(emu.EmulatedDevice()))
+    mix = conv_algorithms(find_program(gpu.module)[1])
+    assert "winograd_4x4_3x3" in mix["fwd"] and "winograd_4x4_3x3" in mix["wgrad"]
+    cpu = _trained("resnet_tiny", (8, 8, 1), steps=2, fuse=True, conv_algo="winograd_4x4_3x3")
+    for (name, a), (_, b) in zip(gpu.parameters(), cpu.parameters()):
+        np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-4, err_msg=name)

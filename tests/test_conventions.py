@@ -82,6 +82,7 @@ PRIVATE_IMPORTS: dict[tuple[str, str], str] = {
         "of lowering/cpu/_util.py)",
     ("lowering/cuda/blocks.py", "tr_mlir.lowering.cpu._util"): "as lowering/cuda/ops.py",
     ("lowering/cuda/impls.py", "tr_mlir.lowering.cpu._util"): "as lowering/cuda/ops.py",
+    ("lowering/cuda/winograd.py", "tr_mlir.lowering.cpu._util"): "as lowering/cuda/ops.py",
 }
 """The private imports that cross a package boundary today, with the reason."""
 

@@ -52,7 +52,7 @@
 // WINO-NEXT:      arch.basic_block_identity %1 out_ch = 64 {conv_algo = {c1_conv_weight = {algo = "winograd_4x4_3x3", algo_dgrad = "winograd_4x4_3x3", algo_wgrad = "winograd_4x4_3x3"}, c2_conv_weight = {algo = "winograd_4x4_3x3", algo_dgrad = "winograd_4x4_3x3", algo_wgrad = "winograd_4x4_3x3"}}}
 // WINO-NEXT:      arch.conv %2 out_ch = 64 k = 1 {conv_algo = {conv_weight = {algo = "pointwise", algo_dgrad = "pointwise", algo_wgrad = "pointwise"}}}
 // WINO-NEXT:      arch.conv %3 out_ch = 64 k = 3 p = 1 groups = 64 {conv_algo = {conv_weight = {algo = "depthwise", algo_dgrad = "depthwise", algo_wgrad = "depthwise"}}}
-// CUDAFORCED: memplan-select-conv-algo: conv algorithm 'direct' selects CPU kernels; target cuda has one convolution implementation per direction (use auto)
+// CUDAFORCED: memplan-select-conv-algo: conv algorithm 'direct' selects CPU kernels; target cuda has its implicit GEMM and the Winograd variants (use auto, or winograd_2x2_3x3 / winograd_4x4_3x3)
 // Through memplan-compile the choices reach the graphs' params tables, and phase 1 sizes the
 // workspaces for them: the direct kernels' scratch (ws_tmp) is planned with the default rule, not
 // with numpy (the depthwise conv needs a tmp of its output's size: 8*16*16*64).

@@ -819,8 +819,25 @@ CONV_ALGORITHMS = AlgorithmTable(auto=AUTO, directions=DIRECTIONS, algorithms=AL
 through the kernel spec: :attr:`KernelSpec.algorithms`)."""
 
 
+def _ws_fwd_on_cuda(arrays: dict[str, ArrayInfo], **params: Any) -> dict[str, ArrayInfo]:
+    """The CUDA forward's workspaces: none for its implicit GEMM, the Winograd scratch when ``algo``
+    selects it (:func:`tr_mlir.lowering.cuda.winograd.ws_fwd_cuda`; imported here, not at module
+    load: that module builds on this one)."""
+    from tr_mlir.lowering.cuda.winograd import ws_fwd_cuda
+
+    return ws_fwd_cuda(arrays, **params)
+
+
+def _ws_bwd_on_cuda(arrays: dict[str, ArrayInfo], **params: Any) -> dict[str, ArrayInfo]:
+    """The CUDA backward's workspaces (:func:`tr_mlir.lowering.cuda.winograd.ws_bwd_cuda`: the fp16
+    dw accumulator of :func:`ws_bwd_cuda`, and the Winograd scratch of the directions that run it)."""
+    from tr_mlir.lowering.cuda.winograd import ws_bwd_cuda as rule
+
+    return rule(arrays, **params)
+
+
 @kernel("conv_fwd", writes=("y",), workspaces=WORKSPACES, workspace_fn=_ws_fwd,
-        target_workspace_fns={CUDA: None}, also=("conv_inf",), algorithms=CONV_ALGORITHMS)
+        target_workspace_fns={CUDA: _ws_fwd_on_cuda}, also=("conv_inf",), algorithms=CONV_ALGORITHMS)
 def conv_fwd(x, w, y, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1, p: int = 0,
              groups: int = 1, algo: str = AUTO) -> None:
     """Convolution forward (and inference): ``y = conv2d(x, w, stride s, padding p, groups)``.
@@ -838,7 +855,7 @@ def conv_fwd(x, w, y, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k:
 
 
 @kernel("conv_bwd", writes=("dx", "dw"), workspaces=WORKSPACES, workspace_fn=_ws_bwd,
-        target_workspace_fns={CUDA: ws_bwd_cuda}, also=("conv_bwd_first_layer",), algorithms=CONV_ALGORITHMS)
+        target_workspace_fns={CUDA: _ws_bwd_on_cuda}, also=("conv_bwd_first_layer",), algorithms=CONV_ALGORITHMS)
 def conv_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1,
              p: int = 0, groups: int = 1, algo_dgrad: str = AUTO, algo_wgrad: str = AUTO) -> None:
     """Convolution backward: ``dw`` (overwritten) from dy and x, then ``dx`` from dy and w.

@@ -22,7 +22,9 @@ recommend cuDNN Frontend graphs on arena pointers; that path needs a wheel that 
 image (``nvidia-cudnn-frontend``), per-shape graph builds and plan caches, and it cannot be
 compiled, run or tested at all without a GPU. This backend instead uses implicit-GEMM kernels of
 its own (``tr_conv_fwd`` / ``tr_conv_dgrad`` / ``tr_conv_wgrad``, a tiled ``tr_gemm`` for FC and
-1x1 convolutions, direct depthwise kernels, BN as column sums plus element-wise passes): they are
+1x1 convolutions, direct depthwise kernels, Winograd transforms around batched ``tr_gemm`` for 3x3
+stride-1 convolutions whose ``algo`` selects it (:mod:`.winograd`), BN as column sums plus
+element-wise passes): they are
 capture-safe by construction (no library handles, no hidden workspaces or allocations, every
 pointer in the arena), they compile with NVRTC on a CPU machine, and they run there under the
 emulator against the NumPy reference, so every kernel is tested in CI. The price is speed: the

@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-
 from tr_mlir.dialects.kernels import KernelId, kernel_id
 from tr_mlir.lowering.cpu import KERNELS, KernelSpec
 from tr_mlir.lowering.cpu._util import F32, flat
@@ -28,9 +27,8 @@ from tr_mlir.lowering.cpu.activation import ACTIVATIONS
 from tr_mlir.lowering.cpu.conv import conv_geom
 from tr_mlir.lowering.cpu.fused import BLOCKS, Layout
 from tr_mlir.lowering.cuda.blocks import block_backward, block_forward, block_inference
-from tr_mlir.lowering.cuda.ops import F16, GpuOps, I32
+from tr_mlir.lowering.cuda.ops import F16, I32, GpuOps
 from tr_mlir.lowering.cuda.sources import BLOCK
-
 
 # --------------------------------------------------------------------------------------
 # The kernel table: KernelId -> GPU launcher (the arguments it reads, by the spec's names)
@@ -71,23 +69,25 @@ def _impls(ops: GpuOps) -> dict[KernelId, Impl]:
         return deco
 
     # -- conv ------------------------------------------------------------------------------
-    # The CPU kernels' algorithm params (algo, algo_dgrad, algo_wgrad: lowering/cpu/conv.py) are
-    # accepted and ignored: the CUDA backend has one implementation per direction (GpuOps), and
-    # memplan-select-conv-algo records "auto" for a cuda plan.
+    # The algorithm params (algo, algo_dgrad, algo_wgrad; lowering/cpu/conv.py): a Winograd variant
+    # runs lowering/cuda/winograd.py where it applies, anything else the implicit GEMM (GpuOps);
+    # memplan-select-conv-algo records "auto" for a cuda plan unless a Winograd variant is forced.
     @reg("conv_fwd", "conv_inf")
-    def conv_fwd(x, w, y, *, k, s=1, p=0, groups=1, algo="auto"):
+    def conv_fwd(x, w, y, col=None, wbuf=None, *, k, s=1, p=0, groups=1, algo="auto"):
         g = conv_geom(tuple(x.shape), tuple(w.shape), k, s, p, groups)
         if tuple(y.shape) != g.y_shape:
             raise ValueError(f"expected conv output of shape {g.y_shape}, got {tuple(y.shape)}")
-        ops.conv_forward(x, w, y, g, {})
+        ws = _ws({"col": col, "wbuf": wbuf}, ("col", "wbuf"))
+        ops.conv_forward(x, w, y, g, ws, algo)
 
     @reg("conv_bwd", "conv_bwd_first_layer")
-    def conv_bwd(dy, x, w, dw, dx=None, wbuf=None, *, k, s=1, p=0, groups=1, algo_dgrad="auto", algo_wgrad="auto"):
+    def conv_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, *, k, s=1, p=0, groups=1, algo_dgrad="auto",
+                 algo_wgrad="auto"):
         g = conv_geom(tuple(x.shape), tuple(w.shape), k, s, p, groups)
-        ws = {"wbuf": wbuf} if wbuf is not None else {}
-        ops.conv_wgrad(dy, x, dw, g, ws)
+        ws = _ws({"col": col, "wbuf": wbuf}, ("col", "wbuf"))
+        ops.conv_wgrad(dy, x, dw, g, ws, algo_wgrad)
         if dx is not None:
-            ops.conv_dgrad(dy, w, dx, g, ws)
+            ops.conv_dgrad(dy, w, dx, g, ws, algo=algo_dgrad)
 
     # -- dense, reshapes, copies -------------------------------------------------------------
     @reg("fc_fwd", "fc_inf")

@@ -12,6 +12,7 @@ import numpy as np
 from tr_mlir.lowering.cpu._util import F32, nhwc, take
 from tr_mlir.lowering.cpu.conv import ConvGeom
 from tr_mlir.lowering.cpu.window import window
+from tr_mlir.lowering.cuda import winograd
 from tr_mlir.lowering.cuda.device import CudaDevice
 from tr_mlir.lowering.cuda.sources import BLOCK, DTYPE_CODES
 
@@ -176,8 +177,14 @@ class GpuOps:
         return (np.int32(g.n), np.int32(w.h), np.int32(w.w), np.int32(g.c), np.int32(w.ho), np.int32(w.wo),
                 np.int32(w.k), np.int32(w.s), np.int32(w.p))
 
-    def conv_forward(self, x: Any, w: Any, y: Any, g: ConvGeom, ws: Mapping[str, Any]) -> None:
-        """y = conv(x, w) (geometry ``g``); workspaces unused (implicit GEMM)."""
+    def conv_forward(self, x: Any, w: Any, y: Any, g: ConvGeom, ws: Mapping[str, Any],
+                     algo: str | None = None) -> None:
+        """y = conv(x, w) (geometry ``g``); workspaces unused (implicit GEMM), or, when ``algo``
+        selects Winograd (:func:`.winograd.variant_for`), ``wbuf`` and ``col`` (:mod:`.winograd`)."""
+        variant = winograd.variant_for(g, algo)
+        if variant is not None:
+            winograd.forward(self, x, w, y, g, ws, variant)
+            return
         meth = g.method
         if meth == "pointwise":
             self.gemm(x, (g.c, 1, 0), w, (1, g.c, 0), y, (g.k_out, 1, 0), g.m, g.k_out, g.c)
@@ -189,8 +196,14 @@ class GpuOps:
             self.dev.launch("tr_conv_fwd", grid, (BLOCK,), (*self.arr(x), *self.arr(w), *self.arr(y),
                                                             *self._conv_args(g)), self.ext(x, w, y))
 
-    def conv_wgrad(self, dy: Any, x: Any, dw: Any, g: ConvGeom, ws: Mapping[str, Any]) -> None:
-        """dw = dL/dw (overwritten), accumulated in fp32 (dw itself, or the ``wbuf`` workspace)."""
+    def conv_wgrad(self, dy: Any, x: Any, dw: Any, g: ConvGeom, ws: Mapping[str, Any],
+                   algo: str | None = None) -> None:
+        """dw = dL/dw (overwritten), accumulated in fp32 (dw itself, or the ``wbuf`` workspace);
+        ``algo`` as in :meth:`conv_forward`."""
+        variant = winograd.variant_for(g, algo)
+        if variant is not None:
+            winograd.wgrad(self, dy, x, dw, g, ws, variant)
+            return
         acc = dw if dw.dtype == F32 else take(ws.get("wbuf"), g.w_shape)
         self.zero(acc)
         meth = g.method
@@ -214,8 +227,13 @@ class GpuOps:
             self.convert(dw, acc)
 
     def conv_dgrad(self, dy: Any, w: Any, dx: Any, g: ConvGeom, ws: Mapping[str, Any],
-                   accumulate: bool = False) -> None:
-        """dx = dL/dx (``accumulate``: dx += dL/dx); dx may be x's buffer (x is not read)."""
+                   accumulate: bool = False, algo: str | None = None) -> None:
+        """dx = dL/dx (``accumulate``: dx += dL/dx); dx may be x's buffer (x is not read);
+        ``algo`` as in :meth:`conv_forward`."""
+        variant = winograd.variant_for(g, algo)
+        if variant is not None:
+            winograd.dgrad(self, dy, w, dx, g, ws, variant, accumulate)
+            return
         beta = 1.0 if accumulate else 0.0
         meth = g.method
         if meth == "pointwise":

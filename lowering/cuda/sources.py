@@ -64,6 +64,7 @@ KERNEL_FILES: tuple[str, ...] = (
     "dropout.cu",  # dropout masks (NumPy's Philox4x64-10)
     "gemm.cu",  # the tiled GEMM, its operand views (strided, im2col, dgrad), tr_gemm
     "conv.cu",  # implicit-GEMM conv fwd / dgrad / wgrad, depthwise conv
+    "winograd.cu",  # Winograd F(2x2, 3x3) / F(4x4, 3x3) transforms (the GEMMs are tr_gemm)
 )
 """The ``.cu`` files of ``kernels/`` that make up :data:`KERNELS_CU`, in order (one module: later
 files use the helpers of earlier ones)."""
