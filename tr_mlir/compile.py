@@ -81,6 +81,7 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
     cbrp: bool = False,
     name: str = "model",
     reuse: bool = True,
+    conv_algo: str = "auto",
 ) -> ModuleOp:
     """Compile a BluePrint to its memplan program (``tr-compile``: ArchPlan, phases 1..5, atlas).
 
@@ -103,6 +104,9 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
         name: symbol name of the ``arch.model``.
         reuse: place transient DTensors by lifetime (``memplan-assign-offsets``); ``False``
             keeps the seed's one slot per DTensor.
+        conv_algo: the convolution algorithms (``memplan-select-conv-algo``): ``auto`` (its cost
+            rule, Winograd included), ``im2col`` (the rule before it, same numerics), ``numpy``, or
+            one algorithm forced where it applies.
 
     Returns:
         A verified ``builtin.module`` with the flat ``arch.model`` and its ``memplan.program``
@@ -125,7 +129,7 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
                        ("train_res_end", train_res_end), ("val_res", val_res)):
         if value is not None or key in ("batch_size", "train_size", "val_size", "world_size"):
             check_int("compile", key, value)
-    for key, value in (("optimizer", optimizer), ("target", target)):
+    for key, value in (("optimizer", optimizer), ("target", target), ("conv_algo", conv_algo)):
         if not isinstance(value, str):
             raise BluePrintTypeError(f"compile: {key} must be a str, got {type(value).__name__} {value!r}")
     check_bool("compile", "cbrp", cbrp)
@@ -134,7 +138,7 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
     TrCompilePass(
         cbrp=cbrp, batch_size=batch_size, train_size=train_size, val_size=val_size, train_res=train_res,
         train_res_end=train_res_end, val_res=val_res, world_size=world_size, optimizer=optimizer,
-        target=target, reuse=reuse,
+        target=target, reuse=reuse, conv_algo=conv_algo,
     ).apply(make_context(), module)
     module.verify()
     return module
