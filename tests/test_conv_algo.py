@@ -28,7 +28,6 @@ from tr_mlir.lowering.executable import find_program
 from tr_mlir.memplan_summary import conv_algorithms
 from tr_mlir.passes import memplan_select_conv_algo as S
 from tr_mlir.passes.memplan_select_conv_algo import MemplanSelectConvAlgoPass
-from tr_mlir.passes.tr_compile import TrCompilePass
 
 needs_cc = pytest.mark.skipif(not available(), reason="no working C compiler: the direct kernels fall back to NumPy")
 
