@@ -215,7 +215,9 @@ def test_training_step_replays_without_allocations():
     assert smallest >= 512 * 1024
     assert peak32 <= 6 * chunk and peak32 < smallest // 2, f"a step allocated up to {peak32} bytes"
     assert peak32 <= peak8 + 16 * 1024, (peak8, peak32)
-    assert held8 < 4096 and held32 < 4096
+    # what stays allocated is a few KiB of small Python objects (kernel-thread hand-offs, the C
+    # kernels' call arguments: 3-6.5 KiB measured, varying run to run), never a chunk or an activation
+    assert held8 < 16 * 1024 and held32 < 16 * 1024, (held8, held32)
 
 
 # --------------------------------------------------------------------------------------

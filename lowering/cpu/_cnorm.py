@@ -100,6 +100,12 @@ def _fn(name: str, c: int) -> ctypes._CFuncPtr:
     return _cc.function(source(c), name, _ARGS[name])
 
 
+def _ptr(a: np.ndarray) -> int:
+    """The data address of ``a`` (through the array interface: ``a.ctypes`` builds helper objects
+    that outlive the call, which a replayed step must not leave behind)."""
+    return a.__array_interface__["data"][0]
+
+
 def usable(*arrays: np.ndarray | None) -> bool:
     """Whether a batch-norm call can run here: a usable C compiler (:func:`._cc.available`, so
     ``TR_MLIR_CC=0`` forces NumPy) and every given array (the caller's own, before any reshape)
@@ -127,8 +133,8 @@ def _sums(name: str, arrays: tuple[np.ndarray, ...], m: int, c: int) -> tuple[np
     bounds = _bounds(m, c)
     parts = np.empty((len(bounds) - 1, 2, c), dtype=np.float64)
     fn = _fn(name, c)
-    ptrs = tuple(a.ctypes.data for a in arrays)
-    _rows(bounds, lambda w, r0, r1: fn(*ptrs, parts[w, 0].ctypes.data, parts[w, 1].ctypes.data, r0, r1))
+    ptrs = tuple(_ptr(a) for a in arrays)
+    _rows(bounds, lambda w, r0, r1: fn(*ptrs, _ptr(parts[w, 0]), _ptr(parts[w, 1]), r0, r1))
     total = parts[0].copy()
     for w in range(1, parts.shape[0]):
         total += parts[w]
@@ -150,7 +156,7 @@ def apply(x: np.ndarray, y: np.ndarray, scale: np.ndarray, shift: np.ndarray) ->
     """``y = x * scale + shift`` per channel; x, y fp32 (M, C) (y may be x), scale and shift fp32 (C,)."""
     m, c = x.shape
     fn = _fn("bn_apply", c)
-    px, py, ps, pb = x.ctypes.data, y.ctypes.data, scale.ctypes.data, shift.ctypes.data
+    px, py, ps, pb = _ptr(x), _ptr(y), _ptr(scale), _ptr(shift)
     _rows(_bounds(m, c), lambda w, r0, r1: fn(px, py, ps, pb, r0, r1))
 
 
@@ -167,6 +173,5 @@ def input_grad(dy: np.ndarray, x: np.ndarray, dx: np.ndarray, a: np.ndarray, b: 
     fp32 (C,) coefficients."""
     m, c = x.shape
     fn = _fn("bn_bwd_dx", c)
-    ptrs = (dy.ctypes.data, x.ctypes.data, dx.ctypes.data, a.ctypes.data, b.ctypes.data, mu.ctypes.data,
-            c0.ctypes.data)
+    ptrs = tuple(_ptr(v) for v in (dy, x, dx, a, b, mu, c0))
     _rows(_bounds(m, c), lambda w, r0, r1: fn(*ptrs, r0, r1))
