@@ -86,7 +86,7 @@ def round_trip(module) -> dict[str, Any]:
     from xdsl.printer import Printer
 
     from tr_mlir.compile import make_context
-    from tr_mlir.tools.tr_opt import TrParser
+    from tr_mlir.tools.opt_parser import TrParser
 
     t0 = time.perf_counter()
     buf = io.StringIO()

@@ -562,7 +562,7 @@ def _nested(depth: int) -> Layer:
 def test_emit_nesting_limit_matches_tr_opt():
     """The deepest tree emit accepts prints and parses back in tr-opt; one level more (or a
     nesting that overflows Python's recursion, which emit used to raise) is a BluePrintError."""
-    from tr_mlir.tools.tr_opt import TrParser
+    from tr_mlir.tools.opt_parser import TrParser
 
     module = emit(_nested(bp.MAX_NESTING), (8, 8, 3), num_classes=3)
     text = str(module)

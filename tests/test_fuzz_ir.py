@@ -46,7 +46,8 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 from tr_mlir.passes import PASSES, get_all_passes
-from tr_mlir.tools.tr_opt import _option_hints, _option_types, main
+from tr_mlir.tools.opt_pipeline import option_hints, option_types
+from tr_mlir.tools.tr_opt import main
 
 EXAMPLES_ENV = "TR_MLIR_FUZZ_EXAMPLES"
 CI_EXAMPLES = 200
@@ -321,7 +322,7 @@ def test_fuzz_mutated_examples(case, args):
 # Random pass pipelines
 # --------------------------------------------------------------------------------------
 
-PASS_OPTIONS = {name: _option_hints(factory()) for name, factory in get_all_passes().items()}
+PASS_OPTIONS = {name: option_hints(factory()) for name, factory in get_all_passes().items()}
 """Pass name -> {option: type hint} (``bool | None`` ...)."""
 
 EDGE_INTS = ["0", "-1", "-3", "9223372036854775807", "9223372036854775808", "-9223372036854775809",
@@ -336,7 +337,7 @@ SPEC = ("batch_size", "train_size", "val_size")
 def option_value(hint, valid: bool) -> st.SearchStrategy[str]:
     """Values for an option of type ``hint``: of its type (small and plausible, sometimes huge or
     negative), and unless ``valid`` sometimes of another type or odd text."""
-    types = _option_types(hint)
+    types = option_types(hint)
     if bool in types:
         typed = st.sampled_from(["true", "false"])
     elif int in types:

@@ -24,16 +24,10 @@ from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 import tr_mlir.passes
 from tr_mlir.dialects.arch import ModelOp, OutputOp, ReluOp, SeqOp, YieldOp, nhwc_type
-from tr_mlir.tools import tr_opt
-from tr_mlir.tools.tr_opt import (
-    MAX_INTEGER_WIDTH,
-    MAX_REGION_DEPTH,
-    DominanceError,
-    PipelineSyntaxError,
-    TrOptMain,
-    check_dominance,
-    mlir_pipeline_to_xdsl,
-)
+from tr_mlir.tools import opt_parser, tr_opt
+from tr_mlir.tools.opt_parser import MAX_INTEGER_WIDTH, MAX_REGION_DEPTH, DominanceError, check_dominance
+from tr_mlir.tools.opt_pipeline import PipelineSyntaxError, mlir_pipeline_to_xdsl
+from tr_mlir.tools.tr_opt import TrOptMain
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -614,17 +608,17 @@ def test_numbers_in_range(tmp_path: Path, capsys) -> None:
 def test_literal_problem() -> None:
     from xdsl.dialects.builtin import ComplexType, IndexType, bf16, f32, f64, i8, i64
 
-    assert tr_opt.literal_problem(127, i8) is None and tr_opt.literal_problem(255, i8) is None
-    assert tr_opt.literal_problem(256, i8) == "i8 holds -128 to 255"
-    assert tr_opt.literal_problem(-(1 << 63), IndexType()) is None
-    assert tr_opt.literal_problem(1 << 63, IndexType()) is not None
-    assert tr_opt.literal_problem((1 << 64) - 1, i64) is None  # signless: the unsigned values too
-    assert tr_opt.literal_problem(3.4028234663852886e38, f32) is None
-    assert tr_opt.literal_problem(3.5e38, f32) == "it is above the largest finite f32"
-    assert tr_opt.literal_problem(3.5e38, bf16) == "it is above the largest finite bf16"
-    assert tr_opt.literal_problem(10 ** 400, f64) is not None  # no float holds it
-    assert tr_opt.literal_problem((1.0, 1e39), ComplexType(f32)) is not None
-    assert tr_opt.literal_problem(1.0, i8) is None  # not an integer literal: xDSL's own error
+    assert opt_parser.literal_problem(127, i8) is None and opt_parser.literal_problem(255, i8) is None
+    assert opt_parser.literal_problem(256, i8) == "i8 holds -128 to 255"
+    assert opt_parser.literal_problem(-(1 << 63), IndexType()) is None
+    assert opt_parser.literal_problem(1 << 63, IndexType()) is not None
+    assert opt_parser.literal_problem((1 << 64) - 1, i64) is None  # signless: the unsigned values too
+    assert opt_parser.literal_problem(3.4028234663852886e38, f32) is None
+    assert opt_parser.literal_problem(3.5e38, f32) == "it is above the largest finite f32"
+    assert opt_parser.literal_problem(3.5e38, bf16) == "it is above the largest finite bf16"
+    assert opt_parser.literal_problem(10 ** 400, f64) is not None  # no float holds it
+    assert opt_parser.literal_problem((1.0, 1e39), ComplexType(f32)) is not None
+    assert opt_parser.literal_problem(1.0, i8) is None  # not an integer literal: xDSL's own error
 
 
 # --------------------------------------------------------------------------------------

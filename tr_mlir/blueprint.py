@@ -920,7 +920,7 @@ _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*")
 
 MAX_NESTING = 63
 """Deepest nesting of ``seq`` / ``add2`` / ``repeat`` that :func:`emit` accepts: each is a region,
-and with the model body that makes 64, what ``tr-opt`` parses (``tr_opt.MAX_REGION_DEPTH``; xDSL's
+and with the model body that makes 64, what ``tr-opt`` parses (``opt_parser.MAX_REGION_DEPTH``; xDSL's
 recursive printer and parser fail not far beyond)."""
 
 MAX_EMITTED_OPS = 100_000
