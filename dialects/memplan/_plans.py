@@ -16,7 +16,6 @@ from tr_mlir.dialects.memplan._vocab import (  # noqa: F401
     INIT_RULES,
     NUM_GRAPH_IDS,
     NUM_REGIONS,
-    RANGE_OPS,
     TRANSIENT_REGIONS,
     VARIANTS,
     WORKSPACE_PREFIX,
@@ -578,7 +577,7 @@ class PlanOp(_ProgramChild):
                                       f"and {i2} starting at {o2} in {r.name}")
 
     def _verify_correspondence(self) -> None:
-        bases, sizes = _ints(self.region_bases), _ints(self.region_sizes)
+        bases = _ints(self.region_bases)
         members: dict[MemRegion, list[DTensor]] = {}
         for t in self.tensors():
             if t.slot:

@@ -332,18 +332,16 @@ _SHAPE_DEPENDENT = frozenset({
 })
 NUM_GRAPH_IDS = len(GraphId)
 
-RANGE_OPS: tuple[str, ...] = (
-    "RANGE_H2D_COPY_A", "RANGE_H2D_COPY_B", "RANGE_H2D_COPY_DTENSOR", "RANGE_BN_STATS_ALLREDUCE",
-    "RANGE_UPDATE_BIAS_SGD", "RANGE_UPDATE_BIAS_MOMENTUM", "RANGE_UPDATE_BIAS_NESTEROV",
-    "RANGE_UPDATE_BIAS_ADAM", "RANGE_UPDATE_WEIGHT_SGD", "RANGE_UPDATE_WEIGHT_MOMENTUM",
-    "RANGE_UPDATE_WEIGHT_NESTEROV", "RANGE_UPDATE_WEIGHT_ADAM", "RANGE_UPDATE_WEIGHT_ADAMW",
-    "RANGE_EMA_PARAM_UPDATE", "RANGE_SEMA_SWITCH", "RANGE_CLEAR", "RANGE_D2D_COPY",
-    "RANGE_CAST_FP32_TO_FP16", "RANGE_CAST_FP16_TO_FP32", "RANGE_SUM_ALLREDUCE",
-    "RANGE_MEAN_ALLREDUCE", "RANGE_CHECK_NAN", "RANGE_GRAD_SCALING", "RANGE_ACCUM_METRICS",
-)
-"""The 24 range ops (facts sheet section 9). A node whose op is one of these is a RANGE node;
-every other node is a COMPUTE node (its op name is checked against the kernel registry by the
-backend, not here)."""
+RANGE_PREFIX = "RANGE_"
+"""A node whose op name starts with this is a RANGE node: it works on closed intervals of memory
+regions (the seed's 24 range ops, facts sheet section 9, and any a plugin registers, e.g.
+``RANGE_TEST_SCALE``); every other node is a COMPUTE node over DTensor ids. Which arguments of a
+range op take spans is its operand row's (:class:`tr_mlir.dialects.kernels.Operands`)."""
+
+
+def is_range_op(op: str) -> bool:
+    """Whether node op ``op`` is a RANGE node (:data:`RANGE_PREFIX`)."""
+    return op.startswith(RANGE_PREFIX)
 
 
 INIT_RULES: tuple[str, ...] = (

@@ -467,7 +467,7 @@ builtin.module {
     }
   }
 }
-// CHECK: 'memplan.nodes' op expected COMPUTE node 0 (CLEAR) to have no region spans (only the 24 RANGE_* ops take spans)
+// CHECK: 'memplan.nodes' op expected COMPUTE node 0 (CLEAR) to have no region spans (only RANGE_* ops take spans)
 
 // -----
 
