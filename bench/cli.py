@@ -57,7 +57,7 @@ def _modes() -> dict[str, Mode]:
     return {
         "smoke": Mode(("mlp",), ("mlp",), ("mlp",), warmup=1, rounds=1, steps={"mlp": 2}, peak_n=256,
                       memory_models=("mlp",), torch_peak_models=("mlp",), tr_peak_models=("mlp",)),
-        "quick": Mode(ZOO_MODELS, ("mlp", "lenet5", "resnet18", "resnet50"), tp, warmup=2, rounds=3,
+        "quick": Mode(ZOO_MODELS, ("mlp", "lenet5", "resnet18", "resnet50"), tp, warmup=2, rounds=5,
                       steps={"mlp": 6, "lenet5": 6, "resnet18_cifar": 2, "resnet18_cifar_unfused": 2, "resnet50": 1,
                              "mobilenet_v2": 3}, memory_models=mem,
                       torch_peak_models=("mlp", "lenet5", "resnet18_cifar", "resnet18", "resnet50"),

@@ -57,17 +57,26 @@ def throughput_table(t: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def _pairs(m: dict[str, Any]) -> str:
+    """The median and range of a model's per-pair ratios (``round_ratios``; "-" in older results)."""
+    r = m.get("round_ratios")
+    if not r:
+        return "-"
+    return f"{m['median_round_ratio']:.2f} [{min(r):.2f}, {max(r):.2f}]"
+
+
 def _throughput_one(t: dict[str, Any]) -> str:
     peak = t["gemm_peak"]
     rows = [[m["model"], str(m["batch"]), f"{m['tr_mlir_images_per_s']:,.0f}", f"{m['torch_images_per_s']:,.0f}",
-             f"**{m['ratio']:.2f}**", f"{m['best_ratio']:.2f}", f"{m['step_flops'] / 1e9:.2f}",
+             f"**{m['ratio']:.2f}**", _pairs(m), f"{m['best_ratio']:.2f}", f"{m['step_flops'] / 1e9:.2f}",
              f"{m['tr_mlir_step_s'] * 1e3:.1f} / {m['torch_step_s'] * 1e3:.1f}",
              f"{m['tr_mlir_best_step_s'] * 1e3:.1f} / {m['torch_best_step_s'] * 1e3:.1f}",
              f"{100 * m['tr_mlir_peak_fraction']:.0f}%", f"{100 * m['torch_peak_fraction']:.0f}%",
              str(m["timed_steps"])] for m in t["models"]]
     blas = ", ".join(f"{b.get('prefix')} {b.get('version') or ''} {b.get('architecture') or ''}".strip()
                      for b in t["blas"])
-    return (_t(rows, ["model", "batch", "tr-mlir img/s", "PyTorch img/s", "ratio (median)", "ratio (best step)",
+    return (_t(rows, ["model", "batch", "tr-mlir img/s", "PyTorch img/s", "ratio (median)",
+                      "ratio per pair: median [min, max]", "ratio (best step)",
                       "GFLOP/step", "median step ms (tr-mlir / torch)", "best step ms", "tr-mlir % of peak",
                       "torch % of peak", "timed steps"])
             + f"\n\n{t['threads']} thread(s). fp32 GEMM peak ({peak['n']}^3, best before/after the models): "

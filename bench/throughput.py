@@ -10,7 +10,9 @@ backward, optimizer), returning the loss as a Python float. One PyTorch step is
 ``opt.zero_grad(); loss = F.cross_entropy(model(x), y); loss.backward(); opt.step(); loss.item()``
 on NCHW tensors made once. After warm-up steps, the two sides are timed in alternating rounds
 (so a change in machine load hits both), every step on its own; the figure is the median step
-time, reported as images/s, and the ratio tr-mlir / PyTorch of the images/s.
+time, reported as images/s, and the ratio tr-mlir / PyTorch of the images/s. Each round is one
+pair (a block of tr-mlir steps, then a block of PyTorch steps): ``round_ratios`` holds the ratio of
+each pair's medians, and its median and range are the spread the report gives.
 
 GEMM efficiency: the FLOPs of one step count the multiply-adds of conv and FC layers only (2
 FLOPs each): forward, input gradient (not for the first layer) and weight gradient, from the
@@ -146,9 +148,12 @@ def measure(m: BenchModel, *, warmup: int, rounds: int, steps: int, fuse: bool |
         ref.step()
     t_ours: list[float] = []
     t_ref: list[float] = []
+    round_ratios: list[float] = []
     for _ in range(rounds):
+        o0, r0 = len(t_ours), len(t_ref)
         _timed(ours.step, steps, t_ours)
         _timed(ref.step, steps, t_ref)
+        round_ratios.append(statistics.median(t_ref[r0:]) / statistics.median(t_ours[o0:]))
     med_o, med_r = statistics.median(t_ours), statistics.median(t_ref)
     flops = step_flops(ref.net, m.input_shape, m.batch)
     return {
@@ -156,6 +161,7 @@ def measure(m: BenchModel, *, warmup: int, rounds: int, steps: int, fuse: bool |
         "tr_mlir_step_s": med_o, "torch_step_s": med_r,
         "tr_mlir_images_per_s": m.batch / med_o, "torch_images_per_s": m.batch / med_r,
         "ratio": med_r / med_o, "best_ratio": min(t_ref) / min(t_ours),
+        "round_ratios": round_ratios, "median_round_ratio": statistics.median(round_ratios),
         "tr_mlir_best_step_s": min(t_ours), "torch_best_step_s": min(t_ref), "step_flops": flops,
         "tr_mlir_gflops": flops / med_o / 1e9, "torch_gflops": flops / med_r / 1e9,
         "first_loss": first, "timed_steps": len(t_ours),

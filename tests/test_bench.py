@@ -57,6 +57,9 @@ def test_smoke_writes_json_with_documented_keys(smoke):
     assert m["model"] == "mlp" and m["batch"] == 200
     assert m["tr_mlir_images_per_s"] > 0 and m["torch_images_per_s"] > 0
     assert m["ratio"] == pytest.approx(m["tr_mlir_images_per_s"] / m["torch_images_per_s"])
+    # one pair per round: the smoke mode has one round of 2 steps a side
+    (pair,) = m["round_ratios"]
+    assert pair == pytest.approx(m["median_round_ratio"]) == pytest.approx(m["ratio"])
     # the seed's MLP: 784-1024-512-256-10, forward 2*200*(784*1024+1024*512+512*256+256*10), x3 less the
     # first layer's input gradient
     fwd = 2 * 200 * (784 * 1024 + 1024 * 512 + 512 * 256 + 256 * 10)
