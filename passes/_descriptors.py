@@ -19,8 +19,13 @@ Node operands name the layer's own tensors, or symbols that phase 4 resolves:
   grad slot and SoftmaxCE's ``ce_output``, as in the seed);
 * ``@name``: a baseline DTensor (``@scaling``, ``@bn_epsilon``, ``@label_smce``, ... section 7).
 
+The data model (:class:`LayerCtx`, :class:`LayerPlan`, ...) and the sub-layer parts live in
+:mod:`tr_mlir.passes._layer_parts`, the fused ops' plans in :mod:`tr_mlir.passes._block_plans` (a
+residual block's derived from its op's spec: :func:`residual_descriptor`); this module holds the
+primitive descriptors, the workspace planning and the table.
+
 Deliberate differences from the seed's descriptors (DESIGN section 7): fused layers (cbr, cbrp,
-gap_fc, the six residual blocks) are real: their tensors are the concatenation of their sub-layers'
+gap_fc, the residual blocks) are real: their tensors are the concatenation of their sub-layers'
 (prefixed ``sc_``, ``c1_``, ``c2_``, ``c3_``) and their patterns are the sub-layers' kernels in
 order, with the reads of the block input scheduled before the write of its gradient and the
 shortcut gradient accumulated (``GRAD_ACCUM``); ``add`` has a real backward to both operands;

@@ -13,8 +13,9 @@ branch), with residual joins as ``arch.add %shortcut, %main`` (DESIGN section 3)
 * macros, both modes: ``cbrp`` -> conv, bn, relu, maxpool; ``gap_fc`` -> gap, fc
   (``arch-merge-binary`` fuses it back). ``cbr`` -> conv, bn (its eps/momentum), relu when not
   fusing, kept as ``arch.cbr`` when fusing.
-* ``block``: fuse=false -> the primitive sequence of facts 2.6, fuse=true -> one fused op of
-  facts 2.5, except an inverted residual without shortcut that reads the model input: a fused
+* ``block``: fuse=true -> one fused op of facts 2.5 (:data:`BLOCK_FAMILIES`: identity or
+  projection variant), fuse=false -> that op's primitive sequence (facts 2.6), emitted from the
+  op's residual-block spec (:func:`expand_residual`, ``ResidualBlockOp.RESIDUAL``), except an inverted residual without shortcut that reads the model input: a fused
   op cannot be the first layer, so that one expands to its primitives in both modes (``mbconv``
   first trains fused as unfused; a residual block on the input is refused either way).
   Deliberate differences (DESIGN section 7): the MobileNet 3x3 is a true depthwise conv

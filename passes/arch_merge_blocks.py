@@ -14,6 +14,13 @@ inverted residual    conv1x1(e) bn2d relu dwconv3x3(e, s, p1) bn2d relu conv1x1(
                      bn2d
 ==================== ============================================================ ===============
 
+The patterns are not written here: each is derived from a block op's residual-block spec
+(``ResidualBlockOp.RESIDUAL``, :class:`~tr_mlir.dialects.arch.ResidualSpec`): the stem chain from
+its stages (:func:`stem_chain`), the properties from the matched convs (:func:`stem_params`), the
+shortcut and post-add relu from the spec, one :class:`BlockPattern` per block op with a shortcut
+(built-in ones first, then plugins', :func:`block_patterns`) and one chain pattern per block op
+without (:func:`chain_patterns`). The table above is what the built-in specs say.
+
 (1x1 convs have ``s = 1, p = 0``; ``dwconv`` is depthwise: ``groups = e`` = its ``out_ch``;
 every other conv has ``groups = 1``.) Results, replacing the relu (or the add) and erasing the
 block:

@@ -17,6 +17,7 @@ process-wide: a plugin loaded here would fuse conv -> relu in every later test's
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -558,3 +559,48 @@ def test_kernel_declares_its_operand_row():
             @extend.kernel("conv_fwd", writes=["y"])
             def again(x, y):
                 """conv_fwd exists."""
+
+
+# -- a residual block declared by its spec ----------------------------------------------------
+
+_RES_1_3 = extend.ResidualSpec(
+    "1x1-3x3 block",
+    (extend.ConvStage("mid_ch", 1, 0), extend.ConvStage("out_ch", 3, 1, stride="stride", relu=False)),
+    extend.Shortcut.PROJECTION, post_relu=True)
+"""conv1x1(mid) bn relu conv3x3(out, s) bn, a projection shortcut, add, relu: no built-in block."""
+
+
+def _res_1_3_net():
+    """cbr, then the 1x1-3x3 block written with add2 (shortcut first), then the head."""
+    from tr_mlir.blueprint import add2, cbr
+
+    block = add2(seq(conv(12, 1, s=2), bn()), seq(conv(6, 1), bn(), relu(), conv(12, 3, s=2, p=1), bn()))
+    return seq(cbr(8, 3, 1, 1), block, relu(), gap_fc(10, True))
+
+
+def test_residual_block_from_its_spec_merges_and_trains_bit_for_bit():
+    """register_residual_block: the op (shape rule from the spec, syntax), arch-merge-blocks fusing
+    the spec's subgraph into it, and its derived descriptor training like the unfused block."""
+    x, y = _data(32, (6, 6, 3))
+    ref = _train(Task(_res_1_3_net(), (6, 6, 3), 10, 8, fuse=False, seed=4), x, y)
+    with extend.scoped():
+        op = extend.register_residual_block("arch.test_res_1_3", _RES_1_3, layer_kind="TestRes13")
+        extend.check()
+        assert op.RESIDUAL is _RES_1_3 and issubclass(op, extend.ResidualBlockOp)
+        task = Task(_res_1_3_net(), (6, 6, 3), 10, 8, fuse=True, seed=4)
+        got = _train(task, x, y)
+        assert _ops(task)[:2] == ["arch.cbr", "arch.test_res_1_3"]
+        block = next(o for o in task.module.walk() if isinstance(o, op))
+        assert block.infer_hwc((6, 6, 8)) == (3, 3, 12) and block.channels_after(8) == 12
+        assert str(block.output.type) == "tensor<?x3x3x12xf32>"
+        assert re.search(r"arch.test_res_1_3 %\d+ mid_ch = 6 out_ch = 12 stride = 2 ", str(task.module))
+    _assert_same(ref, got)
+    assert "arch.test_res_1_3" not in str(Task(_res_1_3_net(), (6, 6, 3), 10, 8, fuse=True, seed=4).compile().module)
+
+
+def test_residual_block_registration_errors_name_the_property():
+    bad = extend.ResidualSpec("bad", (extend.ConvStage("eps", 1, 0),), extend.Shortcut.NONE, post_relu=False)
+    with extend.scoped(), pytest.raises(PluginError, match="'eps' cannot name a block property"):
+        extend.register_residual_block("arch.test_bad_block", bad, layer_kind="TestBadBlock")
+    with pytest.raises(ValueError, match="post-add relu needs a shortcut"):
+        extend.ResidualSpec("bad", (extend.ConvStage("out_ch", 1, 0),), extend.Shortcut.NONE, post_relu=True)
