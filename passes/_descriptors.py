@@ -72,8 +72,6 @@ from tr_mlir.passes._conv_algo import recorded_params
 from tr_mlir.passes._layer_parts import (  # noqa: F401 (re-exported: the descriptor data model)
     BN1D,
     BN2D,
-    BN_EPS,
-    BN_MOMENTUM,
     PLACEHOLDER,
     DescriptorError,
     LayerCtx,
@@ -129,8 +127,8 @@ _CHANNEL_PADDING = LayerKernels(K.CHANNEL_PADDING_FWD, K.CHANNEL_PADDING_BWD,
 def _build_conv(ctx: LayerCtx) -> LayerPlan:
     v = ctx.params
     lp = LayerPlan()
-    _, _, f, b, i = conv_part(lp, ctx, "", "$x", "$dy", input_grad(ctx), ctx.inputs[0], v["out_ch"], v["k"], v["s"],
-                          v["p"], v.get("groups", 1), first=ctx.first)
+    _, _, f, b, i = conv_part(lp, ctx, "", "$x", "$dy", input_grad(ctx), ctx.inputs[0], v["out_ch"], v["k"],
+                              v["s"], v["p"], v.get("groups", 1), first=ctx.first)
     lp.forward, lp.backward, lp.inference = [f], [b], [i]
     return lp
 
@@ -147,7 +145,7 @@ def _build_bn(kind: LayerKernels) -> Callable[[LayerCtx], LayerPlan]:
 def _build_fc(ctx: LayerCtx) -> LayerPlan:
     lp = LayerPlan()
     _, f, b = fc_part(lp, ctx, "", "$x", "$dy", input_grad(ctx), ctx.inputs[0], ctx.params["out_features"],
-                  bool(ctx.params.get("bias")))
+                      bool(ctx.params.get("bias")))
     lp.forward, lp.backward, lp.inference = [f], [b], [f]
     return lp
 

@@ -140,7 +140,6 @@ class LayerPlan:
         return [t.name for t in self.tensors]
 
 
-
 BN1D = LayerKernels(K.BN1D_FWD, K.BN1D_BWD, inf=K.BN1D_INF)
 BN2D = LayerKernels(K.BN2D_FWD, K.BN2D_BWD, inf=K.BN2D_INF)
 """The batch-norm kernels (bn1d, bn2d)."""
@@ -159,11 +158,13 @@ def window(size: int, k: int, s: int, p: int) -> int:
 
 
 def elems(shape: Shape) -> int:
+    """Element count of an NHWC shape."""
     n, h, w, c = shape
     return n * h * w * c
 
 
 def param_shape(c: int) -> Shape:
+    """The NHWC shape ``{1, 1, 1, c}`` of a per-channel parameter."""
     return (1, 1, 1, c)
 
 
@@ -173,8 +174,8 @@ def param_shape(c: int) -> Shape:
 
 
 def conv_part(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str | None, in_shape: Shape,
-          out_ch: int, k: int, s: int, pad: int, groups: int = 1, first: bool = False,
-          ) -> tuple[str, Shape, NodePattern, NodePattern, NodePattern]:
+              out_ch: int, k: int, s: int, pad: int, groups: int = 1, first: bool = False,
+              ) -> tuple[str, Shape, NodePattern, NodePattern, NodePattern]:
     """Conv tensors (seed: 8, minus the unused grad slot, plus the im2col workspace) and its three
     nodes. Returns (output name, output shape, fwd, bwd, inf)."""
     n, h, w, c = in_shape
@@ -203,7 +204,7 @@ def conv_part(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str
 
 
 def bn_part(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, shape: Shape, kind: LayerKernels,
-        ) -> tuple[str, NodePattern, NodePattern, NodePattern]:
+            ) -> tuple[str, NodePattern, NodePattern, NodePattern]:
     """BN tensors (seed: 13) and nodes. ``kind`` is :data:`BN1D` or :data:`BN2D`."""
     c = shape[3]
     if ctx.amp and c % 8:
@@ -233,7 +234,7 @@ def bn_part(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, 
 
 
 def relu_part(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, shape: Shape,
-          from_output: bool, stem: str = "relu") -> tuple[str, NodePattern, NodePattern, NodePattern]:
+              from_output: bool, stem: str = "relu") -> tuple[str, NodePattern, NodePattern, NodePattern]:
     """ReLU tensors and nodes, in one of two forms (the caller decides, see the module doc):
 
     * the mask form: the forward writes ``<p><stem>_output`` and the INT8 ``<p><stem>_mask``
@@ -257,7 +258,7 @@ def relu_part(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str
 
 
 def fc_part(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str | None, in_shape: Shape,
-        out_features: int, bias: bool) -> tuple[str, NodePattern, NodePattern]:
+            out_features: int, bias: bool) -> tuple[str, NodePattern, NodePattern]:
     """FC tensors (seed: 7) and nodes (fwd, bwd); inference reuses the forward op (the seed's rule)."""
     n, h, w, c = in_shape
     wsh = (out_features, 1, 1, h * w * c)
@@ -280,14 +281,18 @@ def fc_part(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str |
 
 
 def gap_part(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, in_shape: Shape,
-         ) -> tuple[str, NodePattern, NodePattern]:
+             ) -> tuple[str, NodePattern, NodePattern]:
+    """Global-average-pool tensors (its output, N x 1 x 1 x C) and nodes (fwd, bwd; inference
+    reuses the forward)."""
     y = lp.add(f"{p}gap_output", ctx.feat, ctx.featdt, (in_shape[0], 1, 1, in_shape[3]))
     return (y, NodePattern(K.GAP_FWD.op(ctx.prec), (x,), (y,), ()),
             NodePattern(K.GAP_BWD.op(ctx.prec), (dy_src,), (dx,), ()))
 
 
 def maxpool_part(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, in_shape: Shape,
-             k: int, s: int, pad: int) -> tuple[str, NodePattern, NodePattern, NodePattern]:
+                 k: int, s: int, pad: int) -> tuple[str, NodePattern, NodePattern, NodePattern]:
+    """Max-pool tensors (output and INT8 argmax mask, window ``k``, stride ``s``, padding ``pad``)
+    and nodes (fwd, bwd, inf); raises :class:`DescriptorError` when the window does not fit."""
     n, h, w, c = in_shape
     out = (n, window(h, k, s, pad), window(w, k, s, pad), c)
     y = lp.add(f"{p}pool_output", ctx.feat, ctx.featdt, out)

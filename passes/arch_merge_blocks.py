@@ -209,7 +209,11 @@ def _require_static(add: arch.AddOp, x: SSAValue, spec: arch.ResidualSpec) -> No
 
 
 class MergeResidualBlock(RewritePattern):
-    """Replace one exactly matching residual block rooted at an ``arch.add`` (see the module)."""
+    """Replace one exactly matching residual block rooted at an ``arch.add`` (see the module);
+    ``patterns``: the block patterns to try, in order (default: :func:`block_patterns` now)."""
+
+    def __init__(self, patterns: tuple[BlockPattern, ...] | None = None):
+        self.patterns = block_patterns() if patterns is None else patterns
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, add: arch.AddOp, rewriter: PatternRewriter) -> None:
@@ -219,7 +223,7 @@ class MergeResidualBlock(RewritePattern):
         if not isinstance(main.owner, Operation) or not main.has_one_use():
             return
         relu = _post_relu(add)
-        for pattern in block_patterns():
+        for pattern in self.patterns:
             if (relu is not None) != pattern.spec.post_relu:
                 continue
             stem = pattern.stem.match(main.owner)

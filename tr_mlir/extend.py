@@ -105,15 +105,14 @@ from tr_mlir.passes._fusion import Chain, ChainMatch, FuseChain, Link, reads_mod
 from tr_mlir.passes.arch_plan import FUSION_STEPS, register_fusion_step
 
 __all__ = [
-    "IN", "ConvStage", "ResidualBlockOp", "ResidualSpec", "Shortcut", "register_residual_block", "residual_descriptor",
-    "Chain", "ChainMatch", "Descriptor", "DescriptorError", "FuseChain", "FusedChainOp", "K", "KernelId",
-    "KernelIdError", "KernelSpec", "LayerCtx",
-    "LayerOp", "LayerPlan", "LayerSpec", "Link", "NodePattern", "Operands", "Param", "PluginError", "TensorDesc",
-    "TrMlirError", "chain_descriptor", "check", "fused_op", "fusion_pass", "kernel", "load_plugin", "load_plugins",
-    "loaded_plugins", "reads_model_input", "register_cuda_kernel", "register_descriptor", "register_fused_chain",
-    "register_fusion_step", "register_kernel_id", "register_op", "register_operands", "register_pass",
-    "register_yaml_spec",
-    "plugin_frame", "plugin_spec", "registered_ops", "replace_ops", "rewrite_models", "scoped",
+    "Chain", "ChainMatch", "ConvStage", "Descriptor", "DescriptorError", "FuseChain", "FusedChainOp", "IN", "K",
+    "KernelId", "KernelIdError", "KernelSpec", "LayerCtx", "LayerOp", "LayerPlan", "LayerSpec", "Link", "NodePattern",
+    "Operands", "Param", "PluginError", "ResidualBlockOp", "ResidualSpec", "Shortcut", "TensorDesc", "TrMlirError",
+    "chain_descriptor", "check", "fused_op", "fusion_pass", "kernel", "load_plugin", "load_plugins", "loaded_plugins",
+    "plugin_frame", "plugin_spec", "reads_model_input", "register_cuda_kernel", "register_descriptor",
+    "register_fused_chain", "register_fusion_step", "register_kernel_id", "register_op", "register_operands",
+    "register_pass", "register_residual_block", "register_yaml_spec", "registered_ops", "replace_ops",
+    "residual_descriptor", "rewrite_models", "scoped",
 ]
 
 ENTRY_POINT_GROUP = "tr_mlir.plugins"
