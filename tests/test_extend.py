@@ -569,33 +569,49 @@ _RES_1_3 = extend.ResidualSpec(
     extend.Shortcut.PROJECTION, post_relu=True)
 """conv1x1(mid) bn relu conv3x3(out, s) bn, a projection shortcut, add, relu: no built-in block."""
 
+_RES_1_3_ID = extend.ResidualSpec(
+    "1x1-3x3 identity block",
+    (extend.ConvStage("mid_ch", 1, 0), extend.ConvStage(extend.IN, 3, 1, relu=False)),
+    extend.Shortcut.IDENTITY, post_relu=True)
+"""The same with an identity shortcut: the 3x3 has the input's width (no out_ch property)."""
 
-def _res_1_3_net():
+
+def _res_1_3_net(identity: bool):
     """cbr, then the 1x1-3x3 block written with add2 (shortcut first), then the head."""
     from tr_mlir.blueprint import add2, cbr
+    from tr_mlir.blueprint import identity as identity_layer
 
-    block = add2(seq(conv(12, 1, s=2), bn()), seq(conv(6, 1), bn(), relu(), conv(12, 3, s=2, p=1), bn()))
+    if identity:
+        block = add2(identity_layer(), seq(conv(6, 1), bn(), relu(), conv(8, 3, p=1), bn()))
+    else:
+        block = add2(seq(conv(12, 1, s=2), bn()), seq(conv(6, 1), bn(), relu(), conv(12, 3, s=2, p=1), bn()))
     return seq(cbr(8, 3, 1, 1), block, relu(), gap_fc(10, True))
 
 
-def test_residual_block_from_its_spec_merges_and_trains_bit_for_bit():
+@pytest.mark.parametrize("spec, syntax, out", [
+    (_RES_1_3, r"mid_ch = 6 out_ch = 12 stride = 2 ", (3, 3, 12)),
+    (_RES_1_3_ID, r"mid_ch = 6 (:|\{)", (6, 6, 8)),
+])
+def test_residual_block_from_its_spec_merges_and_trains_bit_for_bit(spec, syntax, out):
     """register_residual_block: the op (shape rule from the spec, syntax), arch-merge-blocks fusing
     the spec's subgraph into it, and its derived descriptor training like the unfused block."""
+    identity = spec.shortcut is extend.Shortcut.IDENTITY
     x, y = _data(32, (6, 6, 3))
-    ref = _train(Task(_res_1_3_net(), (6, 6, 3), 10, 8, fuse=False, seed=4), x, y)
+    ref = _train(Task(_res_1_3_net(identity), (6, 6, 3), 10, 8, fuse=False, seed=4), x, y)
     with extend.scoped():
-        op = extend.register_residual_block("arch.test_res_1_3", _RES_1_3, layer_kind="TestRes13")
+        op = extend.register_residual_block("arch.test_res_1_3", spec, layer_kind="TestRes13")
         extend.check()
-        assert op.RESIDUAL is _RES_1_3 and issubclass(op, extend.ResidualBlockOp)
-        task = Task(_res_1_3_net(), (6, 6, 3), 10, 8, fuse=True, seed=4)
+        assert op.RESIDUAL is spec and issubclass(op, extend.ResidualBlockOp)
+        task = Task(_res_1_3_net(identity), (6, 6, 3), 10, 8, fuse=True, seed=4)
         got = _train(task, x, y)
         assert _ops(task)[:2] == ["arch.cbr", "arch.test_res_1_3"]
         block = next(o for o in task.module.walk() if isinstance(o, op))
-        assert block.infer_hwc((6, 6, 8)) == (3, 3, 12) and block.channels_after(8) == 12
-        assert str(block.output.type) == "tensor<?x3x3x12xf32>"
-        assert re.search(r"arch.test_res_1_3 %\d+ mid_ch = 6 out_ch = 12 stride = 2 ", str(task.module))
+        assert block.infer_hwc((6, 6, 8)) == out and block.channels_after(8) == out[2]
+        assert str(block.output.type) == f"tensor<?x{out[0]}x{out[1]}x{out[2]}xf32>"
+        assert re.search(rf"arch.test_res_1_3 %\d+ {syntax}", str(task.module))
     _assert_same(ref, got)
-    assert "arch.test_res_1_3" not in str(Task(_res_1_3_net(), (6, 6, 3), 10, 8, fuse=True, seed=4).compile().module)
+    unplugged = Task(_res_1_3_net(identity), (6, 6, 3), 10, 8, fuse=True, seed=4).compile()
+    assert "arch.test_res_1_3" not in str(unplugged.module)
 
 
 def test_residual_block_registration_errors_name_the_property():
