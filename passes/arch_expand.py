@@ -13,8 +13,9 @@ branch), with residual joins as ``arch.add %shortcut, %main`` (DESIGN section 3)
 * macros, both modes: ``cbrp`` -> conv, bn, relu, maxpool; ``gap_fc`` -> gap, fc
   (``arch-merge-binary`` fuses it back). ``cbr`` -> conv, bn (its eps/momentum), relu when not
   fusing, kept as ``arch.cbr`` when fusing.
-* ``block``: fuse=false -> the primitive sequence of facts 2.6, fuse=true -> one fused op of
-  facts 2.5, except an inverted residual without shortcut that reads the model input: a fused
+* ``block``: fuse=true -> one fused op of facts 2.5 (:data:`BLOCK_FAMILIES`: identity or
+  projection variant), fuse=false -> that op's primitive sequence (facts 2.6), emitted from the
+  op's residual-block spec (:func:`expand_residual`, ``ResidualBlockOp.RESIDUAL``), except an inverted residual without shortcut that reads the model input: a fused
   op cannot be the first layer, so that one expands to its primitives in both modes (``mbconv``
   first trains fused as unfused; a residual block on the input is refused either way).
   Deliberate differences (DESIGN section 7): the MobileNet 3x3 is a true depthwise conv
@@ -69,7 +70,9 @@ from tr_mlir.dialects.arch import (
     ModelOp,
     ReluOp,
     RepeatOp,
+    ResidualBlockOp,
     SeqOp,
+    Shortcut,
     YieldOp,
 )
 from tr_mlir.passes._fusion import reads_model_input
@@ -219,106 +222,79 @@ def _gap_fc(ex: _Expander, op: GapFcOp, x: SSAValue) -> SSAValue:
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _BlockFamily:
-    """How one family of block styles expands.
-
-    ``primitives(ex, x, cin, mid, out, stride, ratio)`` emits the unfused ops,
-    ``fused(x, cin, mid, out, stride, ratio)`` builds the one fused op. A block has an identity
-    shortcut exactly when its stride is 1 and its input has ``out`` channels.
-    """
-
-    primitives: Callable[[_Expander, SSAValue, int, int, int, int, int], SSAValue]
-    fused: Callable[[SSAValue, int, int, int, int, int], Operation]
-
-
-def _projection(ex: _Expander, x: SSAValue, cin: int, out: int, stride: int) -> SSAValue:
-    """The ResNet shortcut: the input itself, or conv 1x1 stride s + bn when the block
-    changes channels or downsamples."""
-    if stride == 1 and cin == out:
-        return x
-    return ex.bn(ex.conv(x, out, 1, stride, 0))
-
-
-def _bottleneck(ex: _Expander, x: SSAValue, cin: int, mid: int, out: int, stride: int,
-                ratio: int) -> SSAValue:
-    shortcut = _projection(ex, x, cin, out, stride)
-    y = ex.relu(ex.bn(ex.conv(x, mid, 1)))
-    y = ex.relu(ex.bn(ex.conv(y, mid, 3, stride, 1)))
-    y = ex.bn(ex.conv(y, out, 1))
-    return ex.relu(ex.add(shortcut, y))
-
-
-def _basic(ex: _Expander, x: SSAValue, cin: int, mid: int, out: int, stride: int,
-           ratio: int) -> SSAValue:
-    shortcut = _projection(ex, x, cin, out, stride)
-    y = ex.relu(ex.bn(ex.conv(x, out, 3, stride, 1)))
-    y = ex.bn(ex.conv(y, out, 3, 1, 1))
-    return ex.relu(ex.add(shortcut, y))
-
-
-def _inverted(ex: _Expander, x: SSAValue, cin: int, mid: int, out: int, stride: int,
-              ratio: int) -> SSAValue:
-    expand = cin * ratio
-    y = ex.relu(ex.bn(ex.conv(x, expand, 1)))
-    y = ex.relu(ex.bn(ex.conv(y, expand, 3, stride, 1, groups=expand)))
-    y = ex.bn(ex.conv(y, out, 1))
-    if stride == 1 and cin == out:
-        return ex.add(x, y)
-    return y
+def expand_residual(ex: _Expander, op: ResidualBlockOp, x: SSAValue, cin: int) -> SSAValue:
+    """Emit the primitive ops of the fused residual block ``op`` on input ``x`` (``cin``
+    channels), from its spec (:attr:`~tr_mlir.dialects.arch.ResidualBlockOp.RESIDUAL`): the
+    projection shortcut (conv 1x1 + bn), each main stage (conv, bn, relu when the stage has one),
+    the add, the post-add relu. BNs carry the op's ``eps`` / ``momentum`` when it sets them."""
+    spec, v = op.RESIDUAL, op.params()
+    bn_params = {key: v[key] for key in ("eps", "momentum") if key in op.properties}
+    shortcut = x
+    if spec.shortcut is Shortcut.PROJECTION:
+        out, stride = spec.projection(v, cin)
+        shortcut = ex.bn(ex.conv(x, out, 1, stride, 0), **bn_params)
+    y = x
+    for st in spec.main:
+        y = ex.bn(ex.conv(y, st.out_ch(v, cin), st.k, st.s(v), st.p, st.groups(v, cin)), **bn_params)
+        if st.relu:
+            y = ex.relu(y)
+    if spec.has_add:
+        y = ex.add(shortcut, y)
+    return ex.relu(y) if spec.post_relu else y
 
 
 def _fused_bottleneck(x: SSAValue, cin: int, mid: int, out: int, stride: int,
-                      ratio: int) -> Operation:
+                      ratio: int) -> ResidualBlockOp:
     if stride == 1 and cin == out:
         return BottleneckIdentityOp(x, bottleneck_ch=mid)
     return BottleneckProjectionOp(x, bottleneck_ch=mid, out_ch=out, stride=stride)
 
 
 def _fused_basic(x: SSAValue, cin: int, mid: int, out: int, stride: int,
-                 ratio: int) -> Operation:
+                 ratio: int) -> ResidualBlockOp:
     if stride == 1 and cin == out:
         return BasicBlockIdentityOp(x, out_ch=out)
     return BasicBlockProjectionOp(x, out_ch=out, stride=stride)
 
 
 def _fused_inverted(x: SSAValue, cin: int, mid: int, out: int, stride: int,
-                    ratio: int) -> Operation:
+                    ratio: int) -> ResidualBlockOp:
     if stride == 1 and cin == out:
         return InvResidualIdentityOp(x, expand_ch=cin * ratio, out_ch=out)
     return InvResidualNoShortcutOp(x, expand_ch=cin * ratio, out_ch=out, stride=stride)
 
 
-_BOTTLENECK = _BlockFamily(_bottleneck, _fused_bottleneck)
-_BASIC = _BlockFamily(_basic, _fused_basic)
-_INVERTED = _BlockFamily(_inverted, _fused_inverted)
+BlockBuilder = Callable[[SSAValue, int, int, int, int, int], ResidualBlockOp]
+"""``(x, cin, mid, out, stride, ratio) -> the fused block op`` of one block style: the identity
+variant exactly when the stride is 1 and the input has ``out`` channels."""
 
-BLOCK_FAMILIES: dict[BlockStyle, _BlockFamily] = {
-    BlockStyle.RESNET_1_3_1: _BOTTLENECK,
-    BlockStyle.RESNET_1_3_1_DS: _BOTTLENECK,
-    BlockStyle.RESNET_3_3: _BASIC,
-    BlockStyle.RESNET_3_3_DS: _BASIC,
-    BlockStyle.MB_E1_K3: _INVERTED,
-    BlockStyle.MB_E1_K3_DS: _INVERTED,
-    BlockStyle.MB_E6_K3: _INVERTED,
-    BlockStyle.MB_E6_K3_DS: _INVERTED,
+BLOCK_FAMILIES: dict[BlockStyle, BlockBuilder] = {
+    BlockStyle.RESNET_1_3_1: _fused_bottleneck,
+    BlockStyle.RESNET_1_3_1_DS: _fused_bottleneck,
+    BlockStyle.RESNET_3_3: _fused_basic,
+    BlockStyle.RESNET_3_3_DS: _fused_basic,
+    BlockStyle.MB_E1_K3: _fused_inverted,
+    BlockStyle.MB_E1_K3_DS: _fused_inverted,
+    BlockStyle.MB_E6_K3: _fused_inverted,
+    BlockStyle.MB_E6_K3_DS: _fused_inverted,
 }
-"""Block style -> its family's expansions (stride and expansion ratio come from the style)."""
+"""Block style -> the fused op it becomes (stride and expansion ratio come from the style); its
+primitives are the op's spec expanded (:func:`expand_residual`)."""
 
 
 def _block(ex: _Expander, op: BlockOp, x: SSAValue) -> SSAValue:
     style: BlockStyle = op.style.data
-    family = BLOCK_FAMILIES[style]
     cin = ex.channels(x, op)
     mid = op.mid_ch.value.data if op.mid_ch is not None else 0
     out = op.out_ch.value.data
-    args = (cin, mid, out, style.stride, style.expand_ratio)
-    if ex.fuse:
-        fused = family.fused(x, *args)
-        if not (isinstance(fused, InvResidualNoShortcutOp) and reads_model_input(x)):
-            return ex.emit(fused)
-        fused.erase()  # it cannot be the first layer; its conv can (arch-merge-blocks agrees)
-    return family.primitives(ex, x, *args)
+    fused = BLOCK_FAMILIES[style](x, cin, mid, out, style.stride, style.expand_ratio)
+    if ex.fuse and not (fused.RESIDUAL.shortcut is Shortcut.NONE and reads_model_input(x)):
+        return ex.emit(fused)
+    # unfused, or a block without shortcut on the model input: a fused op cannot be the first
+    # layer, its conv can (arch-merge-blocks agrees)
+    y = expand_residual(ex, fused, x, cin)
+    fused.erase()
+    return y
 
 
 _TREE_RULES: dict[type[Operation], Rule] = {

@@ -14,6 +14,13 @@ inverted residual    conv1x1(e) bn2d relu dwconv3x3(e, s, p1) bn2d relu conv1x1(
                      bn2d
 ==================== ============================================================ ===============
 
+The patterns are not written here: each is derived from a block op's residual-block spec
+(``ResidualBlockOp.RESIDUAL``, :class:`~tr_mlir.dialects.arch.ResidualSpec`): the stem chain from
+its stages (:func:`stem_chain`), the properties from the matched convs (:func:`stem_params`), the
+shortcut and post-add relu from the spec, one :class:`BlockPattern` per block op with a shortcut
+(built-in ones first, then plugins', :func:`block_patterns`) and one chain pattern per block op
+without (:func:`chain_patterns`). The table above is what the built-in specs say.
+
 (1x1 convs have ``s = 1, p = 0``; ``dwconv`` is depthwise: ``groups = e`` = its ``out_ch``;
 every other conv has ``groups = 1``.) Results, replacing the relu (or the add) and erasing the
 block:
@@ -92,19 +99,18 @@ def _conv(k: int, p: int, s: int | None = None, depthwise: bool = False) -> Link
 
 BN, RELU = Link(arch.Bn2dOp), Link(arch.ReluOp)
 
-BOTTLENECK_STEM = Chain(_conv(1, 0, 1), BN, RELU, _conv(3, 1), BN, RELU, _conv(1, 0, 1), BN)
-"""conv1x1 bn2d relu conv3x3(s) bn2d relu conv1x1 bn2d (all dense)."""
-
-BASIC_STEM = Chain(_conv(3, 1), BN, RELU, _conv(3, 1, 1), BN)
-"""conv3x3(s) bn2d relu conv3x3(s1) bn2d (dense)."""
-
-INVERTED_STEM = Chain(
-    _conv(1, 0, 1), BN, RELU, _conv(3, 1, depthwise=True), BN, RELU, _conv(1, 0, 1), BN
-)
-"""conv1x1 bn2d relu dwconv3x3(s) bn2d relu conv1x1 bn2d."""
-
 PROJECTION = Chain(_conv(1, 0), BN)
 """The projection shortcut: conv1x1(s) bn2d (dense)."""
+
+
+def stem_chain(spec: arch.ResidualSpec) -> Chain:
+    """The main path of ``spec`` as a chain: per stage a conv (its kernel, padding, fixed stride
+    or any, dense or depthwise), a bn2d, and a relu when the stage has one."""
+    links: list[Link] = []
+    for st in spec.main:
+        stride = st.stride if isinstance(st.stride, int) else None
+        links += [_conv(st.k, st.p, stride, st.depthwise), BN, *((RELU,) if st.relu else ())]
+    return Chain(*links)
 
 
 def _out(op: Operation) -> int:
@@ -115,63 +121,48 @@ def _stride(op: Operation) -> int:
     return op.param("s")  # type: ignore[attr-defined]
 
 
-def _bottleneck_geometry(stem: ChainMatch) -> dict[str, int] | None:
-    conv1, conv2, conv3 = stem[0], stem[3], stem[6]
-    if _out(conv2) != _out(conv1):
-        return None
-    return {"bottleneck_ch": _out(conv1), "out_ch": _out(conv3), "stride": _stride(conv2)}
+def stem_params(spec: arch.ResidualSpec, stem: ChainMatch) -> dict[str, int] | None:
+    """The op properties the matched main path gives (each stage's width and stride, by the
+    property the spec names), or ``None`` when two stages naming one property disagree. Widths
+    :data:`~tr_mlir.dialects.arch.IN` are checked against the input later (:func:`in_widths_ok`)."""
+    params: dict[str, int] = {}
+    i = 0
+    for st in spec.main:
+        conv = stem[i]
+        i += 3 if st.relu else 2
+        for name, value in ((st.width, _out(conv)), (st.stride, _stride(conv))):
+            if isinstance(name, str) and name != arch.IN and params.setdefault(name, value) != value:
+                return None
+    return params
 
 
-def _basic_geometry(stem: ChainMatch) -> dict[str, int] | None:
-    conv1, conv2 = stem[0], stem[3]
-    if _out(conv2) != _out(conv1):
-        return None
-    return {"out_ch": _out(conv2), "stride": _stride(conv1)}
-
-
-def _inverted_geometry(stem: ChainMatch) -> dict[str, int] | None:
-    expand, dw, project = stem[0], stem[3], stem[6]
-    if _out(dw) != _out(expand):
-        return None
-    return {"expand_ch": _out(expand), "out_ch": _out(project), "stride": _stride(dw)}
+def in_widths_ok(spec: arch.ResidualSpec, stem: ChainMatch, cin: int) -> bool:
+    """Whether every stage of width :data:`~tr_mlir.dialects.arch.IN` has ``cin`` output channels."""
+    i = 0
+    for st in spec.main:
+        if st.width == arch.IN and _out(stem[i]) != cin:
+            return False
+        i += 3 if st.relu else 2
+    return True
 
 
 @dataclass(frozen=True)
-class BlockFamily:
-    """How one residual block family is recognized and which ops it becomes.
+class BlockPattern:
+    """How one fused residual block op is recognized: its spec's main path as a chain."""
 
-    ``geometry(stem)`` returns the block's parameters (always ``out_ch`` and ``stride``, plus the
-    family's own) or ``None`` when the stem's widths disagree. ``identity`` / ``projection`` are
-    the fused op class and the parameter keys it takes for each shortcut kind (``None``: that
-    shortcut kind does not merge).
-    """
-
-    name: str
+    op: type[arch.ResidualBlockOp]
     stem: Chain
-    post_relu: bool
-    geometry: Callable[[ChainMatch], dict[str, int] | None]
-    identity: tuple[type[arch.LayerOp], tuple[str, ...]] | None
-    projection: tuple[type[arch.LayerOp], tuple[str, ...]] | None
+
+    @property
+    def spec(self) -> arch.ResidualSpec:
+        return self.op.RESIDUAL
 
 
-FAMILIES: tuple[BlockFamily, ...] = (
-    BlockFamily(
-        "bottleneck block", BOTTLENECK_STEM, True, _bottleneck_geometry,
-        (arch.BottleneckIdentityOp, ("bottleneck_ch",)),
-        (arch.BottleneckProjectionOp, ("bottleneck_ch", "out_ch", "stride")),
-    ),
-    BlockFamily(
-        "basic block", BASIC_STEM, True, _basic_geometry,
-        (arch.BasicBlockIdentityOp, ("out_ch",)),
-        (arch.BasicBlockProjectionOp, ("out_ch", "stride")),
-    ),
-    BlockFamily(
-        "inverted residual block", INVERTED_STEM, False, _inverted_geometry,
-        (arch.InvResidualIdentityOp, ("expand_ch", "out_ch")),
-        None,
-    ),
-)
-"""The residual block families, tried in this order (at most one can match a region)."""
+def block_patterns() -> tuple[BlockPattern, ...]:
+    """One pattern per residual block op with a shortcut (the built-in ones, then the plugins'),
+    in the order of :func:`~tr_mlir.dialects.arch.layer_ops`: at most one matches a region."""
+    return tuple(BlockPattern(cls, stem_chain(spec)) for cls in arch.layer_ops()
+                 if (spec := arch.residual_spec(cls)) is not None and spec.has_add)
 
 
 @dataclass(frozen=True)
@@ -208,17 +199,21 @@ def _post_relu(add: arch.AddOp) -> arch.ReluOp | None:
     return None
 
 
-def _require_static(add: arch.AddOp, x: SSAValue, family: BlockFamily) -> None:
+def _require_static(add: arch.AddOp, x: SSAValue, spec: arch.ResidualSpec) -> None:
     for what, t in (("block input", x.type), ("result", add.output.type)):
         if arch.static_hwc(t) is None:
             raise PassFailedException(
-                f"'{add.name}' op expected a static NHWC {what} type to merge a {family.name}, "
+                f"'{add.name}' op expected a static NHWC {what} type to merge a {spec.family}, "
                 f"got {t}; run arch-deduce-shapes before arch-merge-blocks"
             )
 
 
 class MergeResidualBlock(RewritePattern):
-    """Replace one exactly matching residual block rooted at an ``arch.add`` (see the module)."""
+    """Replace one exactly matching residual block rooted at an ``arch.add`` (see the module);
+    ``patterns``: the block patterns to try, in order (default: :func:`block_patterns` now)."""
+
+    def __init__(self, patterns: tuple[BlockPattern, ...] | None = None):
+        self.patterns = block_patterns() if patterns is None else patterns
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, add: arch.AddOp, rewriter: PatternRewriter) -> None:
@@ -228,13 +223,13 @@ class MergeResidualBlock(RewritePattern):
         if not isinstance(main.owner, Operation) or not main.has_one_use():
             return
         relu = _post_relu(add)
-        for family in FAMILIES:
-            if (relu is not None) != family.post_relu:
+        for pattern in self.patterns:
+            if (relu is not None) != pattern.spec.post_relu:
                 continue
-            stem = family.stem.match(main.owner)
+            stem = pattern.stem.match(main.owner)
             if stem is None or stem.root.parent_block() is not add.parent_block():
                 continue
-            fused = self._build(add, relu, family, stem)
+            fused = self._build(add, relu, pattern, stem)
             if fused is None:
                 continue
             new_op, shortcut = fused
@@ -245,49 +240,59 @@ class MergeResidualBlock(RewritePattern):
 
     @staticmethod
     def _build(
-        add: arch.AddOp, relu: arch.ReluOp | None, family: BlockFamily, stem: ChainMatch
+        add: arch.AddOp, relu: arch.ReluOp | None, pattern: BlockPattern, stem: ChainMatch
     ) -> tuple[Operation, _Shortcut] | None:
-        x = stem.input
+        spec, x = pattern.spec, stem.input
         shortcut = _match_shortcut(add.shortcut, x, add.parent_block())
-        if shortcut is None:
+        if shortcut is None or (shortcut.projection is None) != (spec.shortcut is arch.Shortcut.IDENTITY):
             return None
-        geometry = family.geometry(stem)
-        if geometry is None:
+        params = stem_params(spec, stem)
+        if params is None:
             return None
-        _require_static(add, x, family)
+        _require_static(add, x, spec)
+        in_hwc = arch.static_hwc(x.type)
+        if in_hwc is None or not in_widths_ok(spec, stem, in_hwc[2]):
+            return None
         bns = [op for op in stem.ops if isinstance(op, arch.Bn2dOp)]
+        out_ch, stride = spec.projection(params, in_hwc[2])
         if shortcut.projection is None:
-            if family.identity is None or geometry["stride"] != 1:
+            if stride != 1 or in_hwc[2] != out_ch:
                 return None
-            in_hwc = arch.static_hwc(x.type)
-            if in_hwc is None or in_hwc[2] != geometry["out_ch"]:
-                return None
-            op_class, keys = family.identity
         else:
-            if family.projection is None:
-                return None
             proj_conv, proj_bn = shortcut.projection.ops
-            if _out(proj_conv) != geometry["out_ch"] or _stride(proj_conv) != geometry["stride"]:
+            if _out(proj_conv) != out_ch or _stride(proj_conv) != stride:
                 return None
             bns.append(proj_bn)
-            op_class, keys = family.projection
         bn_params = shared_bn_params(*bns)
         if bn_params is None:
             return None
         result_type = (relu if relu is not None else add).results[0].type
-        params = {key: geometry[key] for key in keys}
-        return op_class(x, result_type, **params, **bn_params), shortcut
+        return pattern.op(x, result_type, **params, **bn_params), shortcut
 
 
-def build_inv_residual_no_shortcut(match: ChainMatch) -> arch.InvResidualNoShortcutOp | None:
-    """The ``arch.inv_residual_no_shortcut`` for a plain inverted-residual chain, or ``None``
-    when its widths or batch-norm parameters disagree or it reads the model input (its conv stays
-    the first layer: :func:`~tr_mlir.passes._fusion.reads_model_input`)."""
-    geometry = _inverted_geometry(match)
-    bn_params = shared_bn_params(*(op for op in match.ops if isinstance(op, arch.Bn2dOp)))
-    if geometry is None or bn_params is None or reads_model_input(match.input):
-        return None
-    return arch.InvResidualNoShortcutOp(match.input, match.result_type, **geometry, **bn_params)
+def chain_builder(op: type[arch.ResidualBlockOp]) -> Callable[[ChainMatch], Operation | None]:
+    """The builder of ``op`` (a residual block without shortcut) for a matched plain chain of its
+    main path: ``None`` when its widths or batch-norm parameters disagree or it reads the model
+    input (its conv stays the first layer: :func:`~tr_mlir.passes._fusion.reads_model_input`)."""
+    spec = op.RESIDUAL
+
+    def build(match: ChainMatch) -> Operation | None:
+        params = stem_params(spec, match)
+        bn_params = shared_bn_params(*(o for o in match.ops if isinstance(o, arch.Bn2dOp)))
+        if params is None or bn_params is None or reads_model_input(match.input):
+            return None
+        in_hwc = arch.static_hwc(match.input.type)
+        if not in_widths_ok(spec, match, in_hwc[2] if in_hwc is not None else -1):
+            return None
+        return op(match.input, match.result_type, **params, **bn_params)
+
+    return build
+
+
+def chain_patterns() -> list[FuseChain]:
+    """One chain pattern per residual block op without a shortcut (built-in, then plugins')."""
+    return [FuseChain(stem_chain(spec), chain_builder(cls)) for cls in arch.layer_ops()
+            if (spec := arch.residual_spec(cls)) is not None and not spec.has_add]
 
 
 @dataclass(frozen=True)
@@ -297,8 +302,4 @@ class ArchMergeBlocksPass(ModulePass):
     name = "arch-merge-blocks"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        rewrite_models(
-            op,
-            MergeResidualBlock(),
-            FuseChain(INVERTED_STEM, build_inv_residual_no_shortcut),
-        )
+        rewrite_models(op, MergeResidualBlock(), chain_patterns())

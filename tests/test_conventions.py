@@ -162,7 +162,6 @@ OVERSIZED: dict[str, int] = {
     # the tests monkeypatch (_cgemm, _contended, IMBALANCE, MAX_WORKERS, ...): a split needs the
     # tests to patch the new modules; its C source already moved out (_split_gemm.c)
     "lowering/cpu/_parallel.py": 954,
-    "passes/_descriptors.py": 911,  # grew with the merge of the recorded conv algorithms (plan_workspaces)
 }
 """The files over :data:`MAX_LINES` today, each with its cap."""
 

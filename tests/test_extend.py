@@ -17,6 +17,7 @@ process-wide: a plugin loaded here would fuse conv -> relu in every later test's
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -558,3 +559,64 @@ def test_kernel_declares_its_operand_row():
             @extend.kernel("conv_fwd", writes=["y"])
             def again(x, y):
                 """conv_fwd exists."""
+
+
+# -- a residual block declared by its spec ----------------------------------------------------
+
+_RES_1_3 = extend.ResidualSpec(
+    "1x1-3x3 block",
+    (extend.ConvStage("mid_ch", 1, 0), extend.ConvStage("out_ch", 3, 1, stride="stride", relu=False)),
+    extend.Shortcut.PROJECTION, post_relu=True)
+"""conv1x1(mid) bn relu conv3x3(out, s) bn, a projection shortcut, add, relu: no built-in block."""
+
+_RES_1_3_ID = extend.ResidualSpec(
+    "1x1-3x3 identity block",
+    (extend.ConvStage("mid_ch", 1, 0), extend.ConvStage(extend.IN, 3, 1, relu=False)),
+    extend.Shortcut.IDENTITY, post_relu=True)
+"""The same with an identity shortcut: the 3x3 has the input's width (no out_ch property)."""
+
+
+def _res_1_3_net(identity: bool):
+    """cbr, then the 1x1-3x3 block written with add2 (shortcut first), then the head."""
+    from tr_mlir.blueprint import add2, cbr
+    from tr_mlir.blueprint import identity as identity_layer
+
+    if identity:
+        block = add2(identity_layer(), seq(conv(6, 1), bn(), relu(), conv(8, 3, p=1), bn()))
+    else:
+        block = add2(seq(conv(12, 1, s=2), bn()), seq(conv(6, 1), bn(), relu(), conv(12, 3, s=2, p=1), bn()))
+    return seq(cbr(8, 3, 1, 1), block, relu(), gap_fc(10, True))
+
+
+@pytest.mark.parametrize("spec, syntax, out", [
+    (_RES_1_3, r"mid_ch = 6 out_ch = 12 stride = 2 ", (3, 3, 12)),
+    (_RES_1_3_ID, r"mid_ch = 6 (:|\{)", (6, 6, 8)),
+])
+def test_residual_block_from_its_spec_merges_and_trains_bit_for_bit(spec, syntax, out):
+    """register_residual_block: the op (shape rule from the spec, syntax), arch-merge-blocks fusing
+    the spec's subgraph into it, and its derived descriptor training like the unfused block."""
+    identity = spec.shortcut is extend.Shortcut.IDENTITY
+    x, y = _data(32, (6, 6, 3))
+    ref = _train(Task(_res_1_3_net(identity), (6, 6, 3), 10, 8, fuse=False, seed=4), x, y)
+    with extend.scoped():
+        op = extend.register_residual_block("arch.test_res_1_3", spec, layer_kind="TestRes13")
+        extend.check()
+        assert op.RESIDUAL is spec and issubclass(op, extend.ResidualBlockOp)
+        task = Task(_res_1_3_net(identity), (6, 6, 3), 10, 8, fuse=True, seed=4)
+        got = _train(task, x, y)
+        assert _ops(task)[:2] == ["arch.cbr", "arch.test_res_1_3"]
+        block = next(o for o in task.module.walk() if isinstance(o, op))
+        assert block.infer_hwc((6, 6, 8)) == out and block.channels_after(8) == out[2]
+        assert str(block.output.type) == f"tensor<?x{out[0]}x{out[1]}x{out[2]}xf32>"
+        assert re.search(rf"arch.test_res_1_3 %\d+ {syntax}", str(task.module))
+    _assert_same(ref, got)
+    unplugged = Task(_res_1_3_net(identity), (6, 6, 3), 10, 8, fuse=True, seed=4).compile()
+    assert "arch.test_res_1_3" not in str(unplugged.module)
+
+
+def test_residual_block_registration_errors_name_the_property():
+    bad = extend.ResidualSpec("bad", (extend.ConvStage("eps", 1, 0),), extend.Shortcut.NONE, post_relu=False)
+    with extend.scoped(), pytest.raises(PluginError, match="'eps' cannot name a block property"):
+        extend.register_residual_block("arch.test_bad_block", bad, layer_kind="TestBadBlock")
+    with pytest.raises(ValueError, match="post-add relu needs a shortcut"):
+        extend.ResidualSpec("bad", (extend.ConvStage("out_ch", 1, 0),), extend.Shortcut.NONE, post_relu=True)

@@ -10,6 +10,8 @@ what                                   how
 =====================================  =========================================================
 an op of the ``arch`` dialect           :func:`register_op` (an IRDL ``LayerOp``), or
                                         :func:`fused_op` (built from a chain of existing ops)
+a residual block (conv + bn stages,     :func:`register_residual_block` (a :class:`ResidualSpec`:
+shortcut, add)                          op, descriptor, YAML form; ``arch-merge-blocks`` fuses it)
 a pass (``tr-opt -p``, ``xdsl-opt``)     :func:`register_pass` (any ``ModulePass`` class)
 a fusion step of ``arch-plan``          :func:`register_fusion_step` (where it runs, by default
                                         or only when named: ``arch-plan{extra="..."}``)
@@ -54,14 +56,24 @@ from typing import Any, ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.dialects.builtin import UnitAttr
+from xdsl.dialects.builtin import I64, IntegerAttr, UnitAttr, i64
 from xdsl.irdl import BaseAttr, OptPropertyDef, irdl_op_definition, opt_prop_def, prop_def, traits_def
 from xdsl.passes import ModulePass
 from xdsl.traits import OpTrait, Pure
 
 from tr_mlir.archplan_yaml import LAYER_SPECS, LayerSpec, Param, register_yaml_spec
 from tr_mlir.dialects import arch
-from tr_mlir.dialects.arch import HWC, LayerOp, register_op, registered_ops
+from tr_mlir.dialects.arch import (
+    HWC,
+    IN,
+    ConvStage,
+    LayerOp,
+    ResidualBlockOp,
+    ResidualSpec,
+    Shortcut,
+    register_op,
+    registered_ops,
+)
 from tr_mlir.errors import PluginError, TrMlirError
 from tr_mlir.dialects.kernels import (
     KERNEL_IDS,
@@ -87,19 +99,20 @@ from tr_mlir.passes._descriptors import (
     NodePattern,
     TensorDesc,
     register_descriptor,
+    residual_descriptor,
 )
 from tr_mlir.passes._fusion import Chain, ChainMatch, FuseChain, Link, reads_model_input, replace_ops, rewrite_models
 from tr_mlir.passes.arch_plan import FUSION_STEPS, register_fusion_step
 
 __all__ = [
-    "Chain", "ChainMatch", "Descriptor", "DescriptorError", "FuseChain", "FusedChainOp", "K", "KernelId",
-    "KernelIdError", "KernelSpec", "LayerCtx",
-    "LayerOp", "LayerPlan", "LayerSpec", "Link", "NodePattern", "Operands", "Param", "PluginError", "TensorDesc",
-    "TrMlirError", "chain_descriptor", "check", "fused_op", "fusion_pass", "kernel", "load_plugin", "load_plugins",
-    "loaded_plugins", "reads_model_input", "register_cuda_kernel", "register_descriptor", "register_fused_chain",
-    "register_fusion_step", "register_kernel_id", "register_op", "register_operands", "register_pass",
-    "register_yaml_spec",
-    "plugin_frame", "plugin_spec", "registered_ops", "replace_ops", "rewrite_models", "scoped",
+    "Chain", "ChainMatch", "ConvStage", "Descriptor", "DescriptorError", "FuseChain", "FusedChainOp", "IN", "K",
+    "KernelId", "KernelIdError", "KernelSpec", "LayerCtx", "LayerOp", "LayerPlan", "LayerSpec", "Link", "NodePattern",
+    "Operands", "Param", "PluginError", "ResidualBlockOp", "ResidualSpec", "Shortcut", "TensorDesc", "TrMlirError",
+    "chain_descriptor", "check", "fused_op", "fusion_pass", "kernel", "load_plugin", "load_plugins", "loaded_plugins",
+    "plugin_frame", "plugin_spec", "reads_model_input", "register_cuda_kernel", "register_descriptor",
+    "register_fused_chain", "register_fusion_step", "register_kernel_id", "register_op", "register_operands",
+    "register_pass", "register_residual_block", "register_yaml_spec", "registered_ops", "replace_ops",
+    "residual_descriptor", "rewrite_models", "scoped",
 ]
 
 ENTRY_POINT_GROUP = "tr_mlir.plugins"
@@ -494,6 +507,66 @@ def register_fused_chain(name: str, chain: Sequence[type[LayerOp]], *, layer_kin
     register_pass(fusion_pass(pass_name, op, links=links))
     register_fusion_step(pass_name, after=after, before=before, default=default)
     return op
+
+
+# --------------------------------------------------------------------------------------
+# Residual blocks
+# --------------------------------------------------------------------------------------
+
+_BN_PARAMS = (Param("eps", float, 1e-5, only_if_not_default=True),
+              Param("momentum", float, 0.1, only_if_not_default=True))
+
+
+def register_residual_block(name: str, spec: ResidualSpec, *, layer_kind: str, yaml_name: str | None = None,
+                            doc: str | None = None) -> type[ResidualBlockOp]:
+    """A fused residual block declared by its structure, as the built-in ones are.
+
+    Builds the :class:`ResidualBlockOp` ``name`` whose ``RESIDUAL`` is ``spec`` (its properties:
+    one integer per property the stages name, a stride property defaulting to 1, and the shared
+    batch-norm ``eps`` / ``momentum``; its shape rule and channel count from the spec) and
+    registers it with its descriptor (:func:`residual_descriptor`: the stages' conv, bn and relu
+    kernels, so it trains bit for bit like the unfused block), its YAML form (``yaml_name`` or the
+    op's short name) and so ``arch-merge-blocks`` fuses the spec's primitive subgraph into it
+    (after the built-in blocks: a subgraph a built-in block matches stays that block). Syntax:
+    ``arch.my_block %x mid_ch = 8 out_ch = 16 stride = 2 : type -> type``.
+
+    Raises :class:`~tr_mlir.errors.PluginError` when ``spec`` is no :class:`ResidualSpec`, names
+    ``eps`` / ``momentum`` or a property that is no identifier, or for what :func:`register_op`
+    refuses.
+    """
+    if not isinstance(spec, ResidualSpec):
+        raise PluginError(f"register_residual_block('{name}'): expected a ResidualSpec, got {type(spec).__name__}")
+    strides = {st.stride for st in spec.main if isinstance(st.stride, str)}
+    props: dict[str, Any] = {}
+    syntax: list[str] = []
+    for key in spec.properties:
+        if not key.isidentifier() or key in ("eps", "momentum", "name"):
+            raise PluginError(f"register_residual_block('{name}'): '{key}' cannot name a block property")
+        if key in strides:
+            props[key] = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+            syntax.append(f"(`{key}` `=` ${key}^)?")
+        else:
+            props[key] = prop_def(IntegerAttr[I64])
+            syntax.append(f"`{key}` `=` ${key}")
+    syntax += ["(`eps` `=` $eps^)?", "(`momentum` `=` $momentum^)?"]
+    body: dict[str, Any] = {
+        "name": name,
+        "LAYER_KIND": layer_kind,
+        "RESIDUAL": spec,
+        "__doc__": doc or f"A {spec.family} ({spec.shortcut.value} shortcut; tr_mlir.extend.register_residual_block).",
+        "assembly_format": f"$input {' '.join(syntax)} attr-dict `:` type($input) `->` type($output)",
+        "__module__": sys._getframe(1).f_globals.get("__name__", __name__),
+        "__annotations__": {"LAYER_KIND": ClassVar[str], "RESIDUAL": ClassVar[ResidualSpec]},
+        **props,
+    }
+    cls_name = "".join(part.capitalize() for part in name.removeprefix("arch.").split("_")) + "Op"
+    op = register_op(irdl_op_definition(type(cls_name, (ResidualBlockOp,), body)))
+    register_descriptor(op, residual_descriptor(op))
+    params = [Param(key, int, 1, only_if_not_default=True) if key in strides else Param(key, int)
+              for key in spec.properties]
+    register_yaml_spec(op, LayerSpec(tuple(sorted((*params, *_BN_PARAMS), key=lambda p: p.key)),
+                                     yaml_name or name.removeprefix("arch.")))
+    return op  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------------------

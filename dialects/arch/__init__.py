@@ -62,7 +62,10 @@ from tr_mlir.dialects.arch._fused import (  # noqa: F401 (the dialect's public n
     GapFcOp,
     InvResidualIdentityOp,
     InvResidualNoShortcutOp,
+    ResidualBlockOp,
+    residual_spec,
 )
+from tr_mlir.dialects.arch._residual import IN, ConvStage, ResidualSpec, Shortcut  # noqa: F401
 from tr_mlir.dialects.arch._layers import (  # noqa: F401 (the dialect's public names)
     AddOp,
     AvgPoolOp,

@@ -84,6 +84,8 @@ from xdsl.irdl import (
 )
 from xdsl.utils.exceptions import VerifyException
 
+from tr_mlir.dialects.arch._residual import IN, ConvStage, ResidualSpec, Shortcut
+
 # --------------------------------------------------------------------------------------
 # Fused kinds
 # --------------------------------------------------------------------------------------
@@ -207,22 +209,67 @@ def _require_channels(op: Operation, hwc: HWC, out_ch: int, why: str) -> None:
         )
 
 
+class ResidualBlockOp(_FusedBnBase):
+    """A fused residual block whose structure is the class's ``RESIDUAL`` spec.
+
+    ``arch-expand``, ``arch-merge-blocks`` and the layer descriptor all derive the block from
+    :attr:`RESIDUAL` (:class:`~tr_mlir.dialects.arch.ResidualSpec`); so do the shape rule (each
+    main stage's conv window in turn; an identity shortcut needs input C = the block's width) and
+    the running channel count (the last stage's width). Its batch norms share ``eps`` and
+    ``momentum``.
+    """
+
+    RESIDUAL: ClassVar[ResidualSpec]
+
+    def channels_after(self, c: int) -> int:
+        return self.RESIDUAL.out_ch(self.params(), c)
+
+    def infer_hwc(self, hwc: HWC) -> HWC:
+        spec, v = self.RESIDUAL, self.params()
+        h, w, c = hwc
+        out = spec.out_ch(v, c)
+        if spec.shortcut is Shortcut.IDENTITY:
+            _require_channels(self, hwc, out, "identity shortcut")
+        for st in spec.main:
+            h = conv_out(self, h, st.k, st.s(v), st.p)
+            w = conv_out(self, w, st.k, st.s(v), st.p)
+        return (h, w, out)
+
+
+def residual_spec(op: Operation | type[Operation]) -> ResidualSpec | None:
+    """The residual-block spec of an op or op class, or ``None`` for one that is no residual block."""
+    cls = op if isinstance(op, type) else type(op)
+    return cls.RESIDUAL if issubclass(cls, ResidualBlockOp) else None
+
+
+_BOTTLENECK, _BASIC, _INVERTED = "bottleneck block", "basic block", "inverted residual block"
+
+
 @irdl_op_definition
-class BottleneckIdentityOp(_FusedBnBase):
+class BottleneckIdentityOp(ResidualBlockOp):
     """ResNet bottleneck 1x1 -> 3x3 -> 1x1 (width ``bottleneck_ch``), identity shortcut, post-add ReLU."""
 
     name = "arch.bottleneck_identity"
     LAYER_KIND: ClassVar[str] = "BottleneckIdentity"
+    RESIDUAL: ClassVar[ResidualSpec] = ResidualSpec(
+        _BOTTLENECK,
+        (ConvStage("bottleneck_ch", 1, 0), ConvStage("bottleneck_ch", 3, 1), ConvStage(IN, 1, 0, relu=False)),
+        Shortcut.IDENTITY, post_relu=True)
     bottleneck_ch = prop_def(IntegerAttr[I64])
     assembly_format = _fmt(f"`bottleneck_ch` `=` $bottleneck_ch {_BN_FMT}")
 
 
 @irdl_op_definition
-class BottleneckProjectionOp(_FusedBnBase):
+class BottleneckProjectionOp(ResidualBlockOp):
     """ResNet bottleneck with a 1x1 projection shortcut; ``stride`` on the 3x3 and the projection."""
 
     name = "arch.bottleneck_projection"
     LAYER_KIND: ClassVar[str] = "BottleneckProjection"
+    RESIDUAL: ClassVar[ResidualSpec] = ResidualSpec(
+        _BOTTLENECK,
+        (ConvStage("bottleneck_ch", 1, 0), ConvStage("bottleneck_ch", 3, 1, stride="stride"),
+         ConvStage("out_ch", 1, 0, relu=False)),
+        Shortcut.PROJECTION, post_relu=True)
     bottleneck_ch = prop_def(IntegerAttr[I64])
     out_ch = prop_def(IntegerAttr[I64])
     stride = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
@@ -230,49 +277,36 @@ class BottleneckProjectionOp(_FusedBnBase):
         f"`bottleneck_ch` `=` $bottleneck_ch `out_ch` `=` $out_ch (`stride` `=` $stride^)? {_BN_FMT}"
     )
 
-    def channels_after(self, c: int) -> int:
-        return self.param("out_ch")
-
-    def infer_hwc(self, hwc: HWC) -> HWC:
-        return _block_hwc(hwc, self.param("stride"), self.param("out_ch"))
-
 
 @irdl_op_definition
-class BasicBlockIdentityOp(_FusedBnBase):
+class BasicBlockIdentityOp(ResidualBlockOp):
     """ResNet basic block 3x3 -> 3x3, identity shortcut, post-add ReLU; input C = ``out_ch``."""
 
     name = "arch.basic_block_identity"
     LAYER_KIND: ClassVar[str] = "BasicBlockIdentity"
+    RESIDUAL: ClassVar[ResidualSpec] = ResidualSpec(
+        _BASIC, (ConvStage("out_ch", 3, 1), ConvStage("out_ch", 3, 1, relu=False)),
+        Shortcut.IDENTITY, post_relu=True)
     out_ch = prop_def(IntegerAttr[I64])
     assembly_format = _fmt(f"`out_ch` `=` $out_ch {_BN_FMT}")
 
-    def channels_after(self, c: int) -> int:
-        return self.param("out_ch")
-
-    def infer_hwc(self, hwc: HWC) -> HWC:
-        _require_channels(self, hwc, self.param("out_ch"), "identity shortcut")
-        return hwc
-
 
 @irdl_op_definition
-class BasicBlockProjectionOp(_FusedBnBase):
+class BasicBlockProjectionOp(ResidualBlockOp):
     """ResNet basic block with a 1x1 projection shortcut; ``stride`` on the first 3x3."""
 
     name = "arch.basic_block_projection"
     LAYER_KIND: ClassVar[str] = "BasicBlockProjection"
+    RESIDUAL: ClassVar[ResidualSpec] = ResidualSpec(
+        _BASIC, (ConvStage("out_ch", 3, 1, stride="stride"), ConvStage("out_ch", 3, 1, relu=False)),
+        Shortcut.PROJECTION, post_relu=True)
     out_ch = prop_def(IntegerAttr[I64])
     stride = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
     assembly_format = _fmt(f"`out_ch` `=` $out_ch (`stride` `=` $stride^)? {_BN_FMT}")
 
-    def channels_after(self, c: int) -> int:
-        return self.param("out_ch")
-
-    def infer_hwc(self, hwc: HWC) -> HWC:
-        return _block_hwc(hwc, self.param("stride"), self.param("out_ch"))
-
 
 @irdl_op_definition
-class InvResidualIdentityOp(_FusedBnBase):
+class InvResidualIdentityOp(ResidualBlockOp):
     """MobileNetV2 inverted residual (1x1 expand, depthwise 3x3, 1x1 project) with identity shortcut.
 
     Stride 1 and input C = ``out_ch``; no activation after the add.
@@ -280,33 +314,30 @@ class InvResidualIdentityOp(_FusedBnBase):
 
     name = "arch.inv_residual_identity"
     LAYER_KIND: ClassVar[str] = "InvResidualIdentity"
+    RESIDUAL: ClassVar[ResidualSpec] = ResidualSpec(
+        _INVERTED,
+        (ConvStage("expand_ch", 1, 0), ConvStage("expand_ch", 3, 1, depthwise=True),
+         ConvStage("out_ch", 1, 0, relu=False)),
+        Shortcut.IDENTITY, post_relu=False)
     expand_ch = prop_def(IntegerAttr[I64])
     out_ch = prop_def(IntegerAttr[I64])
     assembly_format = _fmt(f"`expand_ch` `=` $expand_ch `out_ch` `=` $out_ch {_BN_FMT}")
 
-    def channels_after(self, c: int) -> int:
-        return self.param("out_ch")
-
-    def infer_hwc(self, hwc: HWC) -> HWC:
-        _require_channels(self, hwc, self.param("out_ch"), "identity shortcut")
-        return hwc
-
 
 @irdl_op_definition
-class InvResidualNoShortcutOp(_FusedBnBase):
+class InvResidualNoShortcutOp(ResidualBlockOp):
     """MobileNetV2 inverted residual without a shortcut; ``stride`` on the depthwise 3x3."""
 
     name = "arch.inv_residual_no_shortcut"
     LAYER_KIND: ClassVar[str] = "InvResidualNoShortcut"
+    RESIDUAL: ClassVar[ResidualSpec] = ResidualSpec(
+        _INVERTED,
+        (ConvStage("expand_ch", 1, 0), ConvStage("expand_ch", 3, 1, stride="stride", depthwise=True),
+         ConvStage("out_ch", 1, 0, relu=False)),
+        Shortcut.NONE, post_relu=False)
     expand_ch = prop_def(IntegerAttr[I64])
     out_ch = prop_def(IntegerAttr[I64])
     stride = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
     assembly_format = _fmt(
         f"`expand_ch` `=` $expand_ch `out_ch` `=` $out_ch (`stride` `=` $stride^)? {_BN_FMT}"
     )
-
-    def channels_after(self, c: int) -> int:
-        return self.param("out_ch")
-
-    def infer_hwc(self, hwc: HWC) -> HWC:
-        return _block_hwc(hwc, self.param("stride"), self.param("out_ch"))
