@@ -648,12 +648,14 @@ def test_emit_requires_num_classes():
 def test_every_layer_class_emits_itself():
     """Emission is dispatched through the Layer classes: every concrete class has an
     ``_emit``, and every primitive one names an arch LayerOp."""
-    concrete = [c for c in vars(bp).values()
-                if isinstance(c, type) and issubclass(c, Layer) and c.__module__ == bp.__name__
+    from tr_mlir.blueprint import _layers
+
+    concrete = [c for c in vars(_layers).values()
+                if isinstance(c, type) and issubclass(c, Layer) and c.__module__ == _layers.__name__
                 and c._DSL]
     assert len(concrete) == 27  # 20 primitives, 4 macros, seq/add2/repeat
     for cls in concrete:
         assert cls._emit is not Layer._emit, cls
-        if issubclass(cls, bp._Primitive):
+        if issubclass(cls, _layers.Primitive):
             assert issubclass(cls.OP, arch.LayerOp), cls
         assert callable(getattr(bp, cls._DSL)), cls  # the factory named by repr exists

@@ -1,49 +1,16 @@
-"""The BluePrint DSL: networks as immutable layer trees, and their emission into ``arch``.
-
-A BluePrint is written with the seed's factory functions (facts sheet section 1), with the
-seed's argument order and defaults::
-
-    from tr_mlir.blueprint import *
-
-    net = seq(cbr(64, 7, 2, 3), maxpool(3, 2, 1),
-              repeat(block(64, BlockStyle.RESNET_3_3), 2),
-              block(128, BlockStyle.RESNET_3_3_DS),
-              gap_fc(1000, True))
-    module = emit(net, (224, 224, 3), num_classes=1000)
-
-Every factory returns a :class:`Layer`: a frozen dataclass (children are tuples), hashable,
-compared by value, whose ``repr`` is the DSL call that builds it (``eval(repr(layer))``
-rebuilds an equal layer with ``from tr_mlir.blueprint import *``); ``str`` is the same call
-laid out on several lines when it is long. ``None`` is the seed's null layer: accepted as a
-``seq`` child, an ``add2`` side or a ``repeat`` body, it expands to nothing.
-
-Validation: the seed's ``std::invalid_argument`` checks raise :class:`BluePrintError` (a
-``ValueError``) with the seed's messages, in the seed's order. On top of those, every
-factory range-checks its arguments (the seed accepts negative channels or zero strides and
-fails later, DESIGN section 7): sizes >= 1, strides >= 1, paddings >= 0, pool padding <= k/2
-(PyTorch's rule), ``out_ch`` divisible by ``groups``, dropout ``p`` in [0, 1), batch-norm
-``eps`` > 0 and ``momentum`` in [0, 1]. Wrong argument types (a bool or float where an int is
-expected, a non-Layer child) raise :class:`BluePrintTypeError`, which is both a
-``BluePrintError`` and a ``TypeError``. Messages name the factory and the argument:
-``"conv: k must be >= 1, got 0"``.
-
-:func:`emit` turns a layer tree into a module holding one ``arch.model`` in tree form (the
-input of ``arch-expand``): each Layer class emits itself (``Layer._emit``), so the emitter
-has no switch over layer kinds.
-"""
+"""The BluePrint layer values: the argument checks (messages name the factory and the argument),
+the emitter the layers write ``arch`` ops through, and one immutable class per layer kind, each
+emitting itself (:meth:`Layer._emit`). The factories are in :mod:`tr_mlir.blueprint._factories`."""
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 import numbers
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Attribute, Region, SSAValue
 from xdsl.ir import Block as IRBlock
 
@@ -68,8 +35,6 @@ from tr_mlir.dialects.arch import (
     LayerOp,
     LeakyReluOp,
     MaxPoolOp,
-    ModelOp,
-    OutputOp,
     Relu6Op,
     ReluOp,
     RepeatOp,
@@ -80,14 +45,6 @@ from tr_mlir.dialects.arch import (
     YieldOp,
 )
 from tr_mlir.errors import TrMlirError
-
-__all__ = [
-    "BlockStyle", "BluePrintError", "BluePrintTypeError", "Layer",
-    "conv", "conv_dw", "group_conv", "bn", "relu", "tanh_act", "silu", "relu6", "leaky_relu",
-    "hardswish", "elu", "sigmoid", "dropout", "flatten", "channel_padding", "maxpool",
-    "avgpool", "gap", "fc", "identity", "seq", "add2", "repeat", "cbr", "conv_bn_relu", "cbrp",
-    "gap_fc", "block", "mbconv", "emit",
-]
 
 
 class BluePrintError(TrMlirError, ValueError):
@@ -111,6 +68,9 @@ I64_MAX = (1 << 63) - 1
 
 
 def check_int(where: str, name: str, v: Any) -> int:
+    """``v`` as an int: an integral, non-bool value that fits in an ``i64`` property (``where``:
+    the factory, ``name``: the argument, both named in the message). Raises
+    :class:`BluePrintTypeError` for another type, :class:`BluePrintError` when out of range."""
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise BluePrintTypeError(f"{where}: {name} must be an int, got {type(v).__name__} {v!r}")
     if not -I64_MAX - 1 <= v <= I64_MAX:
@@ -118,7 +78,8 @@ def check_int(where: str, name: str, v: Any) -> int:
     return int(v)
 
 
-def _at_least(where: str, name: str, v: Any, low: int) -> int:
+def at_least(where: str, name: str, v: Any, low: int) -> int:
+    """:func:`check_int`, and at least ``low`` (:class:`BluePrintError` otherwise)."""
     v = check_int(where, name, v)
     if v < low:
         raise BluePrintError(f"{where}: {name} must be >= {low}, got {v}")
@@ -132,12 +93,14 @@ def _float(where: str, name: str, v: Any) -> float:
 
 
 def check_bool(where: str, name: str, v: Any) -> bool:
+    """``v`` when it is a bool (:class:`BluePrintTypeError` otherwise)."""
     if not isinstance(v, bool):
         raise BluePrintTypeError(f"{where}: {name} must be True or False, got {type(v).__name__} {v!r}")
     return v
 
 
-def _child(where: str, name: str, v: Any) -> Layer | None:
+def child_layer(where: str, name: str, v: Any) -> Layer | None:
+    """``v`` when it is a :class:`Layer` or None (:class:`BluePrintTypeError` otherwise)."""
     if v is not None and not isinstance(v, Layer):
         raise BluePrintTypeError(
             f"{where}: {name} must be a Layer (or None), got {type(v).__name__} {v!r}; "
@@ -170,7 +133,7 @@ def _bn_args(where: str, momentum: Any, eps: Any) -> tuple[float, float]:
 # --------------------------------------------------------------------------------------
 
 
-class _Emitter:
+class Emitter:
     """Where emitted ops go (``block``) and the seed's running channel count ``c``.
 
     ``c`` is the seed's ``current_c`` (facts sheet section 2.2): it starts at the input C
@@ -191,7 +154,7 @@ class _Emitter:
         """A single-block region taking ``arg_type``, holding ``layers`` emitted in order
         from channel count ``c`` and ending in ``arch.yield``; also returns the count after."""
         block = IRBlock(arg_types=[arg_type])
-        sub = _Emitter(block, c)
+        sub = Emitter(block, c)
         value: SSAValue = block.args[0]
         for layer in layers:
             if layer is not None:
@@ -248,13 +211,13 @@ class Layer:
         parts = [a._format(indent + 4, width) if isinstance(a, Layer) else _arg_repr(a) for a in args]
         return f"{self._DSL}(\n" + "".join(f"{pad}{p},\n" for p in parts) + " " * indent + ")"
 
-    def _emit(self, em: _Emitter, x: SSAValue) -> SSAValue:
+    def _emit(self, em: Emitter, x: SSAValue) -> SSAValue:
         """Emit this layer after ``x`` into ``em``; return the value it produces."""
         raise NotImplementedError(f"{type(self).__name__} cannot be emitted")
 
 
 @_layer
-class _Primitive(Layer):
+class Primitive(Layer):
     """A layer that becomes one ``arch`` op (``OP``) whose properties are the fields."""
 
     OP: ClassVar[type[LayerOp]]
@@ -263,12 +226,12 @@ class _Primitive(Layer):
         """Properties of the op, given the channel count ``c`` entering it."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
-    def _emit(self, em: _Emitter, x: SSAValue) -> SSAValue:
+    def _emit(self, em: Emitter, x: SSAValue) -> SSAValue:
         return em.add(self.OP(x, **self._props(em.c)))
 
 
 @_layer
-class Conv(_Primitive):
+class Conv(Primitive):
     """``conv(out_ch, k, s=1, p=0)``: dense 2-D convolution -> ``arch.conv``."""
 
     _DSL: ClassVar[str] = "conv"
@@ -279,14 +242,14 @@ class Conv(_Primitive):
     p: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "out_ch", _at_least("conv", "out_ch", self.out_ch, 1))
-        object.__setattr__(self, "k", _at_least("conv", "k", self.k, 1))
-        object.__setattr__(self, "s", _at_least("conv", "s", self.s, 1))
-        object.__setattr__(self, "p", _at_least("conv", "p", self.p, 0))
+        object.__setattr__(self, "out_ch", at_least("conv", "out_ch", self.out_ch, 1))
+        object.__setattr__(self, "k", at_least("conv", "k", self.k, 1))
+        object.__setattr__(self, "s", at_least("conv", "s", self.s, 1))
+        object.__setattr__(self, "p", at_least("conv", "p", self.p, 0))
 
 
 @_layer
-class ConvDw(_Primitive):
+class ConvDw(Primitive):
     """``conv_dw(k, s=1, p=0)``: depthwise conv -> ``arch.conv`` with
     ``groups = out_ch = C`` (the channel count entering it). The seed rejects it."""
 
@@ -297,16 +260,16 @@ class ConvDw(_Primitive):
     p: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "k", _at_least("conv_dw", "k", self.k, 1))
-        object.__setattr__(self, "s", _at_least("conv_dw", "s", self.s, 1))
-        object.__setattr__(self, "p", _at_least("conv_dw", "p", self.p, 0))
+        object.__setattr__(self, "k", at_least("conv_dw", "k", self.k, 1))
+        object.__setattr__(self, "s", at_least("conv_dw", "s", self.s, 1))
+        object.__setattr__(self, "p", at_least("conv_dw", "p", self.p, 0))
 
     def _props(self, c: int) -> dict[str, Any]:
         return {"out_ch": c, "k": self.k, "s": self.s, "p": self.p, "groups": c}
 
 
 @_layer
-class GroupConv(_Primitive):
+class GroupConv(Primitive):
     """``group_conv(out_ch, groups, k, s=1, p=0)``: grouped conv -> ``arch.conv`` with ``groups``.
     The seed rejects it; here the input C must be divisible by ``groups`` (checked by the op)."""
 
@@ -320,11 +283,11 @@ class GroupConv(_Primitive):
 
     def __post_init__(self) -> None:
         w = "group_conv"
-        object.__setattr__(self, "out_ch", _at_least(w, "out_ch", self.out_ch, 1))
-        object.__setattr__(self, "groups", _at_least(w, "groups", self.groups, 1))
-        object.__setattr__(self, "k", _at_least(w, "k", self.k, 1))
-        object.__setattr__(self, "s", _at_least(w, "s", self.s, 1))
-        object.__setattr__(self, "p", _at_least(w, "p", self.p, 0))
+        object.__setattr__(self, "out_ch", at_least(w, "out_ch", self.out_ch, 1))
+        object.__setattr__(self, "groups", at_least(w, "groups", self.groups, 1))
+        object.__setattr__(self, "k", at_least(w, "k", self.k, 1))
+        object.__setattr__(self, "s", at_least(w, "s", self.s, 1))
+        object.__setattr__(self, "p", at_least(w, "p", self.p, 0))
         if self.out_ch % self.groups:
             raise BluePrintError(
                 f"{w}: out_ch must be divisible by groups, got out_ch={self.out_ch}, groups={self.groups}"
@@ -332,7 +295,7 @@ class GroupConv(_Primitive):
 
 
 @_layer
-class Bn(_Primitive):
+class Bn(Primitive):
     """``bn(momentum=0.1, eps=1e-5)`` (momentum first, as the seed) -> ``arch.bn``
     (``arch-rename-bn`` later picks bn1d or bn2d)."""
 
@@ -348,7 +311,7 @@ class Bn(_Primitive):
 
 
 @_layer
-class Relu(_Primitive):
+class Relu(Primitive):
     """``relu()`` -> ``arch.relu``."""
 
     _DSL: ClassVar[str] = "relu"
@@ -356,7 +319,7 @@ class Relu(_Primitive):
 
 
 @_layer
-class Tanh(_Primitive):
+class Tanh(Primitive):
     """``tanh_act()`` -> ``arch.tanh``."""
 
     _DSL: ClassVar[str] = "tanh_act"
@@ -364,7 +327,7 @@ class Tanh(_Primitive):
 
 
 @_layer
-class Silu(_Primitive):
+class Silu(Primitive):
     """``silu()`` -> ``arch.silu``."""
 
     _DSL: ClassVar[str] = "silu"
@@ -372,7 +335,7 @@ class Silu(_Primitive):
 
 
 @_layer
-class Relu6(_Primitive):
+class Relu6(Primitive):
     """``relu6()`` -> ``arch.relu6``."""
 
     _DSL: ClassVar[str] = "relu6"
@@ -380,7 +343,7 @@ class Relu6(_Primitive):
 
 
 @_layer
-class LeakyRelu(_Primitive):
+class LeakyRelu(Primitive):
     """``leaky_relu()`` -> ``arch.leaky_relu`` (slope 0.01; the seed has no parameter)."""
 
     _DSL: ClassVar[str] = "leaky_relu"
@@ -388,7 +351,7 @@ class LeakyRelu(_Primitive):
 
 
 @_layer
-class Hardswish(_Primitive):
+class Hardswish(Primitive):
     """``hardswish()`` -> ``arch.hardswish``."""
 
     _DSL: ClassVar[str] = "hardswish"
@@ -396,7 +359,7 @@ class Hardswish(_Primitive):
 
 
 @_layer
-class Elu(_Primitive):
+class Elu(Primitive):
     """``elu()`` -> ``arch.elu`` (alpha 1; the seed has no parameter)."""
 
     _DSL: ClassVar[str] = "elu"
@@ -404,7 +367,7 @@ class Elu(_Primitive):
 
 
 @_layer
-class Sigmoid(_Primitive):
+class Sigmoid(Primitive):
     """``sigmoid()`` -> ``arch.sigmoid``."""
 
     _DSL: ClassVar[str] = "sigmoid"
@@ -412,7 +375,7 @@ class Sigmoid(_Primitive):
 
 
 @_layer
-class Dropout(_Primitive):
+class Dropout(Primitive):
     """``dropout(p)``: drop probability ``p`` in [0, 1) -> ``arch.dropout``."""
 
     _DSL: ClassVar[str] = "dropout"
@@ -427,7 +390,7 @@ class Dropout(_Primitive):
 
 
 @_layer
-class Flatten(_Primitive):
+class Flatten(Primitive):
     """``flatten(start_dim=1)`` -> ``arch.flatten``: (H, W, C) -> (1, 1, H*W*C).
 
     Only ``start_dim = 1`` (flatten all but the batch) has a meaning; the seed keeps the
@@ -448,7 +411,7 @@ class Flatten(_Primitive):
 
 
 @_layer
-class ChannelPadding(_Primitive):
+class ChannelPadding(Primitive):
     """``channel_padding()`` -> ``arch.channel_padding`` (C up to a multiple of 8)."""
 
     _DSL: ClassVar[str] = "channel_padding"
@@ -456,16 +419,16 @@ class ChannelPadding(_Primitive):
 
 
 @_layer
-class _Pool(_Primitive):
+class _Pool(Primitive):
     k: int
     s: int
     p: int
 
     def __post_init__(self) -> None:
         w = self._DSL
-        object.__setattr__(self, "k", _at_least(w, "k", self.k, 1))
-        object.__setattr__(self, "s", _at_least(w, "s", self.s, 1))
-        object.__setattr__(self, "p", _at_least(w, "p", self.p, 0))
+        object.__setattr__(self, "k", at_least(w, "k", self.k, 1))
+        object.__setattr__(self, "s", at_least(w, "s", self.s, 1))
+        object.__setattr__(self, "p", at_least(w, "p", self.p, 0))
         _pool_padding(w, self.k, self.p)
 
 
@@ -486,7 +449,7 @@ class AvgPool(_Pool):
 
 
 @_layer
-class Gap(_Primitive):
+class Gap(Primitive):
     """``gap()`` -> ``arch.gap``: global average pooling to (1, 1, C)."""
 
     _DSL: ClassVar[str] = "gap"
@@ -494,7 +457,7 @@ class Gap(_Primitive):
 
 
 @_layer
-class Fc(_Primitive):
+class Fc(Primitive):
     """``fc(out_features, bias)`` -> ``arch.fc`` (``bias`` is required, as in the seed)."""
 
     _DSL: ClassVar[str] = "fc"
@@ -503,12 +466,12 @@ class Fc(_Primitive):
     bias: bool
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "out_features", _at_least("fc", "out_features", self.out_features, 1))
+        object.__setattr__(self, "out_features", at_least("fc", "out_features", self.out_features, 1))
         check_bool("fc", "bias", self.bias)
 
 
 @_layer
-class Identity(_Primitive):
+class Identity(Primitive):
     """``identity()`` -> ``arch.identity``."""
 
     _DSL: ClassVar[str] = "identity"
@@ -516,7 +479,7 @@ class Identity(_Primitive):
 
 
 @_layer
-class Cbr(_Primitive):
+class Cbr(Primitive):
     """``cbr(out_ch, k, s, p, momentum=0.1, eps=1e-5)``: conv + bn + relu -> the ``arch.cbr`` macro."""
 
     _DSL: ClassVar[str] = "cbr"
@@ -529,17 +492,17 @@ class Cbr(_Primitive):
     eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "out_ch", _at_least("cbr", "out_ch", self.out_ch, 1))
-        object.__setattr__(self, "k", _at_least("cbr", "k", self.k, 1))
-        object.__setattr__(self, "s", _at_least("cbr", "s", self.s, 1))
-        object.__setattr__(self, "p", _at_least("cbr", "p", self.p, 0))
+        object.__setattr__(self, "out_ch", at_least("cbr", "out_ch", self.out_ch, 1))
+        object.__setattr__(self, "k", at_least("cbr", "k", self.k, 1))
+        object.__setattr__(self, "s", at_least("cbr", "s", self.s, 1))
+        object.__setattr__(self, "p", at_least("cbr", "p", self.p, 0))
         momentum, eps = _bn_args("cbr", self.momentum, self.eps)
         object.__setattr__(self, "momentum", momentum)
         object.__setattr__(self, "eps", eps)
 
 
 @_layer
-class Cbrp(_Primitive):
+class Cbrp(Primitive):
     """``cbrp(out_ch, conv_k, conv_s, conv_p, pool_k, pool_s, pool_p)``: conv + bn + relu +
     maxpool -> the ``arch.cbrp`` macro (batch norm with default eps/momentum, as the seed)."""
 
@@ -556,12 +519,12 @@ class Cbrp(_Primitive):
     def __post_init__(self) -> None:
         low = {"out_ch": 1, "conv_k": 1, "conv_s": 1, "conv_p": 0, "pool_k": 1, "pool_s": 1, "pool_p": 0}
         for name, bound in low.items():
-            object.__setattr__(self, name, _at_least("cbrp", name, getattr(self, name), bound))
+            object.__setattr__(self, name, at_least("cbrp", name, getattr(self, name), bound))
         _pool_padding("cbrp", self.pool_k, self.pool_p, "pool_k", "pool_p")
 
 
 @_layer
-class GapFc(_Primitive):
+class GapFc(Primitive):
     """``gap_fc(out_features, bias)``: gap + fc -> the ``arch.gap_fc`` macro."""
 
     _DSL: ClassVar[str] = "gap_fc"
@@ -570,16 +533,18 @@ class GapFc(_Primitive):
     bias: bool
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "out_features", _at_least("gap_fc", "out_features", self.out_features, 1))
+        object.__setattr__(self, "out_features", at_least("gap_fc", "out_features", self.out_features, 1))
         check_bool("gap_fc", "bias", self.bias)
 
 
-_BLOCK3 = "block(mid_ch, out_ch, style)"
-_BLOCK2 = "block(out_ch, style)"
+BLOCK3_SIGNATURE = "block(mid_ch, out_ch, style)"
+BLOCK2_SIGNATURE = "block(out_ch, style)"
+"""The two call forms of ``block`` (a three-conv bottleneck style takes ``mid_ch``), as messages
+and ``repr`` name them."""
 
 
 @_layer
-class Block(_Primitive):
+class Block(Primitive):
     """``block(mid_ch, out_ch, style)`` / ``block(out_ch, style)`` / ``mbconv(...)``: a
     residual block macro -> ``arch.block``.
 
@@ -594,7 +559,7 @@ class Block(_Primitive):
     mid_ch: int | None = None
 
     def __post_init__(self) -> None:
-        where = _BLOCK2 if self.mid_ch is None else _BLOCK3
+        where = BLOCK2_SIGNATURE if self.mid_ch is None else BLOCK3_SIGNATURE
         if not isinstance(self.style, BlockStyle):
             raise BluePrintTypeError(
                 f"{where}: style must be a BlockStyle, got {type(self.style).__name__} {self.style!r}"
@@ -607,8 +572,8 @@ class Block(_Primitive):
                 raise BluePrintError(
                     "block(mid_ch, out_ch, style): style must be RESNET_1_3_1 or RESNET_1_3_1_DS"
                 )
-            object.__setattr__(self, "mid_ch", _at_least(where, "mid_ch", self.mid_ch, 1))
-        object.__setattr__(self, "out_ch", _at_least(where, "out_ch", self.out_ch, 1))
+            object.__setattr__(self, "mid_ch", at_least(where, "mid_ch", self.mid_ch, 1))
+        object.__setattr__(self, "out_ch", at_least(where, "out_ch", self.out_ch, 1))
 
     @property
     def stride(self) -> int:
@@ -642,13 +607,13 @@ class Seq(Layer):
         if not children:
             raise BluePrintError("seq: empty sequential is not allowed")
         for i, child in enumerate(children):
-            _child("seq", f"child {i}", child)
+            child_layer("seq", f"child {i}", child)
         object.__setattr__(self, "children", children)
 
     def _args(self) -> tuple[Any, ...]:
         return self.children
 
-    def _emit(self, em: _Emitter, x: SSAValue) -> SSAValue:
+    def _emit(self, em: Emitter, x: SSAValue) -> SSAValue:
         body, em.c = em.region(self.children, x.type, em.c)
         op = SeqOp(x, body)
         em.block.add_op(op)
@@ -668,10 +633,10 @@ class Add2(Layer):
     main: Layer | None
 
     def __post_init__(self) -> None:
-        _child("add2", "shortcut", self.shortcut)
-        _child("add2", "main", self.main)
+        child_layer("add2", "shortcut", self.shortcut)
+        child_layer("add2", "main", self.main)
 
-    def _emit(self, em: _Emitter, x: SSAValue) -> SSAValue:
+    def _emit(self, em: Emitter, x: SSAValue) -> SSAValue:
         shortcut, _ = em.region((self.shortcut,), x.type, em.c)
         main, em.c = em.region((self.main,), x.type, em.c)
         op = Add2Op(x, shortcut, main)
@@ -696,10 +661,10 @@ class Repeat(Layer):
         times = check_int("repeat", "times", self.times)
         if times < 1:
             raise BluePrintError("repeat: times must be >= 1")
-        _child("repeat", "body", self.body)
+        child_layer("repeat", "body", self.body)
         object.__setattr__(self, "times", times)
 
-    def _emit(self, em: _Emitter, x: SSAValue) -> SSAValue:
+    def _emit(self, em: Emitter, x: SSAValue) -> SSAValue:
         c_in = em.c
         body, c_out = em.region((self.body,), x.type, c_in)
         # Repetition i starts from the count repetition i-1 left; once a repetition leaves
@@ -719,292 +684,3 @@ class Repeat(Layer):
         op = RepeatOp(x, self.times, body)
         em.block.add_op(op)
         return op.output
-
-
-# --------------------------------------------------------------------------------------
-# Factory functions (the seed's DSL)
-# --------------------------------------------------------------------------------------
-
-
-def conv(out_ch: int, k: int, s: int = 1, p: int = 0) -> Layer:
-    """Dense k x k convolution with ``out_ch`` filters, stride ``s``, padding ``p`` (no bias)."""
-    return Conv(out_ch, k, s, p)
-
-
-def conv_dw(k: int, s: int = 1, p: int = 0) -> Layer:
-    """Depthwise k x k convolution (one filter per input channel)."""
-    return ConvDw(k, s, p)
-
-
-def group_conv(out_ch: int, groups: int, k: int, s: int = 1, p: int = 0) -> Layer:
-    """Grouped k x k convolution: ``groups`` groups, ``out_ch`` filters in all."""
-    return GroupConv(out_ch, groups, k, s, p)
-
-
-def bn(momentum: float = 0.1, eps: float = 1e-5) -> Layer:
-    """Batch normalization; note the seed's order: ``momentum`` before ``eps``."""
-    return Bn(momentum, eps)
-
-
-def relu() -> Layer:
-    """ReLU activation."""
-    return Relu()
-
-
-def tanh_act() -> Layer:
-    """Tanh activation."""
-    return Tanh()
-
-
-def silu() -> Layer:
-    """SiLU (swish) activation."""
-    return Silu()
-
-
-def relu6() -> Layer:
-    """ReLU6 activation."""
-    return Relu6()
-
-
-def leaky_relu() -> Layer:
-    """Leaky ReLU activation (slope 0.01)."""
-    return LeakyRelu()
-
-
-def hardswish() -> Layer:
-    """Hardswish activation."""
-    return Hardswish()
-
-
-def elu() -> Layer:
-    """ELU activation (alpha 1)."""
-    return Elu()
-
-
-def sigmoid() -> Layer:
-    """Sigmoid activation."""
-    return Sigmoid()
-
-
-def dropout(p: float) -> Layer:
-    """Dropout with drop probability ``p`` (required, in [0, 1))."""
-    return Dropout(p)
-
-
-def flatten(start_dim: int = 1) -> Layer:
-    """Flatten (H, W, C) to (1, 1, H*W*C); ``start_dim`` must be 1."""
-    return Flatten(start_dim)
-
-
-def channel_padding() -> Layer:
-    """Zero-pad the channels up to a multiple of 8."""
-    return ChannelPadding()
-
-
-def maxpool(k: int, s: int, p: int) -> Layer:
-    """Max pooling, window k x k, stride ``s``, padding ``p`` (all required)."""
-    return MaxPool(k, s, p)
-
-
-def avgpool(k: int, s: int, p: int) -> Layer:
-    """Average pooling, window k x k, stride ``s``, padding ``p`` (all required)."""
-    return AvgPool(k, s, p)
-
-
-def gap() -> Layer:
-    """Global average pooling to (1, 1, C)."""
-    return Gap()
-
-
-def fc(out_features: int, bias: bool) -> Layer:
-    """Fully connected layer; ``bias`` is required."""
-    return Fc(out_features, bias)
-
-
-def identity() -> Layer:
-    """Identity layer."""
-    return Identity()
-
-
-def seq(*layers: Layer | None | Sequence[Layer | None]) -> Layer:
-    """The layers in order: ``seq(a, b, c)`` or ``seq([a, b, c])``; at least one child.
-
-    Raises ``BluePrintError("seq: empty sequential is not allowed")`` for none.
-    """
-    if len(layers) == 1 and isinstance(layers[0], (list, tuple)):
-        return Seq(tuple(layers[0]))
-    return Seq(layers)
-
-
-def add2(shortcut: Layer | None, main: Layer | None) -> Layer:
-    """Residual join ``shortcut(x) + main(x)``; ``None`` (or ``identity()``) is an identity side."""
-    return Add2(shortcut, main)
-
-
-def repeat(body: Layer | None, times: int) -> Layer:
-    """``body`` applied ``times`` (>= 1) times in a row."""
-    return Repeat(body, times)
-
-
-def cbr(out_ch: int, k: int, s: int, p: int, momentum: float = 0.1, eps: float = 1e-5) -> Layer:
-    """conv(out_ch, k, s, p) + bn(momentum, eps) + relu() as one macro."""
-    return Cbr(out_ch, k, s, p, momentum, eps)
-
-
-def conv_bn_relu(out_ch: int, k: int, s: int, p: int, momentum: float = 0.1, eps: float = 1e-5) -> Layer:
-    """Alias of :func:`cbr`."""
-    return cbr(out_ch, k, s, p, momentum, eps)
-
-
-def cbrp(out_ch: int, conv_k: int, conv_s: int, conv_p: int, pool_k: int, pool_s: int, pool_p: int) -> Layer:
-    """conv + bn + relu + maxpool(pool_k, pool_s, pool_p) as one macro."""
-    return Cbrp(out_ch, conv_k, conv_s, conv_p, pool_k, pool_s, pool_p)
-
-
-def gap_fc(out_features: int, bias: bool) -> Layer:
-    """gap() + fc(out_features, bias) as one macro."""
-    return GapFc(out_features, bias)
-
-
-def _block3(mid_ch: int, out_ch: int, style: BlockStyle) -> Layer:
-    return Block(out_ch, style, mid_ch)
-
-
-def _block2(out_ch: int, style: BlockStyle) -> Layer:
-    return Block(out_ch, style)
-
-
-def block(*args: Any, **kwargs: Any) -> Layer:
-    """A residual block: ``block(mid_ch, out_ch, style)`` or ``block(out_ch, style)``.
-
-    The 3-argument form takes the bottleneck styles ``RESNET_1_3_1[_DS]`` (``mid_ch`` is
-    the bottleneck width); the 2-argument form the basic (``RESNET_3_3[_DS]``) and
-    MobileNet (``MB_E{1,6}_K3[_DS]``) styles. Other combinations raise the seed's errors.
-    """
-    form = _block3 if len(args) + len(kwargs) == 3 else _block2
-    try:
-        bound = inspect.signature(form).bind(*args, **kwargs)
-    except TypeError as e:
-        raise BluePrintTypeError(f"block: expected {_BLOCK3} or {_BLOCK2}: {e}") from None
-    return form(*bound.args, **bound.kwargs)
-
-
-_MBCONV_STYLES = {
-    (1, 1): BlockStyle.MB_E1_K3,
-    (1, 2): BlockStyle.MB_E1_K3_DS,
-    (6, 1): BlockStyle.MB_E6_K3,
-    (6, 2): BlockStyle.MB_E6_K3_DS,
-}
-
-
-def mbconv(expand_ratio: int, out_ch: int, stride: int) -> Layer:
-    """MobileNetV2 inverted residual: ``block(out_ch, MB_E{expand_ratio}_K3[_DS])``.
-
-    ``expand_ratio`` must be 1 or 6 (checked first), ``stride`` 1 or 2, as in the seed.
-    """
-    expand_ratio = check_int("mbconv", "expand_ratio", expand_ratio)
-    if expand_ratio not in (1, 6):
-        raise BluePrintError("mbconv: expand_ratio must be 1 or 6")
-    stride = check_int("mbconv", "stride", stride)
-    if stride not in (1, 2):
-        raise BluePrintError("mbconv: stride must be 1 or 2")
-    out_ch = _at_least("mbconv", "out_ch", out_ch, 1)
-    return Block(out_ch, _MBCONV_STYLES[(expand_ratio, stride)])
-
-
-# --------------------------------------------------------------------------------------
-# Emission
-# --------------------------------------------------------------------------------------
-
-_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*")
-
-MAX_NESTING = 63
-"""Deepest nesting of ``seq`` / ``add2`` / ``repeat`` that :func:`emit` accepts: each is a region,
-and with the model body that makes 64, what ``tr-opt`` parses (``opt_parser.MAX_REGION_DEPTH``; xDSL's
-recursive printer and parser fail not far beyond)."""
-
-MAX_EMITTED_OPS = 100_000
-"""Most ops :func:`emit` creates (``arch-expand`` caps a flat model at as many layers). A tree
-that reuses a sub-layer at every level (``x = seq(x, x)``) doubles with each level."""
-
-
-def tree_size(model: Layer) -> tuple[int, int]:
-    """``(ops, nesting)`` of a layer tree: the number of ops :func:`emit` creates for it (capped at
-    ``MAX_EMITTED_OPS + 1``) and its deepest nesting of ``seq`` / ``add2`` / ``repeat``.
-
-    Iterative and computed once per distinct layer object, so shared sub-layers and deep trees
-    cost time linear in the number of distinct layers and no recursion.
-    """
-    memo: dict[int, tuple[int, int]] = {}
-    stack: list[tuple[Layer, bool]] = [(model, False)]
-    while stack:
-        layer, ready = stack.pop()
-        if id(layer) in memo:
-            continue
-        children = [] if isinstance(layer, _Primitive) else [c for c in layer._args() if isinstance(c, Layer)]
-        if not ready and any(id(c) not in memo for c in children):
-            stack.append((layer, True))
-            stack.extend((c, False) for c in children)
-            continue
-        ops = min(1 + sum(memo[id(c)][0] for c in children), MAX_EMITTED_OPS + 1)
-        nesting = 0 if isinstance(layer, _Primitive) else 1 + max((memo[id(c)][1] for c in children), default=0)
-        memo[id(layer)] = (ops, nesting)
-    return memo[id(model)]
-
-
-def emit(
-    model: Layer | None,
-    input_shape: tuple[int, int, int],
-    *,
-    num_classes: int,
-    amp: bool = False,
-    fuse: bool = False,
-    name: str = "model",
-) -> ModuleOp:
-    """Emit a BluePrint as a module holding one ``arch.model @name`` in tree form.
-
-    ``input_shape`` is the (H, W, C) of one sample (NHWC, batch excluded); the model's block
-    argument gets that static type, every other value ``tensor<?x?x?x?xf32>`` (shapes are
-    deduced later by ``arch-deduce-shapes``). ``num_classes`` (required: the seed's
-    ``build(num_classes)``), ``amp`` and ``fuse`` are recorded on the model. Unlike the
-    seed, ``fuse`` does not require ``amp`` (DESIGN section 7). ``None`` emits an empty model.
-
-    Mapping: ``seq`` -> ``arch.seq``, ``add2`` -> ``arch.add2`` (regions shortcut, main),
-    ``repeat`` -> ``arch.repeat``, ``block``/``mbconv`` -> ``arch.block``,
-    ``cbr``/``cbrp``/``gap_fc`` -> their macro ops, ``bn`` -> ``arch.bn``, ``conv_dw`` ->
-    ``arch.conv`` with ``groups = out_ch = C`` entering it (the seed's running channel
-    count), every other primitive -> its op.
-
-    Raises :class:`BluePrintError` for a bad argument, a ``repeat`` whose body depends on
-    the channels entering it, a tree nested deeper than :data:`MAX_NESTING` or one that would
-    emit more than :data:`MAX_EMITTED_OPS` ops.
-    """
-    _child("emit", "model", model)
-    if model is not None:
-        ops, nesting = tree_size(model)
-        if nesting > MAX_NESTING:
-            raise BluePrintError(
-                f"emit: the model nests seq/add2/repeat {nesting} levels deep, at most {MAX_NESTING} are "
-                "supported; flatten the nesting, e.g. seq(a, b, c) instead of seq(a, seq(b, seq(c)))"
-            )
-        if ops > MAX_EMITTED_OPS:
-            raise BluePrintError(
-                f"emit: the model would emit more than {MAX_EMITTED_OPS} ops; a sub-layer reused at "
-                "every level (x = seq(x, x)) doubles the tree each time, use repeat(x, n) instead"
-            )
-    if isinstance(input_shape, (str, bytes)) or not isinstance(input_shape, Sequence) or len(input_shape) != 3:
-        raise BluePrintTypeError(f"emit: input_shape must be (H, W, C), got {input_shape!r}")
-    hwc = tuple(_at_least("emit", f"input_shape[{i}]", d, 1) for i, d in enumerate(input_shape))
-    num_classes = _at_least("emit", "num_classes", num_classes, 1)
-    check_bool("emit", "amp", amp)
-    check_bool("emit", "fuse", fuse)
-    if not isinstance(name, str) or not _SYMBOL.fullmatch(name):
-        raise BluePrintError(f"emit: name must be a symbol name like 'resnet50', got {name!r}")
-    op = ModelOp(name, hwc, num_classes, amp=amp, fuse=fuse)
-    body = op.body.block
-    em = _Emitter(body, hwc[2])
-    value: SSAValue = op.input_value
-    if model is not None:
-        value = model._emit(em, value)
-    body.add_op(OutputOp(value))
-    return ModuleOp([op])
