@@ -23,7 +23,9 @@ Deliberate differences from the seed's descriptors (DESIGN section 7): fused lay
 gap_fc, the six residual blocks) are real: their tensors are the concatenation of their sub-layers'
 (prefixed ``sc_``, ``c1_``, ``c2_``, ``c3_``) and their patterns are the sub-layers' kernels in
 order, with the reads of the block input scheduled before the write of its gradient and the
-shortcut gradient accumulated (``GRAD_ACCUM``); ``add`` has a real backward to both operands;
+shortcut gradient accumulated (``GRAD_ACCUM``), except that a BN and the ReLU after it (and a
+join's BN, add and ReLU) run as one fused kernel each way (:func:`_bn_relu`, the same bits, the
+unfused inference); ``add`` has a real backward to both operands;
 conv supports ``groups`` (depthwise included; weights KRSC ``{K, k, k, C/groups}``); the unused
 ``conv_grad_slot`` is not allocated; every kernel's scratch memory (conv im2col and fp32 casts,
 pooling masks and accumulators, AMP GEMM buffers) is planned from the kernel library's own
@@ -326,6 +328,30 @@ def _relu(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str, sh
             NodePattern(K.RELU_INF.op(ctx.prec), (x,), (y, mask), ()))
 
 
+EPILOGUES = True
+"""Emit the fused batch-norm epilogues (:func:`_bn_relu`): measured to pay on ResNet-18 CIFAR
+(bench/README.md); False emits the unfused kernels, the same bits (tests, bench comparisons)."""
+
+
+def _bn_relu(bn: tuple[NodePattern, NodePattern], relu: tuple[NodePattern, NodePattern], prec: str,
+             skip: tuple[str, str] | None = None) -> tuple[NodePattern, NodePattern] | None:
+    """The fused epilogue of a BN's ``(fwd, bwd)`` followed by a ReLU's (:func:`_bn`, :func:`_relu`;
+    ``skip``: ``(operand, gradient tensor)`` of a residual add between them, ``relu(bn(x) + skip)``):
+    one forward writing the ReLU's output (and mask), one backward reading the ReLU's incoming
+    gradient through its mask or output and writing the BN's gradients (and the join's gradient).
+    The same bits as the unfused kernels (lowering/cpu/norm.py); None when :data:`EPILOGUES` is off."""
+    (bf, bb), (rf, rb) = bn, relu
+    if not EPILOGUES:
+        return None
+    kind = (K.BN2D_ADD_RELU_FWD, K.BN2D_ADD_RELU_BWD, K.BN2D_ADD_RELU_BWD_FROM_OUTPUT) if skip else \
+        (K.BN2D_RELU_FWD, K.BN2D_RELU_BWD, K.BN2D_RELU_BWD_FROM_OUTPUT)
+    ins = (bf.inputs[0], *((skip[0],) if skip else ()), *bf.inputs[1:])
+    fwd = NodePattern(kind[0].op(prec), ins, (rf.outputs[0], *bf.outputs[1:], *rf.outputs[1:]), bf.params)
+    outs = (bb.outputs[0], *((skip[1],) if skip else ()), *bb.outputs[1:])
+    op = kind[2] if rb.op == K.RELU_BWD_FROM_OUTPUT.op(prec) else kind[1]
+    return fwd, NodePattern(op.op(prec), (*rb.inputs, *bb.inputs[1:]), outs, bb.params)
+
+
 def _fc(lp: LayerPlan, ctx: LayerCtx, p: str, x: str, dy_src: str, dx: str | None, in_shape: Shape,
         out_features: int, bias: bool) -> tuple[str, NodePattern, NodePattern]:
     """FC tensors (seed: 7) and nodes (fwd, bwd); inference reuses the forward op (the seed's rule)."""
@@ -530,6 +556,8 @@ def _build_cbr(ctx: LayerCtx) -> LayerPlan:
     bb = bb.with_dy(bn_y)
     cb = cb.with_dy(conv_y)
     lp.forward, lp.backward, lp.inference = [cf, bf, rf], [rb, bb, cb], [ci, bi, ri]
+    if fused := _bn_relu((bf, bb), (rf, rb), ctx.prec):
+        lp.forward, lp.backward = [cf, fused[0]], [fused[1], cb]
     return lp
 
 
@@ -544,6 +572,8 @@ def _build_cbrp(ctx: LayerCtx) -> LayerPlan:
     lp.forward = [cf, bf, rf, pf]
     lp.backward = [pb, rb, bb, cb.with_dy(conv_y)]
     lp.inference = [ci, bi, ri, pi]
+    if fused := _bn_relu((bf, bb), (rf, rb), ctx.prec):
+        lp.forward, lp.backward = [cf, fused[0], pf], [pb, fused[1], cb.with_dy(conv_y)]
     return lp
 
 
@@ -604,7 +634,7 @@ def _residual(ctx: LayerCtx, main: list[_Stage], shortcut: _Stage | None, identi
         sc_bwd = [bb, cb.with_dy(cy)]
     cur, shape = "$x", x_shape
     cur_grad = "$dx"  # where the gradient of the current stage input goes
-    stage_nodes: list[tuple[NodePattern, NodePattern, NodePattern | None, str, str]] = []
+    stage_nodes: list[tuple[NodePattern, NodePattern | None, NodePattern | None, str, str]] = []
     for i, st in enumerate(main):
         cy, cshape, cf, cb, ci = _conv(lp, ctx, st.prefix, cur, "", cur_grad, shape, st.out_ch, st.k, st.s,
                                        st.p, st.groups)
@@ -622,6 +652,8 @@ def _residual(ctx: LayerCtx, main: list[_Stage], shortcut: _Stage | None, identi
             fwd.append(rf)
             inf.append(ri)
             out, out_grad = ry, grad or ry
+            if fused := _bn_relu((bf, bb), (rf, rb), ctx.prec):
+                fwd[-2:], (bb, rb) = [fused[0]], (fused[1], None)
         stage_nodes.append((cb, bb, rb, cy, by))
         cur, cur_grad, shape = out, out_grad, cshape
     if has_add:
@@ -636,6 +668,10 @@ def _residual(ctx: LayerCtx, main: list[_Stage], shortcut: _Stage | None, identi
             fwd.append(rf)
             inf.append(ri)
             bwd.append(rb)
+            cb, bb, _, cy, by = stage_nodes[-1]  # fwd[-3]: its BN forward (the last stage has no ReLU)
+            if not main[-1].relu and (fused := _bn_relu((fwd[-3], bb), (rf, rb), ctx.prec, (sc_out, add_name))):
+                fwd[-3:], bwd[-1:] = [fused[0]], [fused[1]]
+                stage_nodes[-1] = (cb, None, None, cy, by)
         else:
             grad_at_join = "$dy"
     else:
@@ -652,7 +688,8 @@ def _residual(ctx: LayerCtx, main: list[_Stage], shortcut: _Stage | None, identi
         if rb is not None:
             bwd.append(rb.with_dy(dy))
             dy = by
-        bwd.append(bb.with_dy(dy))
+        if bb is not None:  # None: the join's fused epilogue runs it
+            bwd.append(bb.with_dy(dy))
         bwd.append(cb.with_dy(cy))
         dy = cb.outputs[0]
     if identity:
