@@ -48,8 +48,8 @@ Kernels take named arrays; the row connects them:
   skips that output (the ReLU mask, which a ReLU whose backward reads its output does not write).
   Such an op plans no workspaces, so a short output list is never mistaken for workspaces.
 
-A family without a row (``operands=None``) is a library kernel no node binds (the fused reference
-kernels of :mod:`tr_mlir.lowering.cpu.fused`, LARS's split form, the seed's aliases).
+A family without a row (``operands=None``) is a library kernel no node binds (LARS's split form,
+the seed's aliases).
 
 **The kernel library** (:data:`KERNELS`): KernelId -> implementation (a
 :class:`tr_mlir.lowering.cpu.KernelSpec`, seen here through :class:`KernelImpl`: its arrays,
@@ -509,6 +509,8 @@ _BN_FWD = Operands(("x", "gamma", "beta", "running_mean", "running_var", "eps", 
                    ("y", "save_mean", "save_istd", "running_mean", "running_var"))
 _BN_BWD = Operands(("dy", "gamma", "save_mean", "save_istd", "x"), ("dx", "dgamma", "dbeta"))
 _BN_INF = Operands(("x", "eq_scale", "eq_bias"), ("y",))
+_BN_RELU_OUTS = ("y", "save_mean", "save_istd", "running_mean", "running_var", "mask")
+_BN_GATED = ("gamma", "save_mean", "save_istd", "x")
 _RELU_FWD = Operands(("x",), ("y", "mask"), optional=frozenset({"mask"}))  # no mask in the output form
 _MAXPOOL_FWD = Operands(("x",), ("y", "mask"))
 _FC_FWD = Operands(("x", "w", "b"), ("y",), when={"b": "bias"})
@@ -549,6 +551,18 @@ class K:
     BN2D_FWD = _id("bn2d_fwd", _BN_FWD)
     BN2D_BWD = _id("bn2d_bwd", _BN_BWD)
     BN2D_INF = _id("bn2d_inf", _BN_INF)
+    # batch norm + ReLU (and + residual add before the ReLU) in one pass each way; the mask or
+    # output form as a ReLU's (lowering/cpu/norm.py)
+    BN2D_RELU_FWD = _id("bn2d_relu_fwd", Operands(_BN_FWD.ins, _BN_RELU_OUTS, optional=frozenset({"mask"})))
+    BN2D_RELU_BWD = _id("bn2d_relu_bwd", Operands(("dy", "mask", *_BN_GATED), ("dx", "dgamma", "dbeta")))
+    BN2D_RELU_BWD_FROM_OUTPUT = _id("bn2d_relu_bwd_from_output",
+                                    Operands(("dy", "y", *_BN_GATED), ("dx", "dgamma", "dbeta")))
+    BN2D_ADD_RELU_FWD = _id("bn2d_add_relu_fwd", Operands(("x", "skip", *_BN_FWD.ins[1:]), _BN_RELU_OUTS,
+                                                          optional=frozenset({"mask"})))
+    BN2D_ADD_RELU_BWD = _id("bn2d_add_relu_bwd", Operands(("dy", "mask", *_BN_GATED),
+                                                          ("dx", "dskip", "dgamma", "dbeta")))
+    BN2D_ADD_RELU_BWD_FROM_OUTPUT = _id("bn2d_add_relu_bwd_from_output",
+                                        Operands(("dy", "y", *_BN_GATED), ("dx", "dskip", "dgamma", "dbeta")))
     BN_UPDATE_EQ_PARAMS = _id("bn_update_eq_params",
                               Operands(("gamma", "beta", "running_mean", "running_var", "eps"), ("eq_scale", "eq_bias")),
                               _FREE)
@@ -650,15 +664,9 @@ class K:
 
 
 LIBRARY_KERNELS: tuple[KernelId, ...] = (
-    *(_id(f"{b}_{p}") for b in ("basic_block_identity", "basic_block_projection", "bottleneck_identity",
-                                "bottleneck_projection", "inv_residual_identity", "inv_residual_no_shortcut",
-                                "cbr", "cbrp")
-      for p in ("fwd", "bwd", "bwd_first_layer", "inf")),
-    *(_id(f"gap_fc_{p}") for p in ("fwd", "bwd", "inf")),
     *(_id(n) for n in ("noop", "grad_acc", "add_bwd_acc", "axpy_fwd", "dropout_inf")),
     *(_id(n, None, _FREE) for n in ("lars_compute_trust_ratio", "lars_update", "lars_nesterov_update",
                                     "range_update_weight_lars", "range_update_weight_lars_nesterov",
                                     "range_h2d_copy_dtensor", "range_sema_switch")),
 )
-"""Built-in families without an operand row: library kernels no node binds (the fused reference
-blocks, LARS's split form, the seed's aliases and seed range ops the atlas does not emit)."""
+"""Built-in families without an operand row: library kernels no node binds (LARS's split form, the seed's aliases and seed range ops the atlas does not emit)."""

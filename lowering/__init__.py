@@ -13,9 +13,11 @@ Modules:
 
 Fused layers (cbr, cbrp, gap_fc, the residual blocks) run as the compiler composes them: the
 layer descriptors emit the sub-layers' kernels over the block's own tensors
-(:mod:`tr_mlir.passes._descriptors`), so the executable needs only the primitive kernels. The
-kernel library's fused-block kernels are not used by the graphs: with one set of primitives,
-fused and unfused compiles are the same arithmetic (they agree to the last bit in fp32 and AMP,
+(:mod:`tr_mlir.passes._descriptors`), so the executable needs only the primitive kernels, plus
+the fused batch-norm epilogues (BN + ReLU, BN + add + ReLU in one pass each way,
+:mod:`tr_mlir.lowering.cpu.norm`), which do less memory traffic for the same bits: fused and
+unfused compiles are the same arithmetic (they agree to the last bit in fp32 and AMP,
 tests/test_runtime_torch.py), every sub-kernel's workspace is planned and visible in the graph,
-and there is one kernel per op to port to the GPU and to test against torch.
+and each kernel is ported to the GPU and tested against torch. (Whole-block kernels that ran the
+same primitives one after another from one node did the same work and were removed.)
 """

@@ -10,7 +10,7 @@ bn2d (+ relu) stage are emitted in one place, :func:`conv_bn_stage`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tr_mlir.dialects import arch
 from tr_mlir.dialects.kernels import K
@@ -30,6 +30,31 @@ from tr_mlir.passes._layer_parts import (
 )
 
 
+EPILOGUES = True
+"""Emit the fused batch-norm epilogues (:func:`bn_relu_epilogue`): measured to pay on ResNet-18
+CIFAR (bench/README.md); False emits the unfused kernels, the same bits (tests, bench comparisons)."""
+
+
+def bn_relu_epilogue(bn: tuple[NodePattern, NodePattern], relu: tuple[NodePattern, NodePattern], prec: str,
+                     skip: tuple[str, str] | None = None) -> tuple[NodePattern, NodePattern] | None:
+    """The fused epilogue of a BN's ``(fwd, bwd)`` followed by a ReLU's (:func:`bn_part`,
+    :func:`relu_part`; ``skip``: ``(operand, gradient tensor)`` of a residual add between them,
+    ``relu(bn(x) + skip)``): one forward writing the ReLU's output (and mask), one backward reading
+    the ReLU's incoming gradient through its mask or output and writing the BN's gradients (and the
+    join's gradient). The same bits as the unfused kernels (lowering/cpu/norm.py); None when
+    :data:`EPILOGUES` is off. Inference stays unfused."""
+    (bf, bb), (rf, rb) = bn, relu
+    if not EPILOGUES:
+        return None
+    kind = (K.BN2D_ADD_RELU_FWD, K.BN2D_ADD_RELU_BWD, K.BN2D_ADD_RELU_BWD_FROM_OUTPUT) if skip else \
+        (K.BN2D_RELU_FWD, K.BN2D_RELU_BWD, K.BN2D_RELU_BWD_FROM_OUTPUT)
+    ins = (bf.inputs[0], *((skip[0],) if skip else ()), *bf.inputs[1:])
+    fwd = NodePattern(kind[0].op(prec), ins, (rf.outputs[0], *bf.outputs[1:], *rf.outputs[1:]), bf.params)
+    outs = (bb.outputs[0], *((skip[1],) if skip else ()), *bb.outputs[1:])
+    op = kind[2] if rb.op == K.RELU_BWD_FROM_OUTPUT.op(prec) else kind[1]
+    return fwd, NodePattern(op.op(prec), (*rb.inputs, *bb.inputs[1:]), outs, bb.params)
+
+
 def build_cbr(ctx: LayerCtx) -> LayerPlan:
     """``arch.cbr``: conv, bn2d, relu (the relu's output form as the layer's consumers decide)."""
     v = ctx.params
@@ -44,6 +69,8 @@ def build_cbr(ctx: LayerCtx) -> LayerPlan:
     bb = bb.with_dy(bn_y)
     cb = cb.with_dy(conv_y)
     lp.forward, lp.backward, lp.inference = [cf, bf, rf], [rb, bb, cb], [ci, bi, ri]
+    if fused := bn_relu_epilogue((bf, bb), (rf, rb), ctx.prec):
+        lp.forward, lp.backward = [cf, fused[0]], [fused[1], cb]
     return lp
 
 
@@ -59,6 +86,8 @@ def build_cbrp(ctx: LayerCtx) -> LayerPlan:
     lp.forward = [cf, bf, rf, pf]
     lp.backward = [pb, rb, bb, cb.with_dy(conv_y)]
     lp.inference = [ci, bi, ri, pi]
+    if fused := bn_relu_epilogue((bf, bb), (rf, rb), ctx.prec):
+        lp.forward, lp.backward = [cf, fused[0], pf], [pb, fused[1], cb.with_dy(conv_y)]
     return lp
 
 
@@ -79,7 +108,9 @@ class StagePlan:
     ``output``: the stage's output value; ``output_grad``: where its consumer writes the gradient of
     ``output`` (the output itself, or the ReLU's own gradient tensor when the ReLU reads its output);
     ``shape``: the output's NHWC shape; ``forward`` / ``inference``: the nodes in order;
-    ``conv_out`` / ``bn_out``: the conv's and the BN's outputs (their gradients overwrite them).
+    ``conv_out`` / ``bn_out``: the conv's and the BN's outputs (their gradients overwrite them);
+    ``bn_bwd``: the BN's backward, or the fused BN+ReLU backward (``relu_bwd`` None), or None when
+    a residual join's fused epilogue runs it (:func:`bn_relu_epilogue`).
     """
 
     output: str
@@ -90,15 +121,18 @@ class StagePlan:
     conv_out: str
     bn_out: str
     conv_bwd: NodePattern
-    bn_bwd: NodePattern
+    bn_bwd: NodePattern | None
     relu_bwd: NodePattern | None
 
     def backward(self, dy: str) -> list[NodePattern]:
         """The stage's backward nodes in order, the gradient of its output read from ``dy``: the
         ReLU's, the BN's (over the BN output), the conv's (over the conv output; it writes the
         stage input's gradient)."""
+        conv = self.conv_bwd.with_dy(self.conv_out)
+        if self.bn_bwd is None:
+            return [conv]
         if self.relu_bwd is None:
-            return [self.bn_bwd.with_dy(dy), self.conv_bwd.with_dy(self.conv_out)]
+            return [self.bn_bwd.with_dy(dy), conv]
         return [self.relu_bwd.with_dy(dy), self.bn_bwd.with_dy(self.bn_out), self.conv_bwd.with_dy(self.conv_out)]
 
 
@@ -118,6 +152,8 @@ def conv_bn_stage(lp: LayerPlan, ctx: LayerCtx, prefix: str, x: str, dx: str, sh
     ry, rf, rb, ri = relu_part(lp, ctx, prefix, by, relu_grad or "", by, cshape, relu_grad is not None)
     if relu_grad is not None:
         lp.add(relu_grad, ctx.gslot, ctx.featdt, cshape)
+    if fused := bn_relu_epilogue((bf, bb), (rf, rb), ctx.prec):
+        return StagePlan(ry, relu_grad or ry, cshape, (cf, fused[0]), (ci, bi, ri), cy, by, cb, fused[1], None)
     return StagePlan(ry, relu_grad or ry, cshape, (cf, bf, rf), (ci, bi, ri), cy, by, cb, bb, rb)
 
 
@@ -194,6 +230,11 @@ def _residual(ctx: LayerCtx, spec: arch.ResidualSpec) -> LayerPlan:
             fwd.append(rf)
             inf.append(ri)
             bwd.append(rb)
+            last = stages[-1]  # fwd[-3:]: its BN forward (when it has no ReLU), the add, the ReLU
+            if not spec.main[-1].relu and (
+                    fused := bn_relu_epilogue((fwd[-3], last.bn_bwd), (rf, rb), ctx.prec, (sc_out, add_name))):
+                fwd[-3:], bwd[-1:] = [fused[0]], [fused[1]]
+                stages[-1] = replace(last, bn_bwd=None)
     if shortcut is not None:
         lp.add("branch_grad", ctx.gslot, ctx.featdt, x_shape)
         bwd += shortcut.backward(grad_at_join)

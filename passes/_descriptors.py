@@ -28,7 +28,9 @@ Deliberate differences from the seed's descriptors (DESIGN section 7): fused lay
 gap_fc, the residual blocks) are real: their tensors are the concatenation of their sub-layers'
 (prefixed ``sc_``, ``c1_``, ``c2_``, ``c3_``) and their patterns are the sub-layers' kernels in
 order, with the reads of the block input scheduled before the write of its gradient and the
-shortcut gradient accumulated (``GRAD_ACCUM``); ``add`` has a real backward to both operands;
+shortcut gradient accumulated (``GRAD_ACCUM``), except that a BN and the ReLU after it (and a
+join's BN, add and ReLU) run as one fused kernel each way (:func:`tr_mlir.passes._block_plans.bn_relu_epilogue`,
+the same bits, the unfused inference); ``add`` has a real backward to both operands;
 conv supports ``groups`` (depthwise included; weights KRSC ``{K, k, k, C/groups}``); the unused
 ``conv_grad_slot`` is not allocated; every kernel's scratch memory (conv im2col and fp32 casts,
 pooling masks and accumulators, AMP GEMM buffers) is planned from the kernel library's own

@@ -80,7 +80,6 @@ PRIVATE_IMPORTS: dict[tuple[str, str], str] = {
     ("lowering/cuda/ops.py", "tr_mlir.lowering.cpu._util"):
         "the CUDA backend binds the same array views as the CPU kernels (F32, flat, nhwc, take "
         "of lowering/cpu/_util.py)",
-    ("lowering/cuda/blocks.py", "tr_mlir.lowering.cpu._util"): "as lowering/cuda/ops.py",
     ("lowering/cuda/impls.py", "tr_mlir.lowering.cpu._util"): "as lowering/cuda/ops.py",
     ("lowering/cuda/winograd.py", "tr_mlir.lowering.cpu._util"): "as lowering/cuda/ops.py",
 }
@@ -238,16 +237,10 @@ def test_nested_error_classes_are_none():
 
 # -- every kernel reachable --------------------------------------------------------------------
 
-_FUSED = "a fused block kernel (lowering/cpu/fused.py): fuse=True models get the block's component node ops, no descriptor emits it"
 _INF = "the infer graphs run this layer's _fwd kernel (or nothing): no descriptor emits the _inf op"
 _LARS = ("a LARS kernel of the unsplit form: the LARS descriptors emit the per-segment kernels "
          "(lars_update_first / _deep / _fc, range_update_weight_lars_*) instead")
 UNREACHED_KERNELS: dict[str, str] = {
-    **{f"{b}_{p}": _FUSED for b in ("basic_block_identity", "basic_block_projection", "bottleneck_identity",
-                                    "bottleneck_projection", "inv_residual_identity", "inv_residual_no_shortcut",
-                                    "cbr", "cbrp")
-       for p in ("fwd", "bwd", "bwd_first_layer", "inf")},
-    **{f"gap_fc_{p}": _FUSED for p in ("fwd", "bwd", "inf")},
     **{f"{a}_inf": _INF for a in ("tanh", "silu", "relu6", "leaky_relu", "hardswish", "elu", "sigmoid", "dropout",
                                   "identity", "flatten", "channel_padding", "gap", "fc")},
     "lars_compute_trust_ratio": _LARS,
@@ -292,6 +285,7 @@ COMPILED = (
     ("lenet5", None, {"fuse": True, "cbrp": True, "optimizer": "lars-nesterov"}),
     ("library", (8, 8, 3), {"amp": True, "optimizer": "adam"}),
     ("padded_input", (8, 8, 3), {}),
+    ("padded_input", (8, 8, 3), {"fuse": True}),  # cbr before a GAP: the BN + ReLU epilogue in the mask form
 )
 
 

@@ -102,7 +102,7 @@ def test_cases_cover_every_kernel_in_both_precisions():
     cs = cases()
     assert {c.kernel for c in cs} == set(KERNELS)
     halves = {c.kernel for c in cs if "float16" in c.label}
-    assert {"conv_fwd", "conv_bwd", "bn2d_fwd", "softmax_ce_fwd", "maxpool_bwd", "bottleneck_projection_bwd",
+    assert {"conv_fwd", "conv_bwd", "bn2d_fwd", "softmax_ce_fwd", "maxpool_bwd", "bn2d_bwd",
             "fc_bwd", "dropout_fwd"} <= halves
 
 

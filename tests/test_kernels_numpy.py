@@ -1,5 +1,4 @@
-"""NumPy kernels against PyTorch (CPU): every layer kernel forward and backward, fused blocks
-against their composition in torch, optimizers against torch.optim, LARS against a transcription
+"""NumPy kernels against PyTorch (CPU): every layer kernel forward and backward, optimizers against torch.optim, LARS against a transcription
 of the facts sheet, range kernels, the registry's conventions and the no-allocation contract.
 
 Layouts: ours NHWC / KRSC / FC (out, H*W*C over NHWC); torch NCHW / OIHW / FC over NCHW-flattened
@@ -11,7 +10,6 @@ from __future__ import annotations
 
 import tracemalloc
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -22,7 +20,6 @@ from hypothesis import strategies as st
 
 from tr_mlir.lowering.cpu import KERNELS
 from tr_mlir.lowering.cpu.dropout import dropout_rng_state
-from tr_mlir.lowering.cpu.fused import BLOCKS
 
 torch.set_num_threads(1)
 
@@ -637,225 +634,6 @@ def test_softmax_ce_facts_formula_vs_torch():
 
 
 # --------------------------------------------------------------------------------------
-# fused blocks against their composition in torch
-# --------------------------------------------------------------------------------------
-
-# Independent statement of each layout: main stages (out, k, s, p, depthwise, relu), shortcut,
-# post-add relu, pool. Channels: C input; params below.
-EXPECTED_LAYOUTS = {
-    "cbr": lambda c, q: ([(q["out_ch"], q["k"], q["s"], q["p"], False, True)], None, False),
-    "cbrp": lambda c, q: ([(q["out_ch"], q["conv_k"], q["conv_s"], q["conv_p"], False, True)], None, False),
-    "bottleneck_identity": lambda c, q: (
-        [(q["bottleneck_ch"], 1, 1, 0, False, True), (q["bottleneck_ch"], 3, 1, 1, False, True),
-         (c, 1, 1, 0, False, False)], "identity", True),
-    "bottleneck_projection": lambda c, q: (
-        [(q["bottleneck_ch"], 1, 1, 0, False, True), (q["bottleneck_ch"], 3, q["stride"], 1, False, True),
-         (q["out_ch"], 1, 1, 0, False, False)], (q["out_ch"], 1, q["stride"], 0, False, False), True),
-    "basic_block_identity": lambda c, q: (
-        [(q["out_ch"], 3, 1, 1, False, True), (q["out_ch"], 3, 1, 1, False, False)], "identity", True),
-    "basic_block_projection": lambda c, q: (
-        [(q["out_ch"], 3, q["stride"], 1, False, True), (q["out_ch"], 3, 1, 1, False, False)],
-        (q["out_ch"], 1, q["stride"], 0, False, False), True),
-    "inv_residual_identity": lambda c, q: (
-        [(q["expand_ch"], 1, 1, 0, False, True), (q["expand_ch"], 3, 1, 1, True, True),
-         (q["out_ch"], 1, 1, 0, False, False)], "identity", False),
-    "inv_residual_no_shortcut": lambda c, q: (
-        [(q["expand_ch"], 1, 1, 0, False, True), (q["expand_ch"], 3, q["stride"], 1, True, True),
-         (q["out_ch"], 1, 1, 0, False, False)], None, False),
-}
-
-BLOCK_RECORDS = [
-    ("cbr", (2, 6, 6, 3), dict(out_ch=8, k=3, s=1, p=1)),
-    ("cbr", (2, 7, 7, 4), dict(out_ch=8, k=3, s=2, p=0)),
-    ("cbrp", (2, 8, 8, 3), dict(out_ch=8, conv_k=3, conv_s=1, conv_p=1, pool_k=3, pool_s=2, pool_p=1)),
-    ("cbrp", (2, 8, 8, 3), dict(out_ch=8, conv_k=3, conv_s=1, conv_p=1, pool_k=2, pool_s=2, pool_p=0)),
-    ("bottleneck_identity", (2, 5, 5, 16), dict(bottleneck_ch=8)),
-    ("bottleneck_projection", (2, 6, 6, 8), dict(bottleneck_ch=4, out_ch=16, stride=2)),
-    ("bottleneck_projection", (2, 5, 5, 8), dict(bottleneck_ch=4, out_ch=16, stride=1)),
-    ("basic_block_identity", (2, 5, 5, 8), dict(out_ch=8)),
-    ("basic_block_projection", (2, 6, 6, 8), dict(out_ch=16, stride=2)),
-    ("inv_residual_identity", (2, 5, 5, 8), dict(expand_ch=16, out_ch=8)),
-    ("inv_residual_no_shortcut", (2, 6, 6, 8), dict(expand_ch=16, out_ch=16, stride=2)),
-]
-
-
-@dataclass
-class TorchStage:
-    w: torch.Tensor
-    gamma: torch.Tensor
-    beta: torch.Tensor
-    rm: torch.Tensor
-    rv: torch.Tensor
-    spec: tuple
-
-
-def _relu(h, mask):
-    """ReLU, or (``mask`` given) multiplication by the kernel's own ReLU mask: in AMP a
-    pre-activation within fp16 rounding of 0 may take the other branch than in fp32, and the
-    gradient of a kink is ill-conditioned, so the AMP backward reference pins the branch."""
-    return F.relu(h) if mask is None else h * to_t(mask)
-
-
-def _torch_stage(h, ts: TorchStage, train: bool, eps: float, mom: float, mask=None):
-    out, k, s, p, dw, relu = ts.spec
-    h = F.conv2d(h, ts.w, stride=s, padding=p, groups=h.shape[1] if dw else 1)
-    h = F.batch_norm(h, ts.rm, ts.rv, ts.gamma, ts.beta, training=train, momentum=mom, eps=eps)
-    return _relu(h, mask) if relu else h
-
-
-def _torch_block(x, main, proj, shortcut, post_relu, pool, train, eps, mom, masks=None):
-    masks = masks or {}
-    h = x
-    for ts, tag in main:
-        h = _torch_stage(h, ts, train, eps, mom, masks.get(tag))
-    if shortcut == "identity":
-        h = h + x
-    elif proj is not None:
-        h = h + _torch_stage(x, proj, train, eps, mom)
-    if post_relu:
-        h = _relu(h, masks.get("out"))
-    if pool:
-        h = F.max_pool2d(h, *pool)
-    return h
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rec", BLOCK_RECORDS, ids=lambda r: r[0] + "-" + "-".join(map(str, r[2].values())))
-def test_fused_block(rec, dtype):
-    kind, x_shape, q = rec
-    blk = BLOCKS[kind]
-    lay = blk.make(x_shape[-1], **q)
-    main_spec, sc, post = EXPECTED_LAYOUTS[kind](x_shape[-1], q)
-    got = [(s.out_ch, s.k, s.s, s.p, s.depthwise, s.relu) for s in lay.main]
-    assert got == main_spec, "layout of the main branch"
-    assert lay.post_relu == post
-    if isinstance(sc, tuple):
-        p_ = lay.projection
-        assert (p_.out_ch, p_.k, p_.s, p_.p, p_.depthwise, p_.relu) == sc
-    else:
-        assert lay.shortcut == (sc or "none")
-    pool = (q["pool_k"], q["pool_s"], q["pool_p"]) if kind == "cbrp" else None
-
-    rng = np.random.default_rng(14)
-    eps, mom = 1e-5, 0.1
-    infos = blk.tensors(x_shape, dtype, **q)
-    arr: dict[str, np.ndarray] = {}
-    for name, (shape, dt) in infos.items():
-        arr[name] = np.zeros(shape, dt)
-    x = rnd(rng, x_shape, dtype)
-    arr["x"] = x
-    tstages: dict[str, TorchStage] = {}
-    for stg in lay.stages:
-        t = stg.tag
-        w = rnd(rng, infos[f"w{t}"][0], scale=0.5)
-        arr[f"w{t}"] = w.astype(dtype)  # the AMP copy of the weights in AMP
-        c = stg.out_ch
-        arr[f"gamma{t}"] = rnd(rng, c) * 0.2 + 1
-        arr[f"beta{t}"] = rnd(rng, c) * 0.2
-        arr[f"mean{t}"] = np.zeros(c, F32)
-        arr[f"var{t}"] = np.ones(c, F32)
-        tstages[t] = TorchStage(w_t(r32(arr[f"w{t}"])), torch.tensor(arr[f"gamma{t}"], requires_grad=True),
-                                torch.tensor(arr[f"beta{t}"], requires_grad=True), torch.zeros(c), torch.ones(c),
-                                (c, stg.k, stg.s, stg.p, stg.depthwise, stg.relu))
-    spec_f = KERNELS[f"{kind}_fwd"]
-    fwd_arr = {n: arr[n] for n in spec_f.arrays if n in arr}
-    run(f"{kind}_fwd", {**q, "eps": eps, "momentum": mom}, **fwd_arr)
-    xt = to_t(x, True)
-    main = [(tstages[s.tag], s.tag) for s in lay.main]
-    proj = tstages.get("_sc")
-    saved = {t: (ts.rm.clone(), ts.rv.clone()) for t, ts in tstages.items()}
-    yt = _torch_block(xt, main, proj, lay.shortcut, lay.post_relu, pool, True, eps, mom)
-    check(arr["y"], from_t(yt), dtype, f"{kind} y")
-    for t, ts in tstages.items():
-        check(arr[f"mean{t}"], ts.rm.numpy(), dtype, f"{kind} running mean{t}")
-        check(arr[f"var{t}"], ts.rv.numpy(), dtype, f"{kind} running var{t}")
-    if dtype is F16:  # rerun the reference with the kernel's ReLU branches (see _relu)
-        masks = {s.tag: arr[f"mask{s.tag}"] for s in lay.main if s.relu}
-        if lay.post_relu:
-            masks["out"] = arr["mask_out"]
-        for t, ts in tstages.items():
-            ts.rm.copy_(saved[t][0])
-            ts.rv.copy_(saved[t][1])
-        xt = to_t(x, True)
-        yt = _torch_block(xt, main, proj, lay.shortcut, lay.post_relu, pool, True, eps, mom, masks)
-
-    # backward: dX over X's buffer
-    dy = rnd(rng, arr["y"].shape, dtype)
-    yt.backward(to_t(dy))
-    spec_b = KERNELS[f"{kind}_bwd"]
-    bwd_arr = {n: arr[n] for n in spec_b.arrays if n in arr and n not in ("dy", "dx", "x")}
-    buf = x.copy()
-    run(f"{kind}_bwd", {**q}, dy=dy.copy(), x=buf, dx=buf, **bwd_arr)
-    check(buf, from_t(xt.grad), dtype, f"{kind} dx")
-    for t, ts in tstages.items():
-        check(arr[f"dw{t}"], w_from_t(ts.w.grad), dtype, f"{kind} dw{t}")
-        check(arr[f"dgamma{t}"], ts.gamma.grad.numpy(), dtype, f"{kind} dgamma{t}")
-        check(arr[f"dbeta{t}"], ts.beta.grad.numpy(), dtype, f"{kind} dbeta{t}")
-
-    # inference through folded BN, against torch eval mode with the updated running statistics
-    for t in tstages:
-        run("bn_update_eq_params", eps=eps, gamma=arr[f"gamma{t}"], beta=arr[f"beta{t}"],
-            running_mean=arr[f"mean{t}"], running_var=arr[f"var{t}"], eq_scale=arr[f"eq_scale{t}"],
-            eq_bias=arr[f"eq_bias{t}"])
-    spec_i = KERNELS[f"{kind}_inf"]
-    yi = np.zeros_like(arr["y"])
-    inf_arr = {n: arr[n] for n in spec_i.arrays if n in arr and n not in ("x", "y")}
-    run(f"{kind}_inf", {**q}, x=x, y=yi, **inf_arr)
-    with torch.no_grad():
-        ye = _torch_block(to_t(x), main, proj, lay.shortcut, lay.post_relu, pool, False, eps, mom)
-    check(yi, from_t(ye), dtype, f"{kind} inference")
-
-
-def test_fused_equals_unfused_cbr_fp32():
-    """cbr_fwd/bwd and conv+bn+relu kernels agree to rounding in fp32."""
-    rng = np.random.default_rng(15)
-    x = rnd(rng, (2, 6, 6, 4))
-    w = rnd(rng, (8, 3, 3, 4), scale=0.3)
-    g, b = rnd(rng, 8) + 1, rnd(rng, 8)
-    c8 = lambda: np.zeros(8, F32)  # noqa: E731
-    # unfused
-    conv_o, bn_o, relu_o = (np.zeros((2, 6, 6, 8), F32) for _ in range(3))
-    mask = np.zeros((2, 6, 6, 8), np.int8)
-    rm, rv, sm, si = c8(), np.ones(8, F32), c8(), c8()
-    run("conv_fwd", dict(k=3, s=1, p=1, groups=1), x=x, w=w, y=conv_o)
-    run("bn2d_fwd", {}, x=conv_o, gamma=g, beta=b, running_mean=rm, running_var=rv, y=bn_o, save_mean=sm,
-        save_istd=si)
-    run("relu_fwd", x=bn_o, y=relu_o, mask=mask)
-    # fused
-    f = {n: np.zeros(s, d) for n, (s, d) in BLOCKS["cbr"].tensors(x.shape, F32, out_ch=8, k=3, s=1, p=1).items()}
-    f.update(x=x, w1=w, gamma1=g, beta1=b, var1=np.ones(8, F32))
-    q = dict(out_ch=8, k=3, s=1, p=1)
-    run("cbr_fwd", q, **{n: f[n] for n in KERNELS["cbr_fwd"].arrays if n in f})
-    np.testing.assert_allclose(f["y"], relu_o, rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(f["var1"], rv, rtol=1e-6)
-
-
-# --------------------------------------------------------------------------------------
-# gap_fc
-# --------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_gap_fc(dtype):
-    rng = np.random.default_rng(16)
-    x = rnd(rng, (3, 4, 4, 6), dtype)
-    w, b = rnd(rng, (5, 6), dtype, 0.3), rnd(rng, 5)
-    g, y = np.zeros((3, 1, 1, 6), dtype), np.zeros((3, 1, 1, 5), dtype)
-    run("gap_fc_fwd", x=x, w=w, b=b, g=g, y=y)
-    xt = to_t(x, True)
-    wt, bt = torch.tensor(r32(w), requires_grad=True), torch.tensor(b, requires_grad=True)
-    yt = F.linear(F.adaptive_avg_pool2d(xt, 1).flatten(1), wt, bt)
-    check(y.reshape(3, 5), yt.detach().numpy(), dtype, "gap_fc y")
-    dy = rnd(rng, y.shape, dtype)
-    yt.backward(torch.tensor(r32(dy).reshape(3, 5)))
-    dw, db, dx = np.zeros((5, 6), F32), np.zeros(5, F32), np.zeros(x.shape, dtype)
-    run("gap_fc_bwd", dy=dy, w=w, g=g, dw=dw, db=db, dx=dx)
-    check(dx, from_t(xt.grad), dtype, "gap_fc dx")
-    check(dw, wt.grad.numpy(), dtype, "gap_fc dw")
-    check(db, bt.grad.numpy(), dtype, "gap_fc db")
-
-
-# --------------------------------------------------------------------------------------
 # optimizers
 # --------------------------------------------------------------------------------------
 
@@ -1079,8 +857,7 @@ def test_registry_conventions():
         assert spec.kind in ("compute", "range")
         assert (spec.kind == "range") == name.startswith("range_"), name
     # every layer kind has its forward, backward and inference kernels
-    for stem in ("conv", "bn2d", "bn1d", "relu", "maxpool", "avgpool", "cbr", "cbrp", "gap_fc",
-                 *BLOCKS, *ACTS):
+    for stem in ("conv", "bn2d", "bn1d", "relu", "maxpool", "avgpool", *ACTS):
         for phase in ("fwd", "bwd", "inf"):
             assert f"{stem}_{phase}" in KERNELS, f"{stem}_{phase}"
 
@@ -1139,15 +916,6 @@ def test_kernels_allocate_nothing_of_activation_size():
                                           v=np.zeros(x.size, F32), lr=0.1, beta1=0.9, beta2=0.99, eps=1e-8,
                                           weight_decay=0.01, step=np.array([1], np.int32)), {}),
     }
-    blk = BLOCKS["basic_block_identity"]
-    fa = {n: np.zeros(sh, d) for n, (sh, d) in blk.tensors(shape, F32, out_ch=64).items()}
-    fa.update(x=x, w1=w, w2=w, gamma1=vec() + 1, gamma2=vec() + 1, save_istd1=vec() + 1, save_istd2=vec() + 1)
-    for phase in ("fwd", "bwd"):
-        spec = KERNELS[f"basic_block_identity_{phase}"]
-        arrays = {n: fa[n] for n in spec.arrays if n in fa}
-        if phase == "bwd":
-            arrays.update(dy=dy.copy(), dx=np.zeros_like(x))
-        cases[f"basic_block_identity_{phase}"] = (arrays, dict(out_ch=64))
     for key, (arrays, params) in cases.items():
         spec = KERNELS[key.split("#")[0]]
         ws = spec.allocate_workspaces(arrays, **params)
@@ -1156,35 +924,8 @@ def test_kernels_allocate_nothing_of_activation_size():
         assert peak < limit, f"{key}: peak allocation {peak} bytes >= {limit}"
 
 
-def test_workspace_shapes_are_flat_and_sufficient_for_amp_blocks():
-    blk = BLOCKS["bottleneck_projection"]
-    q = dict(bottleneck_ch=4, out_ch=16, stride=2)
-    infos = blk.tensors((2, 6, 6, 8), F16, **q)
-    spec = KERNELS["bottleneck_projection_bwd"]
-    given_ = {n: infos[n] for n in spec.arrays if n in infos}
-    given_.update(dy=infos["y"], x=((2, 6, 6, 8), F16), dx=((2, 6, 6, 8), F16))
-    shapes = spec.workspace_shapes(given_, **q)
-    assert {"col", "ybuf", "xbuf"} <= set(shapes)
-    assert all(len(s) == 1 and d == np.float32 for s, d in shapes.values())
-
-
-def test_first_layer_variants_skip_dx():
+def test_fc_first_layer_variant_skips_dx():
     rng = np.random.default_rng(20)
-    kind, x_shape, q = BLOCK_RECORDS[0]
-    infos = BLOCKS[kind].tensors(x_shape, F32, **q)
-    arr = {n: np.zeros(s_, d) for n, (s_, d) in infos.items()}
-    arr.update(x=rnd(rng, x_shape), w1=rnd(rng, infos["w1"][0], scale=0.3), gamma1=np.ones(8, F32),
-               var1=np.ones(8, F32))
-    run("cbr_fwd", q, **{n: arr[n] for n in KERNELS["cbr_fwd"].arrays if n in arr})
-    dy = rnd(rng, arr["y"].shape)
-    saved = {n: arr[n].copy() for n in ("c1",)}
-    bwd = {n: arr[n] for n in KERNELS["cbr_bwd"].arrays if n in arr and n not in ("dy", "dx")}
-    run("cbr_bwd", q, dy=dy.copy(), dx=np.zeros(x_shape, F32), **bwd)
-    dw_full = arr["dw1"].copy()
-    arr["c1"][...] = saved["c1"]
-    arr["dw1"][...] = 0
-    run("cbr_bwd_first_layer", q, dy=dy.copy(), **bwd)
-    np.testing.assert_allclose(arr["dw1"], dw_full, rtol=1e-6)
     x, w = rnd(rng, (3, 2, 2, 4)), rnd(rng, (5, 16))
     dw, db = np.zeros((5, 16), F32), np.zeros(5, F32)
     run("fc_bwd_first_layer", dy=rnd(rng, (3, 1, 1, 5)), w=w, x=x, dw=dw, db=db)

@@ -214,7 +214,8 @@ def test_resnet50_deep_fwd_bwd_identical_for_train_base_and_train_last(resnet50)
     variants = program.variants()
     assert variants[v["train_base"]].train == variants[v["train_last"]].train
     base_nodes = graphs[keys[kb][0]].nodes(GraphId.DEEP_FWD_BWD)
-    assert base_nodes == graphs[keys[kl][0]].nodes(GraphId.DEEP_FWD_BWD) and len(base_nodes) > 300
+    # a real deep graph (232 nodes: the BN + ReLU pairs and joins each run as one epilogue node)
+    assert base_nodes == graphs[keys[kl][0]].nodes(GraphId.DEEP_FWD_BWD) and len(base_nodes) > 200
 
 
 def test_resnet50_atlas_dedupes_shape_independent_graphs(resnet50):

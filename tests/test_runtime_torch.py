@@ -478,9 +478,10 @@ def check_amp(net: Net, got: Run, ref: Run, start: list[tuple[str, np.ndarray]],
 @pytest.mark.parametrize("amp", [False, True], ids=["fp32", "amp"])
 @pytest.mark.parametrize("net", NETS, ids=[n.name for n in NETS])
 def test_fused_and_unfused_agree_bit_for_bit(net: Net, amp: bool):
-    """Fused and unfused compiles of one network run the same kernels in the same order on the
-    same values (the descriptors compose fused layers from the primitives): identical losses and
-    parameters after three steps, in fp32 and in AMP."""
+    """Fused and unfused compiles of one network compute the same values in the same order (the
+    descriptors compose fused layers from the primitives, and the fused BN epilogues, BN + ReLU and
+    BN + add + ReLU, give the unfused kernels' bits): identical losses and parameters after three
+    steps, in fp32 and in AMP."""
     _, start = run_torch(net, 0.0, net.lr)
     a = run_ours(net, amp, False, start, 0.0, net.lr)
     b = run_ours(net, amp, True, start, 0.0, net.lr)

@@ -13,7 +13,7 @@
 // EMA:         memplan.nodes inf_ema_a ops = [[OPS]] ins
 
 // BluePrint tree form -> ArchPlan (fused: cbr, basic blocks, gap_fc; amp aligns the input C to 4)
-// -> the memplan program (LARS-Nesterov: per-family LARS graphs).
+// -> the memplan program (LARS-Nesterov: per-family LARS graphs; cbr's BN and ReLU as one epilogue kernel).
 // CHECK-LABEL: arch.model @resnet_tiny input(8, 8, 4) num_classes = 10 amp fuse first_layer = 0 {
 // CHECK:         arch.cbr
 // CHECK:         arch.basic_block_identity
@@ -23,7 +23,7 @@
 // CHECK-NEXT:    memplan.spec batch_size = 8 train_size = 20 val_size = 8 train_res = 8 train_res_end = 8 val_res = 8 world_size = 1 optimizer lars_nesterov target cpu
 // CHECK-NEXT:    memplan.variant @train_base batch = 8 res = 8 max_res = 8 channels = 4 amp plan @plan_train_base train @train infer @infer
 // CHECK:         memplan.graph @train
-// CHECK:           memplan.nodes first_layer_fwd_a ops = ["DTENSOR_COPY", "CONV_AMP_FWD", "BN2D_AMP_FWD", "RELU_AMP_FWD"]
+// CHECK:           memplan.nodes first_layer_fwd_a ops = ["DTENSOR_COPY", "CONV_AMP_FWD", "BN2D_RELU_AMP_FWD"]
 // CHECK:           memplan.nodes lars_first_conv_opt ops = ["LARS_COMPUTE_TRUST_RATIO_FIRST", "LARS_NESTEROV_UPDATE_FIRST"]
 // CHECK:         memplan.atlas
 builtin.module {

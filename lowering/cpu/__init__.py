@@ -13,7 +13,7 @@ that size); BN parameters and statistics C-element fp32.
 
 Modules: :mod:`.conv`, :mod:`.norm` (batch norm), :mod:`.activation`, :mod:`.pool`,
 :mod:`.dense` (FC, reshapes, add, copies), :mod:`.dropout`, :mod:`.loss` (softmax CE),
-:mod:`.fused` (cbr, cbrp, gap_fc, residual blocks), :mod:`.ranges` (range and scalar kernels),
+:mod:`.ranges` (range and scalar kernels),
 :mod:`.optim` (optimizers). The registry itself is :mod:`.registry`.
 """
 
@@ -22,7 +22,6 @@ from tr_mlir.lowering.cpu import (  # noqa: F401  (each module registers its ker
     conv,
     dense,
     dropout,
-    fused,
     loss,
     norm,
     optim,

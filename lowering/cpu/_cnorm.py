@@ -42,11 +42,26 @@ of rows (below it the hand-off costs more than the second core saves)."""
 
 _P = ctypes.c_void_p
 _L = ctypes.c_int64
+GATES = ("m", "y")
+"""The ReLU gates of the fused backward kernels: ``m`` the INT8 mask ``x > 0``, ``y`` the ReLU's
+output (``y > 0``); the factor is the one :mod:`.activation`'s ReLU backward multiplies by."""
+_GATE_F = {"m": "(float)gr[j]", "y": "(float)positive(gr[j])"}
+_GATE_D = {"m": "(double)gr[j]", "y": "(double)positive(gr[j])"}
+"""The gate factor of row pointer ``gr`` at channel ``j`` (the 0 or 1 the ReLU backward multiplies
+by), in float and in double: the statistics multiply the widened dy, the same value as the widened
+float product (a factor of 0 or 1 is exact; the float select ran 2x slower there). ``positive(v)``
+is ``v > 0`` on the bits (a float comparison may trap under ISO semantics, which keeps GCC from
+vectorizing a loop that also stores)."""
+_GATE_TYPE = {"m": "const signed char", "y": "const float"}
 _ARGS = {
     "bn_stats": [_P, _P, _P, _P, _L, _L],
     "bn_apply": [_P, _P, _P, _P, _L, _L],
     "bn_bwd_stats": [_P, _P, _P, _P, _P, _L, _L],
     "bn_bwd_dx": [_P, _P, _P, _P, _P, _P, _P, _L, _L],
+    **{f"bn_apply_relu{skip}{mask}": [_P] * (4 + bool(skip) + bool(mask)) + [_L, _L]
+       for skip in ("", "_add") for mask in ("", "_mask")},
+    **{f"bn_bwd_stats_{g}{skip}": [_P] * (6 + bool(skip)) + [_L, _L] for g in GATES for skip in ("", "_skip")},
+    **{f"bn_bwd_dx_{g}": [_P] * 8 + [_L, _L] for g in GATES},
 }
 
 
@@ -91,7 +106,72 @@ void bn_bwd_dx(const float *dy, const float *x, float *dx, const float *a, const
     for (i64 j = 0; j < C; j++) o[j] = a[j] * dr[j] + b[j] * (xr[j] - mu[j]) + c0[j];
   }}
 }}
-"""
+""" + _fused_source()
+
+
+def _fused_source() -> str:
+    """The fused BN+ReLU kernels (``C`` defined by :func:`source`): the forward's normalize pass
+    ending in the ReLU (and the residual add before it), and the backward's two passes reading
+    the gradient through the ReLU's gate. Each expression is the unfused kernels' own (bn_apply,
+    then the add ``skip + v``, then :mod:`.activation`'s ReLU), rounded to fp32 where those store,
+    so the results are the unfused ones to the bit (ISO float semantics, no contraction)."""
+    out = ["""
+#include <string.h>
+/* v > 0 for every float v (NaN and -0 give 0): the bits, as an unsigned integer, in (0, +Inf] */
+static inline int positive(float v) { uint32_t u; memcpy(&u, &v, 4); return u - 1u < 0x7F800000u; }"""]
+    for skip in ("", "_add"):
+        for mask in ("", "_mask"):
+            args = ("const float *x, " + ("const float *skip, " if skip else "") + "float *y, "
+                    + ("signed char *m, " if mask else "") + "const float *scale, const float *shift")
+            v = "float v = xr[j] * scale[j] + shift[j];" + (" v = skip[e] + v;" if skip else "")
+            out.append(f"""
+/* y = relu(x * scale + shift{" + skip" if skip else ""}){", m = (pre-activation > 0)" if mask else ""} */
+void bn_apply_relu{skip}{mask}({args}, i64 r0, i64 r1) {{
+  for (i64 r = r0; r < r1; r++) {{
+    const float *xr = x + r * C;
+#pragma GCC ivdep
+    for (i64 j = 0; j < C; j++) {{
+      const i64 e = r * C + j;
+      {v}
+      {"m[e] = v > 0.0f;" if mask else ""}
+      y[e] = v <= 0.0f ? 0.0f : v;
+    }}
+  }}
+}}""")
+    for g in GATES:
+        gate, gt = _GATE_F[g], _GATE_TYPE[g]
+        for skip in ("", "_skip"):
+            out.append(f"""
+/* bn_bwd_stats of d = dy * gate{"; dskip = d (may be dy), which bn_bwd_dx then reads as its dy" if skip else ""} */
+void bn_bwd_stats_{g}{skip}(const float *dy, {gt} *g, const float *x, const float *mu, {"float *dskip, " if skip else ""}double *sdy,
+                      double *sdyx, i64 r0, i64 r1) {{
+  double s1[C], s2[C];  /* local sums: no store can alias them (the dskip loop vectorizes) */
+  for (i64 j = 0; j < C; j++) {{ s1[j] = 0.0; s2[j] = 0.0; }}
+  for (i64 r = r0; r < r1; r++) {{
+    const float *dr = dy + r * C, *xr = x + r * C;
+    {gt} *gr = g + r * C;
+    {"float *so = dskip + r * C;" if skip else ""}
+    for (i64 j = 0; j < C; j++) {{
+      const double d = (double)dr[j] * {_GATE_D[g]};
+      {"so[j] = (float)d;" if skip else ""}
+      s1[j] += d; s2[j] += d * ((double)xr[j] - (double)mu[j]);
+    }}
+  }}
+  for (i64 j = 0; j < C; j++) {{ sdy[j] = s1[j]; sdyx[j] = s2[j]; }}
+}}""")
+        out.append(f"""
+/* bn_bwd_dx of d = dy * gate (dx may be x or dy) */
+void bn_bwd_dx_{g}(const float *dy, {gt} *g, const float *x, float *dx, const float *a, const float *b,
+                   const float *mu, const float *c0, i64 r0, i64 r1) {{
+  for (i64 r = r0; r < r1; r++) {{
+    const float *dr = dy + r * C, *xr = x + r * C;
+    {gt} *gr = g + r * C;
+    float *o = dx + r * C;
+#pragma GCC ivdep
+    for (i64 j = 0; j < C; j++) o[j] = a[j] * (dr[j] * {gate}) + b[j] * (xr[j] - mu[j]) + c0[j];
+  }}
+}}""")
+    return "\n".join(out) + "\n"
 
 
 @functools.lru_cache(maxsize=256)
@@ -152,26 +232,41 @@ def batch_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return pivot.astype(np.float64) + shift, var
 
 
-def apply(x: np.ndarray, y: np.ndarray, scale: np.ndarray, shift: np.ndarray) -> None:
-    """``y = x * scale + shift`` per channel; x, y fp32 (M, C) (y may be x), scale and shift fp32 (C,)."""
+def apply(x: np.ndarray, y: np.ndarray, scale: np.ndarray, shift: np.ndarray, relu: bool = False,
+          mask: np.ndarray | None = None, skip: np.ndarray | None = None) -> None:
+    """``y = x * scale + shift`` per channel; x, y fp32 (M, C) (y may be x), scale and shift fp32 (C,).
+    ``relu``: ``y = relu(x * scale + shift [+ skip])`` in the same pass (skip fp32 (M, C)), and the
+    INT8 ``mask`` (M, C) of the pre-activation ``> 0`` when given."""
     m, c = x.shape
-    fn = _fn("bn_apply", c)
-    px, py, ps, pb = _ptr(x), _ptr(y), _ptr(scale), _ptr(shift)
-    _rows(_bounds(m, c), lambda w, r0, r1: fn(px, py, ps, pb, r0, r1))
+    name = "bn_apply" if not relu else f"bn_apply_relu{'_add' if skip is not None else ''}" \
+                                       f"{'_mask' if mask is not None else ''}"
+    fn = _fn(name, c)
+    ptrs = tuple(_ptr(v) for v in (x, skip, y, mask, scale, shift) if v is not None)
+    _rows(_bounds(m, c), lambda w, r0, r1: fn(*ptrs, r0, r1))
 
 
-def backward_sums(dy: np.ndarray, x: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(sum dy, sum dy * (x - mean))`` per channel in float64 over the rows of fp32 (M, C) ``dy``,
-    ``x``; ``mean`` fp32 (C,)."""
+def backward_sums(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, gate: tuple[str, np.ndarray] | None = None,
+                  dskip: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(sum d, sum d * (x - mean))`` per channel in float64 over the rows of fp32 (M, C) ``dy``,
+    ``x``; ``mean`` fp32 (C,). ``d = dy``, or through a ReLU ``gate`` ``(kind, array)`` (a
+    :data:`GATES` kind and its (M, C) mask or output) ``d = dy * gate``; ``dskip`` (with a gate):
+    also written with ``d`` in this pass (a residual join's other gradient; may be dy's buffer)."""
     m, c = x.shape
-    return _sums("bn_bwd_stats", (dy, x, mean), m, c)
+    if gate is None:
+        return _sums("bn_bwd_stats", (dy, x, mean), m, c)
+    skip = () if dskip is None else (dskip,)
+    return _sums(f"bn_bwd_stats_{gate[0]}{'_skip' if skip else ''}", (dy, gate[1], x, mean, *skip), m, c)
 
 
 def input_grad(dy: np.ndarray, x: np.ndarray, dx: np.ndarray, a: np.ndarray, b: np.ndarray, mu: np.ndarray,
-               c0: np.ndarray) -> None:
-    """``dx = a * dy + b * (x - mu) + c0`` per channel; fp32 (M, C) arrays (dx may be dy or x),
-    fp32 (C,) coefficients."""
+               c0: np.ndarray, gate: tuple[str, np.ndarray] | None = None, dskip: np.ndarray | None = None) -> None:
+    """``dx = a * d + b * (x - mu) + c0`` per channel; fp32 (M, C) arrays (dx may be dy or x),
+    fp32 (C,) coefficients; ``d`` as in :func:`backward_sums` (with ``dskip``: read from it, as
+    :func:`backward_sums` wrote it, one stream instead of dy and the gate)."""
     m, c = x.shape
-    fn = _fn("bn_bwd_dx", c)
-    ptrs = tuple(_ptr(v) for v in (dy, x, dx, a, b, mu, c0))
+    if gate is None or dskip is not None:
+        fn, arrays = _fn("bn_bwd_dx", c), (dy if dskip is None else dskip, x, dx)
+    else:
+        fn, arrays = _fn(f"bn_bwd_dx_{gate[0]}", c), (dy, gate[1], x, dx)
+    ptrs = tuple(_ptr(v) for v in (*arrays, a, b, mu, c0))
     _rows(_bounds(m, c), lambda w, r0, r1: fn(*ptrs, r0, r1))

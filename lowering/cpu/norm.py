@@ -27,6 +27,7 @@ import numpy as np
 
 from . import _cnorm, _parallel
 from ._util import CHUNK, F32, chunks, row_chunks, rows2d, scalar
+from .activation import relu_fwd
 from .registry import kernel
 
 SPLIT_ELEMENTS = 1 << 20
@@ -104,9 +105,11 @@ def _running_update(rm: np.ndarray, rv: np.ndarray, mean, var, m: int, momentum)
     rv += (mom * (m / (m - 1) if m > 1 else 1.0)) * var
 
 
-def _compiled_forward(x2, y2, gamma, beta, rm, rv, mean, istd, eps, momentum) -> None:
+def _compiled_forward(x2, y2, gamma, beta, rm, rv, mean, istd, eps, momentum, relu=False, mask2=None,
+                      skip2=None) -> None:
     """:func:`bn_forward_train` with the C kernels of :mod:`._cnorm` (fp32 (M, C) views): the
-    statistics, inv_std, scale and shift in float64 (C elements), each rounded to fp32 once."""
+    statistics, inv_std, scale and shift in float64 (C elements), each rounded to fp32 once;
+    ``relu`` (:func:`bn_relu_forward_train`): the ReLU, mask and residual add in the normalize pass."""
     m = x2.shape[0]
     mean64, var64 = _cnorm.batch_stats(x2)
     _running_update(rm, rv, mean64.astype(F32), var64.astype(F32), m, momentum)
@@ -114,7 +117,8 @@ def _compiled_forward(x2, y2, gamma, beta, rm, rv, mean, istd, eps, momentum) ->
     scale64 = gamma.astype(np.float64) * istd64
     mean[...] = mean64
     istd[...] = istd64
-    _cnorm.apply(x2, y2, scale64.astype(F32), (beta.astype(np.float64) - mean64 * scale64).astype(F32))
+    _cnorm.apply(x2, y2, scale64.astype(F32), (beta.astype(np.float64) - mean64 * scale64).astype(F32), relu,
+                 mask2, skip2)
 
 
 def bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps, momentum) -> None:
@@ -144,18 +148,62 @@ def bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, sa
     _blocks(m, c, normalize)
 
 
-def bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta) -> None:
+def bn_relu_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps, momentum,
+                          mask=None, skip=None) -> None:
+    """``y = relu(bn(x) + skip)`` (``skip`` None: ``relu(bn(x))``), training mode, and the INT8
+    ``mask`` of the pre-activation ``> 0`` when given: :func:`bn_forward_train`, the residual add
+    ``skip + bn(x)`` and ``relu_fwd`` to the bit. fp32 with a C compiler: the statistics pass, then
+    one pass writing y (and mask); else (AMP, ``TR_MLIR_CC=0``) those kernels one after another
+    over y (the unfused code itself). y must not share memory with x (the backward reads x)."""
+    if _cnorm.usable(x, y, skip) and _contiguous(mask):
+        _compiled_forward(rows2d(x), rows2d(y), _vec(gamma), _vec(beta), _vec(running_mean), _vec(running_var),
+                          _vec(save_mean), _vec(save_istd), eps, momentum, True,
+                          None if mask is None else rows2d(mask), None if skip is None else rows2d(skip))
+        return
+    bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps, momentum)
+    if skip is not None:
+        np.add(skip, y, out=y)
+    relu_fwd(y, y, mask)
+
+
+def _contiguous(a) -> bool:
+    return a is None or a.flags.c_contiguous
+
+
+def _gate_rows(gate):
+    """A ReLU gate ``(kind, array)`` (:data:`._cnorm.GATES`) as ``(kind, (M, C) view)``; None stays."""
+    return None if gate is None else (gate[0], rows2d(gate[1]))
+
+
+def _gated(d: np.ndarray, gate, sl: slice) -> np.ndarray:
+    """``d`` through the ReLU gate's rows ``sl``: ``d * mask`` or ``d * (y > 0)``, the products of
+    :mod:`.activation`'s NumPy ReLU backward (same dtype, same bits)."""
+    if gate is None:
+        return d
+    kind, g2 = gate
+    return d * g2[sl] if kind == "m" else d * np.greater(g2[sl], 0)
+
+
+def bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta, gate=None, dskip=None) -> None:
     """Batch-norm backward from the saved mean / inv_std; ``dx`` may alias ``x`` or ``dy``.
 
     dbeta = sum(dy); dgamma = sum(dy * xhat); dx = gamma * inv_std * (dy - dbeta/M - xhat * dgamma/M).
-    ``dx`` None: parameter gradients only.
+    ``dx`` None: parameter gradients only. ``gate``: the backward of ``bn`` followed by a ReLU,
+    reading ``dy * mask`` (``("m", INT8 mask)``) or ``dy * (y > 0)`` (``("y", ReLU output)``) in
+    both passes instead of ``dy`` (what ``relu_bwd`` / ``relu_bwd_from_output`` would have written,
+    to the bit); ``dskip`` (with a gate): also written with that gated gradient (the gradient of a
+    residual join's skip operand, :func:`bn_relu_forward_train`; may be dy's buffer).
     """
     x2, dy2 = rows2d(x), rows2d(dy)
     m, c = x2.shape
     mean, istd = _vec(save_mean), _vec(save_istd)
     dg, db = _vec(dgamma), _vec(dbeta)
-    if _cnorm.usable(x, dy, dx):
-        _compiled_backward(dy2, x2, _vec(gamma), mean, istd, None if dx is None else rows2d(dx), dg, db)
+    gate = _gate_rows(gate)
+    skip2 = None if dskip is None else rows2d(dskip)
+    if _cnorm.usable(x, dy, dx, dskip, *(() if gate is None or gate[0] == "m" else (gate[1],))) \
+            and (gate is None or _contiguous(gate[1])):
+        _compiled_backward(dy2, x2, _vec(gamma), mean, istd, None if dx is None else rows2d(dx), dg, db, gate,
+                           skip2)
         return
 
     def grads(lo: int, hi: int, acc, step: int) -> None:
@@ -163,7 +211,7 @@ def bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta) -> None:
             sl = slice(lo + r.start, lo + r.stop)
             xh = x2[sl] - mean
             xh *= istd
-            d = dy2[sl].astype(F32, copy=False)
+            d = _gated(dy2[sl], gate, sl).astype(F32, copy=False)
             np.add(acc[1], d.sum(axis=0, dtype=F32), out=acc[1])
             xh *= d
             np.add(acc[0], xh.sum(axis=0, dtype=F32), out=acc[0])
@@ -181,7 +229,10 @@ def bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta) -> None:
             xh = x2[sl] - mean
             xh *= istd
             xh *= mdg
-            t = dy2[sl] - mdb
+            d = _gated(dy2[sl], gate, sl)
+            if skip2 is not None:
+                skip2[sl] = d
+            t = d - mdb
             t -= xh
             t *= k
             dx2[sl] = t
@@ -189,13 +240,13 @@ def bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta) -> None:
     _blocks(m, c, input_grad)
 
 
-def _compiled_backward(dy2, x2, gamma, mean, istd, dx2, dg, db) -> None:
+def _compiled_backward(dy2, x2, gamma, mean, istd, dx2, dg, db, gate=None, skip2=None) -> None:
     """:func:`bn_backward` with the C kernels of :mod:`._cnorm` (fp32 (M, C) arrays): the sums in
     double, then ``dx = k * dy - k * istd * mdg * (x - mean) - k * mdb`` with ``k = gamma * istd``,
     ``mdb = dbeta / M``, ``mdg = dgamma / M`` (the same formula)."""
     m = x2.shape[0]
     mu = np.ascontiguousarray(mean, dtype=F32)
-    sdy, sdyxc = _cnorm.backward_sums(dy2, x2, mu)
+    sdy, sdyxc = _cnorm.backward_sums(dy2, x2, mu, gate, skip2)
     istd64 = istd.astype(np.float64)
     dg64 = istd64 * sdyxc
     db[...] = sdy
@@ -206,7 +257,7 @@ def _compiled_backward(dy2, x2, gamma, mean, istd, dx2, dg, db) -> None:
     a = k.astype(F32)
     b = (-k * istd64 * dg64 / m).astype(F32)
     c0 = (-k * sdy / m).astype(F32)
-    _cnorm.input_grad(dy2, x2, dx2, a, b, mu, c0)
+    _cnorm.input_grad(dy2, x2, dx2, a, b, mu, c0, gate, skip2)
 
 
 def bn_affine(x, scale, bias, y) -> None:
@@ -235,6 +286,52 @@ def bn_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, e
 def bn_bwd(dy, x, gamma, save_mean, save_istd, dgamma, dbeta, dx=None) -> None:
     """Batch norm backward: dgamma, dbeta (overwritten) and dx, which may be x's buffer."""
     bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta)
+
+
+@kernel("bn2d_relu_fwd", writes=("y", "running_mean", "running_var", "save_mean", "save_istd", "mask"))
+def bn_relu_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask=None, eps=None,
+                momentum=None) -> None:
+    """``y = relu(bn2d(x))``, training mode, as ``bn2d_fwd`` then ``relu_fwd`` to the bit (x, y
+    (N, H, W, C), y not x's buffer; the INT8 ``mask`` x > 0 of the pre-activation, or None: the
+    output form, whose backward reads y); :func:`bn_relu_forward_train`."""
+    bn_relu_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd,
+                          1e-5 if eps is None else eps, 0.1 if momentum is None else momentum, mask)
+
+
+@kernel("bn2d_add_relu_fwd", writes=("y", "running_mean", "running_var", "save_mean", "save_istd", "mask"))
+def bn_add_relu_fwd(x, skip, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask=None, eps=None,
+                    momentum=None) -> None:
+    """A residual join ``y = relu(bn2d(x) + skip)`` (skip (N, H, W, C) as y), as ``bn2d_fwd``,
+    ``add_fwd(skip, bn)`` and ``relu_fwd`` to the bit; ``mask`` as :func:`bn_relu_fwd`."""
+    bn_relu_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd,
+                          1e-5 if eps is None else eps, 0.1 if momentum is None else momentum, mask, skip)
+
+
+@kernel("bn2d_relu_bwd", writes=("dx", "dgamma", "dbeta"))
+def bn_relu_bwd(dy, mask, x, gamma, save_mean, save_istd, dgamma, dbeta, dx) -> None:
+    """Backward of :func:`bn_relu_fwd` in the mask form: ``bn2d_bwd`` of ``dy * mask`` (what
+    ``relu_bwd`` writes) in BN backward's two passes; dx may be x's or dy's buffer."""
+    bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta, ("m", mask))
+
+
+@kernel("bn2d_relu_bwd_from_output", writes=("dx", "dgamma", "dbeta"))
+def bn_relu_bwd_from_output(dy, y, x, gamma, save_mean, save_istd, dgamma, dbeta, dx) -> None:
+    """Backward of :func:`bn_relu_fwd` in the output form: ``bn2d_bwd`` of ``dy * (y > 0)``."""
+    bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta, ("y", y))
+
+
+@kernel("bn2d_add_relu_bwd", writes=("dx", "dskip", "dgamma", "dbeta"))
+def bn_add_relu_bwd(dy, mask, x, gamma, save_mean, save_istd, dgamma, dbeta, dx, dskip) -> None:
+    """Backward of :func:`bn_add_relu_fwd` (mask form): ``dskip = dy * mask`` (the join's
+    gradient, as ``relu_bwd`` writes it) and ``bn2d_bwd`` of it into dx, dgamma, dbeta, in BN
+    backward's two passes; dskip may be dy's buffer, dx x's."""
+    bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta, ("m", mask), dskip)
+
+
+@kernel("bn2d_add_relu_bwd_from_output", writes=("dx", "dskip", "dgamma", "dbeta"))
+def bn_add_relu_bwd_from_output(dy, y, x, gamma, save_mean, save_istd, dgamma, dbeta, dx, dskip) -> None:
+    """Backward of :func:`bn_add_relu_fwd` (output form): as :func:`bn_add_relu_bwd` with ``y > 0``."""
+    bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta, ("y", y), dskip)
 
 
 @kernel("bn2d_inf", writes=("y",), also=("bn1d_inf",))

@@ -49,7 +49,7 @@ the deep graph is queued right after.
 nothing.
 
 Layout: :mod:`.device` (the device protocol, :class:`CupyDevice`, :func:`cuda_available`, the
-errors), :mod:`.ops` (:class:`GpuOps`, the launch primitives), :mod:`.blocks` (fused blocks),
+errors), :mod:`.ops` (:class:`GpuOps`, the launch primitives),
 :mod:`.impls` (the kernel table, :func:`register_cuda_kernel`); this module holds the backend and
 re-exports their public names.
 """
@@ -64,7 +64,6 @@ import numpy as np
 
 from tr_mlir.dialects.memplan import Target
 from tr_mlir.lowering.cpu import KernelSpec
-from tr_mlir.lowering.cuda.blocks import block_backward, block_forward, block_inference
 from tr_mlir.lowering.cuda.device import (
     CaptureAllocationError,
     CudaDevice,
@@ -78,10 +77,9 @@ from tr_mlir.lowering.cuda.ops import ACT_CODES, F16, I8, I32, MAX_BLOCKS, TARGE
 __all__ = [
     # this module
     "CudaBackend", "CudaGraph",
-    # re-exported: the modules the backend was split into (device, ops, blocks, impls)
+    # re-exported: the modules the backend was split into (device, ops, impls)
     "CaptureAllocationError", "CudaUnavailableError", "CudaDevice", "CupyDevice", "cuda_available",
     "GpuOps", "ACT_CODES", "F16", "I8", "I32", "MAX_BLOCKS", "TARGET_BLOCKS",
-    "block_forward", "block_backward", "block_inference",
     "Impl", "CUDA_IMPLS", "cuda_kernels", "register_cuda_kernel", "missing_cuda_kernels",
 ]
 

@@ -26,7 +26,6 @@ import numpy as np
 
 from tr_mlir.lowering.cpu import KERNELS
 from tr_mlir.lowering.cpu.activation import ACTIVATIONS
-from tr_mlir.lowering.cpu.fused import BLOCKS
 
 F32, F16, I8, I32 = np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int8), np.dtype(np.int32)
 
@@ -110,14 +109,6 @@ def cases(seed: int = 0) -> list[Case]:
             if name == "fc_bwd":
                 arr["dx"] = _r(rng, (5, 2, 3, 4), dt)
             add(Case(f"{name} {dt.name}", name, arr, tol=_tol(dt)))
-        g = _r(rng, (4, 1, 1, 8), dt)
-        for name in ("gap_fc_fwd", "gap_fc_inf"):
-            add(Case(f"{name} {dt.name}", name, {"x": _r(rng, (4, 3, 3, 8), dt), "w": _r(rng, (6, 1, 1, 8), dt),
-                                                 "g": g.copy(), "y": _r(rng, (4, 1, 1, 6), dt), "b": _r(rng, (6,))},
-                     tol=_tol(dt)))
-        add(Case(f"gap_fc_bwd {dt.name}", "gap_fc_bwd", {
-            "dy": _r(rng, (4, 1, 1, 6), dt), "w": _r(rng, (6, 1, 1, 8), dt), "g": g.copy(),
-            "dw": _r(rng, (6, 1, 1, 8)), "db": _r(rng, (6,)), "dx": _r(rng, (4, 3, 3, 8), dt)}, tol=_tol(dt)))
 
     for dt in (F32, F16):
         t = _tol(dt)
@@ -194,6 +185,26 @@ def cases(seed: int = 0) -> list[Case]:
             add(Case(f"{name}_inf {dt.name}", f"{name}_inf", {"x": x.copy(), "eq_scale": _r(rng, (c,)),
                                                              "eq_bias": _r(rng, (c,)), "y": _r(rng, xs, dt)},
                      tol=_tol(dt)))
+        # the fused epilogues (BN + ReLU, BN + add + ReLU): every ReLU form; a pre-activation
+        # within rounding of 0 may take the other branch (int_tol on the mask)
+        xs, c = (4, 5, 5, 16), 16
+        x = _r(rng, xs, dt, -2.0, 3.0)
+        xm = x.astype(np.float64).reshape(-1, c)
+        mean, istd = xm.mean(0).astype(F32), (1 / np.sqrt(xm.var(0) + 1e-5)).astype(F32)
+        for join in ("", "_add"):
+            for mask in (True, False):
+                arr = {"x": x.copy(), "gamma": _r(rng, (c,), F32, 0.5, 1.5), "beta": _r(rng, (c,)),
+                       "running_mean": _r(rng, (c,)), "running_var": _r(rng, (c,), F32, 0.5, 2.0),
+                       "y": _r(rng, xs, dt), "save_mean": _r(rng, (c,)), "save_istd": _r(rng, (c,)),
+                       **({"mask": _mask(rng, xs)} if mask else {}), **({"skip": _r(rng, xs, dt)} if join else {})}
+                add(Case(f"bn2d{join}_relu_fwd mask={mask} {dt.name}", f"bn2d{join}_relu_fwd", arr, tol=_tol(dt) * 4,
+                         int_tol=0.02))
+            for form in ("", "_from_output"):
+                gate = {"mask": _mask(rng, xs)} if not form else {"y": np.maximum(_r(rng, xs, dt), 0).astype(dt)}
+                add(Case(f"bn2d{join}_relu_bwd{form} {dt.name}", f"bn2d{join}_relu_bwd{form}", {
+                    "dy": _r(rng, xs, dt), **gate, "x": x.copy(), "gamma": _r(rng, (c,)), "save_mean": mean,
+                    "save_istd": istd, "dgamma": _r(rng, (c,)), "dbeta": _r(rng, (c,)), "dx": _r(rng, xs, dt),
+                    **({"dskip": _r(rng, xs, dt)} if join else {})}, tol=_tol(dt)))
     add(Case("bn_update_eq_params", "bn_update_eq_params", {
         "gamma": _r(rng, (7,)), "beta": _r(rng, (7,)), "running_mean": _r(rng, (7,)),
         "running_var": _r(rng, (7,), F32, 0.1, 2.0), "eq_scale": _r(rng, (7,)), "eq_bias": _r(rng, (7,)),
@@ -337,71 +348,6 @@ def cases(seed: int = 0) -> list[Case]:
                     **opt_arrays("w", "g", "m"), "trust_ratio": _s(3.0), "lr": _s(0.1), "momentum": _s(0.9),
                     "weight_decay": _s(1e-4), "loss_scale": _s(4.0), "has_nan": _s(hn, I32)}))
 
-    # -- fused blocks -----------------------------------------------------------------------------------
-    block_params = {
-        "cbr": {"out_ch": 6, "k": 3, "s": 1, "p": 1},
-        "cbrp": {"out_ch": 6, "conv_k": 3, "conv_s": 1, "conv_p": 1, "pool_k": 3, "pool_s": 2, "pool_p": 1},
-        "bottleneck_identity": {"bottleneck_ch": 4},
-        "bottleneck_projection": {"bottleneck_ch": 4, "out_ch": 12, "stride": 2},
-        "basic_block_identity": {"out_ch": 8},
-        "basic_block_projection": {"out_ch": 10, "stride": 2},
-        "inv_residual_identity": {"expand_ch": 12, "out_ch": 8},
-        "inv_residual_no_shortcut": {"expand_ch": 12, "out_ch": 6, "stride": 2},
-    }
-    for kname, bp in block_params.items():
-        kind = BLOCKS[kname]
-        for dt in (F32, F16):
-            xs = (2, 6, 6, 8)
-            tens = kind.tensors(xs, dt, **bp)
-
-            def mk(names: tuple[str, ...], spec_name: str, _t=tens) -> dict[str, np.ndarray]:
-                spec = KERNELS[spec_name]
-                arr: dict[str, np.ndarray] = {}
-                for a in names:
-                    if a in spec.workspaces:
-                        continue
-                    if a in ("x", "dx"):
-                        sh, d = xs, dt
-                    elif a == "dy":
-                        sh, d = _t["y"]
-                    else:
-                        sh, d = _t[a]
-                    if a.startswith("mask") or a == "pool_mask":
-                        arr[a] = _mask(rng, sh) if a.startswith("mask") else rng.integers(0, 9, sh).astype(I8)
-                    elif a.startswith(("gamma", "var", "save_istd", "eq_scale")):
-                        arr[a] = _r(rng, sh, d, 0.5, 1.5)
-                    else:
-                        arr[a] = _r(rng, sh, d)
-                return arr
-
-            # weights of the AMP working copies are fp16, parameters and statistics fp32
-            def fix(arr: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-                for a in list(arr):
-                    if (a[1:].isdigit() or a == "w_sc") and a.startswith("w") and dt == F16:
-                        arr[a] = arr[a].astype(F16)
-                return arr
-
-            fwd = KERNELS[f"{kname}_fwd"]
-            arr = fix(mk(fwd.arrays, f"{kname}_fwd"))
-            add(Case(f"{kname}_fwd {dt.name}", f"{kname}_fwd", arr, dict(bp), tol=_tol(dt) * 5, int_tol=0.02,
-                     skip=tuple(fwd.workspaces)))
-            inf = KERNELS[f"{kname}_inf"]
-            arr = fix(mk(inf.arrays, f"{kname}_inf"))
-            add(Case(f"{kname}_inf {dt.name}", f"{kname}_inf", arr, dict(bp), tol=_tol(dt) * 5, int_tol=0.02,
-                     skip=tuple(inf.workspaces)))
-            for bname in (f"{kname}_bwd", f"{kname}_bwd_first_layer"):
-                bwd = KERNELS[bname]
-                arr = fix(mk(bwd.arrays, bname))
-                if bname.endswith("first_layer"):
-                    arr.pop("dx", None)
-                # saved statistics consistent with the saved conv outputs keep BN backward well-conditioned
-                for a in list(arr):
-                    if a.startswith("save_mean"):
-                        c_ = arr["c" + a[len("save_mean"):]].astype(np.float64).reshape(-1, arr[a].size)
-                        arr[a] = c_.mean(0).astype(F32)
-                        arr["save_istd" + a[len("save_mean"):]] = (1 / np.sqrt(c_.var(0) + 1e-5)).astype(F32)
-                add(Case(f"{bname} {dt.name}", bname, arr, dict(bp), tol=_tol(dt) * 5, int_tol=0.02,
-                         skip=tuple(bwd.workspaces)))
     for c in out:
         _add_workspaces(c)
     return out

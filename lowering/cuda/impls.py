@@ -25,8 +25,6 @@ from tr_mlir.lowering.cpu import KERNELS, KernelSpec
 from tr_mlir.lowering.cpu._util import F32, flat
 from tr_mlir.lowering.cpu.activation import ACTIVATIONS
 from tr_mlir.lowering.cpu.conv import conv_geom
-from tr_mlir.lowering.cpu.fused import BLOCKS, Layout
-from tr_mlir.lowering.cuda.blocks import block_backward, block_forward, block_inference
 from tr_mlir.lowering.cuda.ops import F16, I32, GpuOps
 from tr_mlir.lowering.cuda.sources import BLOCK
 
@@ -188,6 +186,38 @@ def _impls(ops: GpuOps) -> dict[KernelId, Impl]:
     @reg("bn2d_bwd", "bn1d_bwd")
     def bn_bwd(dy, x, gamma, save_mean, save_istd, dgamma, dbeta, dx=None):
         ops.bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta)
+
+    # BN + ReLU (+ the residual add before it): the fused epilogue of tr_bn_apply, the ReLU's
+    # gate read with dy in tr_bn_bwd_sums / tr_bn_bwd_dx
+    def bn_relu(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask, skip, eps, momentum):
+        ops.bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd,
+                             1e-5 if eps is None else eps, 0.1 if momentum is None else momentum, True, mask, skip)
+
+    @reg("bn2d_relu_fwd")
+    def bn_relu_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask=None, eps=None,
+                    momentum=None):
+        bn_relu(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask, None, eps, momentum)
+
+    @reg("bn2d_add_relu_fwd")
+    def bn_add_relu_fwd(x, skip, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask=None,
+                        eps=None, momentum=None):
+        bn_relu(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask, skip, eps, momentum)
+
+    @reg("bn2d_relu_bwd")
+    def bn_relu_bwd(dy, mask, x, gamma, save_mean, save_istd, dgamma, dbeta, dx):
+        ops.bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta, mask)
+
+    @reg("bn2d_relu_bwd_from_output")
+    def bn_relu_bwd_from_output(dy, y, x, gamma, save_mean, save_istd, dgamma, dbeta, dx):
+        ops.bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta, y)
+
+    @reg("bn2d_add_relu_bwd")
+    def bn_add_relu_bwd(dy, mask, x, gamma, save_mean, save_istd, dgamma, dbeta, dx, dskip):
+        ops.bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta, mask, dskip)
+
+    @reg("bn2d_add_relu_bwd_from_output")
+    def bn_add_relu_bwd_from_output(dy, y, x, gamma, save_mean, save_istd, dgamma, dbeta, dx, dskip):
+        ops.bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta, y, dskip)
 
     @reg("bn2d_inf", "bn1d_inf")
     def bn_inf(x, eq_scale, eq_bias, y):
@@ -419,41 +449,6 @@ def _impls(ops: GpuOps) -> dict[KernelId, Impl]:
     for suffix in ("", "_fc", "_first", "_deep"):
         t[f"lars_update{suffix}"] = lars_tensor(False)
         t[f"lars_nesterov_update{suffix}"] = lars_tensor(True)
-
-    # -- fused blocks ----------------------------------------------------------------------------
-    for kind in BLOCKS.values():
-        keys = ("eps", "momentum")
-
-        def split(kw: dict[str, Any], _k=kind) -> tuple[Layout, dict[str, Any], dict[str, Any]]:
-            params = {k: kw.pop(k) for k in (*_k.params, *keys) if k in kw}
-            return _k.make(int(kw["x"].shape[-1]), **params), kw, params
-
-        def bfwd(_split=split, **kw):
-            lay, arr, params = _split(kw)
-            block_forward(ops, lay, arr, params.get("eps", 1e-5), params.get("momentum", 0.1))
-
-        def bbwd(_split=split, **kw):
-            lay, arr, _ = _split(kw)
-            block_backward(ops, lay, arr)
-
-        def binf(_split=split, **kw):
-            lay, arr, _ = _split(kw)
-            block_inference(ops, lay, arr)
-
-        t[f"{kind.name}_fwd"] = bfwd
-        t[f"{kind.name}_bwd"] = t[f"{kind.name}_bwd_first_layer"] = bbwd
-        t[f"{kind.name}_inf"] = binf
-
-    @reg("gap_fc_fwd", "gap_fc_inf")
-    def gap_fc_fwd(x, w, g, y, b=None):
-        ops.gap_forward(x, g)
-        ops.fc_forward(g, w, b, y)
-
-    @reg("gap_fc_bwd")
-    def gap_fc_bwd(dy, w, g, dw, db=None, dx=None):
-        ops.fc_backward(dy, w, g, dw, db, None if dx is None else g)
-        if dx is not None:
-            ops.gap_backward(g, dx)
 
     return {kernel_id(name): fn for name, fn in t.items()}
 

@@ -290,9 +290,12 @@ class GpuOps:
                         (*self.arr(x), np.int64(rows), np.int32(cols), self.p(out)), self.ext(x, out))
 
     def bn_forward_train(self, x: Any, gamma: Any, beta: Any, rm: Any, rv: Any, y: Any, save_mean: Any,
-                         save_istd: Any, eps: Any, momentum: Any) -> None:
+                         save_istd: Any, eps: Any, momentum: Any, relu: bool = False, mask: Any = None,
+                         skip: Any = None) -> None:
         """Training-mode batch norm (the NumPy ``bn_forward_train``); y may be x's buffer.
-        ``eps`` / ``momentum``: scalar operand arrays or Python numbers."""
+        ``eps`` / ``momentum``: scalar operand arrays or Python numbers. ``relu``: the fused
+        epilogue ``y = relu(bn(x) + skip)`` (skip may be None) and the INT8 ``mask`` of the
+        pre-activation when given (the NumPy ``bn_relu_forward_train``)."""
         c = int(x.shape[-1])
         m = x.size // c
         for a in (gamma, beta, rm, rv, save_mean, save_istd):
@@ -310,22 +313,29 @@ class GpuOps:
         self.ew("tr_bn_finalize", c, self.p(save_mean), self.p(save_istd), self.p(rm), self.p(rv), np.int32(c),
                 np.float32(1.0 / m), np.float64(m / (m - 1) if m > 1 else 1.0), *self.s(e_ptr), np.float64(e_val),
                 *self.s(m_ptr), np.float64(m_val), touch=(save_mean, save_istd, rm, rv))
+        for a in (mask, skip):
+            if a is not None and a.size != x.size:
+                raise ValueError(f"expected a ReLU mask / residual operand of {x.size} elements, got {a.shape}")
         self.ew("tr_bn_apply", x.size, *self.arr(x), *self.arr(y), np.int64(m), np.int32(c), self.p(gamma),
-                self.p(beta), self.p(save_mean), self.p(save_istd), touch=(x, y))
+                self.p(beta), self.p(save_mean), self.p(save_istd), np.int32(bool(relu)), *self.arr(skip),
+                self.p(mask), touch=(x, y, skip, mask))
 
     def bn_backward(self, dy: Any, x: Any, gamma: Any, save_mean: Any, save_istd: Any, dx: Any, dgamma: Any,
-                    dbeta: Any) -> None:
+                    dbeta: Any, gate: Any = None, dskip: Any = None) -> None:
+        """Batch-norm backward (the NumPy ``bn_backward``); ``gate``: the ReLU after the BN (its
+        INT8 mask or its output), read with dy (``dy * mask`` / ``dy * (y > 0)``), ``dskip``: also
+        written with that gradient (a residual join's other operand)."""
         c = int(x.shape[-1])
         m = x.size // c
         self.zero(dgamma)
         self.zero(dbeta)
         self.dev.launch("tr_bn_bwd_sums", self._colgrid(m, c), (32, 8),
-                        (*self.arr(dy), *self.arr(x), np.int64(m), np.int32(c), self.p(save_mean), self.p(save_istd),
-                         self.p(dgamma), self.p(dbeta)), self.ext(dy, x, dgamma, dbeta))
+                        (*self.arr(dy), *self.arr(gate), *self.arr(x), np.int64(m), np.int32(c), self.p(save_mean),
+                         self.p(save_istd), self.p(dgamma), self.p(dbeta)), self.ext(dy, gate, x, dgamma, dbeta))
         if dx is not None:
-            self.ew("tr_bn_bwd_dx", x.size, *self.arr(dy), *self.arr(x), *self.arr(dx), np.int64(m), np.int32(c),
-                    self.p(gamma), self.p(save_mean), self.p(save_istd), self.p(dgamma), self.p(dbeta),
-                    np.float32(1.0 / m), touch=(dy, x, dx))
+            self.ew("tr_bn_bwd_dx", x.size, *self.arr(dy), *self.arr(gate), *self.arr(x), *self.arr(dx),
+                    *self.arr(dskip), np.int64(m), np.int32(c), self.p(gamma), self.p(save_mean), self.p(save_istd),
+                    self.p(dgamma), self.p(dbeta), np.float32(1.0 / m), touch=(dy, gate, x, dx, dskip))
 
     def bn_affine(self, x: Any, scale: Any, bias: Any, y: Any) -> None:
         c = int(x.shape[-1])

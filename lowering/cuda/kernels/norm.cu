@@ -37,9 +37,22 @@ TR_GLOBAL void tr_colsum_sq(const void* x, int dtx, i64 rows, int C, const float
   }
 }
 
-/* dbeta[c] += sum dy, dgamma[c] += sum dy * (x - mean) * istd */
-TR_GLOBAL void tr_bn_bwd_sums(const void* dy, int dtdy, const void* x, int dtx, i64 rows, int C, const float* mean,
-                              const float* istd, float* dgamma, float* dbeta) {
+/* The gradient a BN backward reads: dy, or through the ReLU after the BN (fused epilogue) the
+   product the ReLU backward writes: dy * mask (gate an INT8 mask, dtg 2) or dy * (y > 0) (gate the
+   ReLU output); gate null: dy. Exact in either storage dtype (a factor of 0 or 1). */
+TR_DEV float tr_gated(const void* dy, int dtdy, const void* gate, int dtg, i64 i) {
+  float d = ldf(dy, dtdy, i);
+  if (!gate) return d;
+  if (dtg == 2) return d * (float)((const signed char*)gate)[i];
+  return d * (ldf(gate, dtg, i) > 0.0f ? 1.0f : 0.0f);
+}
+
+/* v as it reads back after a store in dtype dt (the fp16 rounding of an AMP activation) */
+TR_DEV float tr_stored(float v, int dt) { return dt == 1 ? h2f(f2h(v)) : v; }
+
+/* dbeta[c] += sum d, dgamma[c] += sum d * (x - mean) * istd, d = tr_gated(dy) */
+TR_GLOBAL void tr_bn_bwd_sums(const void* dy, int dtdy, const void* gate, int dtg, const void* x, int dtx, i64 rows,
+                              int C, const float* mean, const float* istd, float* dgamma, float* dbeta) {
   TR_SHARED float sb[8][33];
   TR_SHARED float sg[8][33];
   int c = blockIdx.x * 32 + threadIdx.x;
@@ -47,7 +60,7 @@ TR_GLOBAL void tr_bn_bwd_sums(const void* dy, int dtdy, const void* x, int dtx, 
   if (c < C) {
     float mu = mean[c], is = istd[c];
     for (i64 r = (i64)blockIdx.y * 8 + threadIdx.y; r < rows; r += (i64)gridDim.y * 8) {
-      float d = ldf(dy, dtdy, r * C + c);
+      float d = tr_gated(dy, dtdy, gate, dtg, r * C + c);
       float xh = (ldf(x, dtx, r * C + c) - mu) * is;
       ab += d;
       ag += xh * d;
@@ -85,13 +98,24 @@ TR_GLOBAL void tr_bn_finalize(const float* mean, float* var_istd, float* rm, flo
   }
 }
 
+/* y = bn(x); relu: y = relu(bn(x) + skip) (skip may be null), the INT8 mask of the pre-activation
+   > 0 when mask is not null. The BN output and the sum are rounded to y's dtype where the unfused
+   kernels (this one, tr_add, tr_act_fwd) store them, so the fused kernel gives their values. */
 TR_GLOBAL void tr_bn_apply(const void* x, int dtx, void* y, int dty, i64 rows, int C, const float* gamma,
-                           const float* beta, const float* mean, const float* istd) {
+                           const float* beta, const float* mean, const float* istd, int relu, const void* skip,
+                           int dts, signed char* mask) {
   GRID_LOOP(i, rows * C) {
     int c = (int)(i % C);
     float sc = gamma[c] * istd[c];
     float sh = beta[c] - mean[c] * sc;
-    stf(y, dty, i, ldf(x, dtx, i) * sc + sh);
+    float v = ldf(x, dtx, i) * sc + sh;
+    if (relu) {
+      v = tr_stored(v, dty);
+      if (skip) v = tr_stored(ldf(skip, dts, i) + v, dty);
+      if (mask) mask[i] = v > 0.0f ? 1 : 0;
+      v = (v > 0.0f || tr_isnan(v)) ? v : 0.0f;
+    }
+    stf(y, dty, i, v);
   }
 }
 
@@ -103,14 +127,17 @@ TR_GLOBAL void tr_bn_affine(const void* x, int dtx, void* y, int dty, i64 rows, 
   }
 }
 
-TR_GLOBAL void tr_bn_bwd_dx(const void* dy, int dtdy, const void* x, int dtx, void* dx, int dtdx, i64 rows, int C,
-                            const float* gamma, const float* mean, const float* istd, const float* dgamma,
-                            const float* dbeta, float inv_m) {
+/* dx from d = tr_gated(dy); dskip = d when not null (a residual join's other gradient; may be dy) */
+TR_GLOBAL void tr_bn_bwd_dx(const void* dy, int dtdy, const void* gate, int dtg, const void* x, int dtx, void* dx,
+                            int dtdx, void* dskip, int dtsk, i64 rows, int C, const float* gamma, const float* mean,
+                            const float* istd, const float* dgamma, const float* dbeta, float inv_m) {
   GRID_LOOP(i, rows * C) {
     int c = (int)(i % C);
     float is = istd[c];
     float xh = (ldf(x, dtx, i) - mean[c]) * is * (dgamma[c] * inv_m);
-    float t = ldf(dy, dtdy, i) - dbeta[c] * inv_m;
+    float d = tr_gated(dy, dtdy, gate, dtg, i);
+    if (dskip) stf(dskip, dtsk, i, d);
+    float t = d - dbeta[c] * inv_m;
     stf(dx, dtdx, i, (t - xh) * (gamma[c] * is));
   }
 }
