@@ -437,11 +437,14 @@ class AlgorithmTable:
 
 class KernelImpl(Protocol):
     """What the compiler asks of a kernel implementation (:class:`tr_mlir.lowering.cpu.KernelSpec`):
-    its argument roles, its static params, its workspace rule per target and, for a family whose
-    params choose an algorithm, its :class:`AlgorithmTable`."""
+    its argument roles (``writes``: the arrays it writes; ``optional``: those it accepts as
+    ``None``, an optional output then not computed), its static params, its workspace rule per
+    target and, for a family whose params choose an algorithm, its :class:`AlgorithmTable`."""
 
     name: str
     arrays: tuple[str, ...]
+    writes: frozenset[str]
+    optional: frozenset[str]
     workspaces: tuple[str, ...]
     params: tuple[str, ...]
     algorithms: AlgorithmTable | None

@@ -29,12 +29,10 @@
    static params come from the graph's params table, and :meth:`KernelSpec.bind` makes the
    closure. The backend captures the closures of a key into one
    graph. :meth:`Executable.launch` replays ``atlas[variant][gid]`` (nothing for -1).
-   **Dead outputs** are not computed: an optional kernel output (``dx`` of a backward kernel) whose
-   DTensor is a feature or gradient slot (``F_*``) that no node of any graph reads is bound as
-   ``None``, which the kernel documents as "skipped". The case that matters is the first layer
-   after a reshape of the model input (the MLP's first FC after ``flatten``): its input gradient
-   only feeds the no-op backward of the reshape, and computing it costs a GEMM as large as the
-   layer's forward.
+   **Skipped outputs**: an output the compiler marked dead (:attr:`Node.skipped`, the
+   ``skip_outputs`` attribute of ``memplan-skip-dead-outputs``) is bound as ``None``, which the
+   kernel documents as "skipped"; marking an output the kernel requires is an
+   :class:`ExecutableError`. The executable decides nothing about it.
 
 Nothing here names an op: op knowledge is in the operand table and the kernels. The one
 configuration switch is ``decay_all``: bias-like updates (BN gamma/beta, FC biases) run the
@@ -52,7 +50,6 @@ import numpy as np
 from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, StringAttr
 
 from tr_mlir.dialects.arch import ModelOp
-from tr_mlir.dialects.lifetimes import training_step_orders
 from tr_mlir.dialects.memplan import (
     TRANSIENT_REGIONS,
     VARIANTS,
@@ -78,8 +75,6 @@ DTYPES: Mapping[str, np.dtype] = {"f32": np.dtype(np.float32), "f16": np.dtype(n
 
 _DATA_REGIONS = (MemRegion.I_A_DATA, MemRegion.I_B_DATA)
 _INPUT_REGIONS = (MemRegion.I_A_LABEL, MemRegion.I_A_DATA, MemRegion.I_B_LABEL, MemRegion.I_B_DATA)
-_FEATURE_REGIONS = frozenset({MemRegion.F_FEATURE_FP32, MemRegion.F_GRAD_SLOT_FP32, MemRegion.F_FEATURE_FP16,
-                              MemRegion.F_GRAD_SLOT_FP16})
 _BATCH_REGIONS = frozenset({*_INPUT_REGIONS, MemRegion.F_FEATURE_FP32, MemRegion.F_GRAD_SLOT_FP32,
                             MemRegion.F_FEATURE_FP16, MemRegion.F_GRAD_SLOT_FP16, MemRegion.S_MASK,
                             MemRegion.T_TEMP_FP32, MemRegion.T_TEMP_FP16, MemRegion.T_TEMP_INT32,
@@ -283,7 +278,6 @@ class Executable:
         self._views: dict[tuple[int, str, tuple[int, ...]], Any] = {}
         self._scalars: dict[str, Any] = {}
         self.initialize()
-        self._dead_set = self._dead_outputs(training_step_orders())
         self.keys: list[Key] = [Key(g, gid, tuple(shape), p) for g, gid, shape, p in self.atlas.keys()]
         self.captured: list[CapturedGraph] = [self._capture(k) for k in self.keys]
         if getattr(self.backend, "capture_runs_launches", False):
@@ -446,68 +440,6 @@ class Executable:
 
     # -- capture ---------------------------------------------------------------------------
 
-    def _touches(self, at: tuple[str, str, int], node: Node) -> tuple[frozenset[int], frozenset[int]]:
-        """(ids read, ids written) by ``node`` (at ``(graph, GraphId value, index)``), range
-        operands expanded to their tensors."""
-        memo = self._touch_memo.get(at)
-        if memo is None:
-            def expand(ids, ranges):
-                out = set(ids)
-                for a, b in ranges:
-                    for r in range(a, b + 1):
-                        out.update(self._by_region.get(r, ()))
-                return frozenset(out)
-
-            memo = self._touch_memo[at] = (expand(node.inputs, node.in_ranges),
-                                                 expand(node.outputs, node.out_ranges))
-        return memo
-
-    def _dead_outputs(self, step_sequences: Sequence[Sequence[GraphId]]) -> frozenset[tuple[str, str, int, int]]:
-        """``(graph, GraphId value, node index, DTensor id)`` of the feature outputs whose value no
-        node reads before it is overwritten, in every training step order that runs the node
-        (module doc, "dead outputs"). Each step order is a cycle (step after step); a node that
-        runs in no step order keeps all its outputs."""
-        import bisect
-
-        self._by_region: dict[int, list[int]] = {}
-        for t in self.tensors:
-            if t.slot:
-                self._by_region.setdefault(int(t.region), []).append(t.id)
-        self._touch_memo: dict[tuple[str, str, int], tuple[frozenset[int], frozenset[int]]] = {}
-        verdict: dict[tuple[str, str, int, int], bool] = {}
-        for variant in range(4):
-            for seq in step_sequences:
-                nodes = []
-                for gid in seq:
-                    slot = self.atlas.slot(variant, gid)
-                    if slot < 0:
-                        continue
-                    gname = self.atlas.keys()[slot][0]
-                    nodes += [(gname, gid.value, i, n) for i, n in enumerate(self.graphs[gname].nodes(gid))]
-                touch: dict[int, list[int]] = {}
-                rw = [self._touches((g, gv, i), n) for g, gv, i, n in nodes]
-                for q, (r, w) in enumerate(rw):
-                    for tid in r | w:
-                        touch.setdefault(tid, []).append(q)
-                size = len(nodes)
-                for p, (gname, gv, i, node) in enumerate(nodes):
-                    for tid in node.outputs:
-                        if self.tensors[tid].region not in _FEATURE_REGIONS:
-                            continue
-                        pos = touch[tid]
-                        k = bisect.bisect_right(pos, p)
-                        q = pos[k] if k < len(pos) else pos[0] + size  # the next touch, cyclically
-                        r, w = rw[q % size]
-                        dead = q % size != p and tid not in r and tid in w
-                        key = (gname, gv, i, tid)
-                        verdict[key] = verdict.get(key, True) and dead
-        return frozenset(k for k, dead in verdict.items() if dead)
-
-    def _dead(self, spec: KernelSpec, arg: str, tid: int, where: tuple[str, str, int]) -> bool:
-        """Whether output ``arg`` (DTensor ``tid``) of the node at ``where`` may be skipped: an
-        optional output the kernel writes, whose value is dead (module doc)."""
-        return arg in spec.optional and arg in spec.writes and (*where, tid) in self._dead_set
-
     def _kernel(self, node: Node, bucket: Sequence[Node]) -> tuple[KernelSpec, dict[str, str]]:
         """The kernel of ``node`` (keyed by the family of its op, :func:`kernel_id`) and extra scalar
         operands {argument: DTensor name}."""
@@ -533,14 +465,28 @@ class Executable:
                                   f"@tr_mlir.extend.kernel('{name}', ...)")
         return spec, extra
 
+    @staticmethod
+    def _skipped(node: Node, ops: Any, spec: KernelSpec) -> frozenset[str]:
+        """The kernel arguments of the outputs the IR marks skipped (:attr:`Node.skipped`); raises
+        :class:`ExecutableError` for one the kernel must write."""
+        args = set()
+        for pos in node.skipped:
+            arg = ops.outs[pos] if pos < len(ops.outs) else None
+            if arg is None or arg not in spec.optional or arg not in spec.writes:
+                raise ExecutableError(f"the graph skips output {pos} of '{node.op}', which kernel '{spec.name}' "
+                                      f"must write (only optional outputs may be skipped); recompile")
+            args.add(arg)
+        return frozenset(args)
+
     def _bind(self, node: Node, bucket: Sequence[Node], params: Mapping[str, Any], variant: int,
-              where: str, at: tuple[str, str, int] = ("", "", -1)) -> Callable[[], None]:
+              where: str) -> Callable[[], None]:
         spec, extra = self._kernel(node, bucket)
         try:
             ops = operands_for(node.op)
             named, ws_ids = ops.named(node.inputs, node.outputs, params, node.op)
+            skipped = self._skipped(node, ops, spec)
             arrays: dict[str, Any] = {arg: self.view(tid, variant) for arg, tid in named.items()
-                                      if not self._dead(spec, arg, tid, at)}
+                                      if arg not in skipped}
             spans = ops.named_ranges(
                 tuple(self.span_view(a, b) for a, b in node.in_ranges),
                 tuple(self.span_view(a, b) for a, b in node.out_ranges), node.op)
@@ -585,7 +531,7 @@ class Executable:
         for i, node in enumerate(bucket):
             params = table[node.param] if node.param >= 0 else {}
             where = f"@{key.graph} {key.gid.value} node {i} (plan @{key.plan})"
-            launches.append(self._bind(node, bucket, params, variant, where, (key.graph, key.gid.value, i)))
+            launches.append(self._bind(node, bucket, params, variant, where))
         return self.backend.capture(launches)
 
     # -- running ---------------------------------------------------------------------------

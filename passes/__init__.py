@@ -39,6 +39,7 @@ PASSES: dict[str, str | type[ModulePass]] = {
     "memplan-build-graph": "MemplanBuildGraphPass",
     "memplan-share-variants": "MemplanShareVariantsPass",
     "memplan-build-atlas": "MemplanBuildAtlasPass",
+    "memplan-skip-dead-outputs": "MemplanSkipDeadOutputsPass",
     "memplan-assign-offsets": "MemplanAssignOffsetsPass",
     "memplan-compile": "MemplanCompilePass",
     "tr-compile": "TrCompilePass",

@@ -2,8 +2,9 @@
 
 Runs ``memplan-select-conv-algo`` (the conv algorithms, recorded on the layer ops before any
 workspace is sized), ``memplan-derive-shapes`` (phase 1, with the compile-spec options), ``memplan-max-slots``
-(2), ``memplan-create-plans`` (3), ``memplan-build-graph`` (4), ``memplan-share-variants`` (5) and
-``memplan-build-atlas``, then places the transient DTensors by lifetime (``memplan-assign-offsets``),
+(2), ``memplan-create-plans`` (3), ``memplan-build-graph`` (4), ``memplan-share-variants`` (5),
+``memplan-build-atlas`` and ``memplan-skip-dead-outputs`` (the optional outputs no node reads are
+marked ``skip_outputs``), then places the transient DTensors by lifetime (``memplan-assign-offsets``),
 verifying the module after each, on the flat ``arch.model`` that
 ``arch-plan`` produces (DESIGN section 1). The result is the self-contained memplan program: spec,
 six variants, descriptors, six plans, the ``@train`` / ``@infer`` graphs and the atlas.
@@ -37,6 +38,7 @@ from tr_mlir.passes.memplan_derive_shapes import CompileSpecOptions, MemplanDeri
 from tr_mlir.passes.memplan_max_slots import MemplanMaxSlotsPass
 from tr_mlir.passes.memplan_select_conv_algo import ConvAlgoOptions, MemplanSelectConvAlgoPass
 from tr_mlir.passes.memplan_share_variants import MemplanShareVariantsPass
+from tr_mlir.passes.memplan_skip_dead_outputs import MemplanSkipDeadOutputsPass
 
 SPEC_OPTIONS: tuple[str, ...] = tuple(f.name for f in fields(CompileSpecOptions))
 """The compile-spec options (those of ``memplan-derive-shapes``)."""
@@ -57,7 +59,7 @@ class MemplanCompilePass(CompileSpecOptions, ConvAlgoOptions, ModulePass):
         return [MemplanSelectConvAlgoPass(**spec, **self.algo_options()), MemplanDeriveShapesPass(**spec),
                 MemplanMaxSlotsPass(), MemplanCreatePlansPass(ema=self.ema),
                 MemplanBuildGraphPass(), MemplanShareVariantsPass(), MemplanBuildAtlasPass(),
-                MemplanAssignOffsetsPass(reuse=self.reuse)]
+                MemplanSkipDeadOutputsPass(), MemplanAssignOffsetsPass(reuse=self.reuse)]
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for phase in self.phases():
