@@ -34,10 +34,10 @@
    kernel documents as "skipped"; marking an output the kernel requires is an
    :class:`ExecutableError`. The executable decides nothing about it.
 
-Nothing here names an op: op knowledge is in the operand table and the kernels. The one
-configuration switch is ``decay_all``: bias-like updates (BN gamma/beta, FC biases) run the
-weight update kernel of the graph's optimizer, with the ``wd`` scalar, instead of the
-no-decay bias kernel (DESIGN section 7).
+Nothing here names an op: op knowledge is in the operand table and the kernels, and every
+decision is the compiler's: which outputs a node skips, which update kernel a parameter runs
+(``decay_all`` is ``memplan-build-graph``'s option, DESIGN section 7). The executable has no
+configuration switch.
 """
 
 from __future__ import annotations
@@ -225,7 +225,6 @@ class Executable:
             (plans, graphs, atlas).
         backend: the :class:`~tr_mlir.lowering.backend.Backend` (default :class:`NumpyBackend`).
         seed: seed of the parameter initialization.
-        decay_all: bias-like parameters get weight decay too (module doc).
 
     Raises:
         ExecutableError: the module is not a complete compiled program, its plans target another
@@ -234,12 +233,10 @@ class Executable:
             allocation).
     """
 
-    def __init__(self, module: ModuleOp, *, backend: Backend | None = None, seed: int = 0,
-                 decay_all: bool = False):
+    def __init__(self, module: ModuleOp, *, backend: Backend | None = None, seed: int = 0):
         self.backend: Backend = backend if backend is not None else NumpyBackend()
         self.model, self.program = find_program(module)
         self.seed = seed
-        self.decay_all = decay_all
         self.variants: list[VariantOp] = self.program.variants()
         if [v.variant_name for v in self.variants] != list(VARIANTS):
             raise ExecutableError("expected the six variants of memplan-derive-shapes in the program")
@@ -440,20 +437,14 @@ class Executable:
 
     # -- capture ---------------------------------------------------------------------------
 
-    def _kernel(self, node: Node, bucket: Sequence[Node]) -> tuple[KernelSpec, dict[str, str]]:
-        """The kernel of ``node`` (keyed by the family of its op, :func:`kernel_id`) and extra scalar
-        operands {argument: DTensor name}."""
+    def _kernel(self, node: Node) -> KernelSpec:
+        """The kernel of ``node`` (keyed by the family of its op, :func:`kernel_id`)."""
         name = kernel_name(node.op)
         try:
             name = kernel_id(node.op)
         except KernelIdError as e:
             if name in KERNEL_IDS:  # a family spelt otherwise than it derives its node ops
                 raise ExecutableError(str(e)) from None
-        extra: dict[str, str] = {}
-        if self.decay_all and name.startswith("range_update_bias_"):
-            weight = [kernel_name(n.op) for n in bucket if kernel_name(n.op).startswith("range_update_weight_")]
-            name = weight[0] if weight else "range_update_weight_" + name[len("range_update_bias_"):]
-            extra["weight_decay"] = "wd"
         spec = self.backend.kernels.get(name)
         if spec is None:
             if name in KERNELS:
@@ -463,7 +454,7 @@ class Executable:
                     f"device='cpu'")
             raise ExecutableError(f"no kernel for op '{node.op}' (looked up '{name}'): register it with "
                                   f"@tr_mlir.extend.kernel('{name}', ...)")
-        return spec, extra
+        return spec
 
     @staticmethod
     def _skipped(node: Node, ops: Any, spec: KernelSpec) -> frozenset[str]:
@@ -478,9 +469,8 @@ class Executable:
             args.add(arg)
         return frozenset(args)
 
-    def _bind(self, node: Node, bucket: Sequence[Node], params: Mapping[str, Any], variant: int,
-              where: str) -> Callable[[], None]:
-        spec, extra = self._kernel(node, bucket)
+    def _bind(self, node: Node, params: Mapping[str, Any], variant: int, where: str) -> Callable[[], None]:
+        spec = self._kernel(node)
         try:
             ops = operands_for(node.op)
             named, ws_ids = ops.named(node.inputs, node.outputs, params, node.op)
@@ -493,9 +483,6 @@ class Executable:
             arrays.update(spans)
             if ops.host is not None:
                 arrays[ops.host] = tuple(self.span_view(a, b, host=True) for a, b in node.out_ranges)
-            for arg, tensor in extra.items():
-                if arg in spec.arrays and arg not in arrays:
-                    arrays[arg] = self.scalar(tensor)
             arrays.update(self._workspaces(spec, arrays, ws_ids, params, variant))
             return spec.bind(arrays, params)
         except (ValueError, KeyError, ExecutableError) as e:
@@ -525,13 +512,12 @@ class Executable:
     def _capture(self, key: Key) -> CapturedGraph:
         graph = self.graphs[key.graph]
         variant = self._variant_of_plan[key.plan]
-        bucket = graph.nodes(key.gid)
         table = self._params[key.graph]
         launches = []
-        for i, node in enumerate(bucket):
+        for i, node in enumerate(graph.nodes(key.gid)):
             params = table[node.param] if node.param >= 0 else {}
             where = f"@{key.graph} {key.gid.value} node {i} (plan @{key.plan})"
-            launches.append(self._bind(node, bucket, params, variant, where))
+            launches.append(self._bind(node, params, variant, where))
         return self.backend.capture(launches)
 
     # -- running ---------------------------------------------------------------------------

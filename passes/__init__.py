@@ -37,6 +37,7 @@ PASSES: dict[str, str | type[ModulePass]] = {
     "memplan-max-slots": "MemplanMaxSlotsPass",
     "memplan-create-plans": "MemplanCreatePlansPass",
     "memplan-build-graph": "MemplanBuildGraphPass",
+    "memplan-narrow-grad-clear": "MemplanNarrowGradClearPass",
     "memplan-share-variants": "MemplanShareVariantsPass",
     "memplan-build-atlas": "MemplanBuildAtlasPass",
     "memplan-skip-dead-outputs": "MemplanSkipDeadOutputsPass",
