@@ -47,6 +47,11 @@ Kernels take named arrays; the row connects them:
 * ``optional``: trailing ``outs`` a node may leave out; the kernel then gets ``None`` there and
   skips that output (the ReLU mask, which a ReLU whose backward reads its output does not write).
   Such an op plans no workspaces, so a short output list is never mistaken for workspaces.
+* ``accumulates``: outputs (or output spans) the kernel adds into, reading their old value
+  (``GRAD_ACCUM``'s ``dx += dy``, the metric sums, the EMA). An argument that is also an input
+  reads its old value too. Every other output is *overwritten*: the kernel writes all of it
+  without reading it (:meth:`Operands.overwrites`). The planner relies on it: a gradient whose
+  first writer in a step overwrites it needs no clear (``memplan-narrow-grad-clear``).
 
 A family without a row (``operands=None``) is a library kernel no node binds (LARS's split form,
 the seed's aliases).
@@ -112,6 +117,14 @@ class Operands:
     host: str | None = None
     when: Mapping[str, str] = field(default_factory=dict)
     optional: frozenset[str] = frozenset()
+    accumulates: frozenset[str] = frozenset()
+
+    def overwrites(self, arg: str) -> bool:
+        """Whether output argument ``arg`` is written whole without its old value being read: not
+        in ``accumulates`` and not also an input (state updated in place)."""
+        reads = {a for a in (*self.ins, *self.in_ranges) if a is not None}
+        return arg not in self.accumulates and arg not in reads and arg.rstrip("*") not in {
+            a.rstrip("*") for a in reads}
 
     @property
     def required_outs(self) -> int:
@@ -437,11 +450,14 @@ class AlgorithmTable:
 
 class KernelImpl(Protocol):
     """What the compiler asks of a kernel implementation (:class:`tr_mlir.lowering.cpu.KernelSpec`):
-    its argument roles, its static params, its workspace rule per target and, for a family whose
-    params choose an algorithm, its :class:`AlgorithmTable`."""
+    its argument roles (``writes``: the arrays it writes; ``optional``: those it accepts as
+    ``None``, an optional output then not computed), its static params, its workspace rule per
+    target and, for a family whose params choose an algorithm, its :class:`AlgorithmTable`."""
 
     name: str
     arrays: tuple[str, ...]
+    writes: frozenset[str]
+    optional: frozenset[str]
     workspaces: tuple[str, ...]
     params: tuple[str, ...]
     algorithms: AlgorithmTable | None
@@ -618,7 +634,7 @@ class K:
     DROPOUT_BWD = _id("dropout_bwd", Operands(("dy", "mask"), ("dx",)))
     ADD_FWD = _id("add_fwd", Operands(("a", "b"), ("y",)))
     ADD_BWD = _id("add_bwd", Operands(("dy",), ("da", "db")))
-    GRAD_ACCUM = _id("grad_accum", Operands(("dy", "dx"), ("dx",)))
+    GRAD_ACCUM = _id("grad_accum", Operands(("dy", "dx"), ("dx",), accumulates=frozenset({"dx"})))
     # step scalars and LARS (per parameter family: fc, first conv, deep convs)
     SCALAR_INCREMENT = _id("scalar_increment", Operands(("step", "has_nan"), ("step",)), _FREE)
     ADAM_BIAS_CORRECTION = _id("adam_bias_correction", Operands(("step", "beta1", "beta2"), ("bc1", "bc2")), _FREE)
@@ -644,9 +660,12 @@ class K:
     RANGE_CHECK_NAN = _id("range_check_nan", Operands(outs=("has_nan",), in_ranges=("grads*",)), _FREE)
     RANGE_GRAD_SCALING = _id("range_grad_scaling", Operands(("has_nan", "loss_scale"), ("loss_scale",)), _FREE)
     RANGE_EMA_PARAM_UPDATE = _id("range_ema_param_update",
-                                 Operands(("decay", "has_nan"), in_ranges=("w",), out_ranges=("ema",)), _FREE)
+                                 Operands(("decay", "has_nan"), in_ranges=("w",), out_ranges=("ema",),
+                                          accumulates=frozenset({"ema"})), _FREE)
     RANGE_ACCUM_METRICS = _id("range_accum_metrics", Operands(("batch_size", "loss", "top1", "top5"),
-                                                              ("acc_loss", "acc_top1", "acc_top5")), _FREE)
+                                                              ("acc_loss", "acc_top1", "acc_top5"),
+                                                              accumulates=frozenset({"acc_loss", "acc_top1",
+                                                                                     "acc_top5"})), _FREE)
     RANGE_UPDATE_WEIGHT_SGD = _id("range_update_weight_sgd", _SGD_W, _FREE)
     RANGE_UPDATE_WEIGHT_MOMENTUM = _id("range_update_weight_momentum", _MOM_W, _FREE)
     RANGE_UPDATE_WEIGHT_NESTEROV = _id("range_update_weight_nesterov", _MOM_W, _FREE)

@@ -29,17 +29,15 @@
    static params come from the graph's params table, and :meth:`KernelSpec.bind` makes the
    closure. The backend captures the closures of a key into one
    graph. :meth:`Executable.launch` replays ``atlas[variant][gid]`` (nothing for -1).
-   **Dead outputs** are not computed: an optional kernel output (``dx`` of a backward kernel) whose
-   DTensor is a feature or gradient slot (``F_*``) that no node of any graph reads is bound as
-   ``None``, which the kernel documents as "skipped". The case that matters is the first layer
-   after a reshape of the model input (the MLP's first FC after ``flatten``): its input gradient
-   only feeds the no-op backward of the reshape, and computing it costs a GEMM as large as the
-   layer's forward.
+   **Skipped outputs**: an output the compiler marked dead (:attr:`Node.skipped`, the
+   ``skip_outputs`` attribute of ``memplan-skip-dead-outputs``) is bound as ``None``, which the
+   kernel documents as "skipped"; marking an output the kernel requires is an
+   :class:`ExecutableError`. The executable decides nothing about it.
 
-Nothing here names an op: op knowledge is in the operand table and the kernels. The one
-configuration switch is ``decay_all``: bias-like updates (BN gamma/beta, FC biases) run the
-weight update kernel of the graph's optimizer, with the ``wd`` scalar, instead of the
-no-decay bias kernel (DESIGN section 7).
+Nothing here names an op: op knowledge is in the operand table and the kernels, and every
+decision is the compiler's: which outputs a node skips, which update kernel a parameter runs
+(``decay_all`` is ``memplan-build-graph``'s option, DESIGN section 7). The executable has no
+configuration switch.
 """
 
 from __future__ import annotations
@@ -52,7 +50,6 @@ import numpy as np
 from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, StringAttr
 
 from tr_mlir.dialects.arch import ModelOp
-from tr_mlir.dialects.lifetimes import training_step_orders
 from tr_mlir.dialects.memplan import (
     TRANSIENT_REGIONS,
     VARIANTS,
@@ -78,8 +75,6 @@ DTYPES: Mapping[str, np.dtype] = {"f32": np.dtype(np.float32), "f16": np.dtype(n
 
 _DATA_REGIONS = (MemRegion.I_A_DATA, MemRegion.I_B_DATA)
 _INPUT_REGIONS = (MemRegion.I_A_LABEL, MemRegion.I_A_DATA, MemRegion.I_B_LABEL, MemRegion.I_B_DATA)
-_FEATURE_REGIONS = frozenset({MemRegion.F_FEATURE_FP32, MemRegion.F_GRAD_SLOT_FP32, MemRegion.F_FEATURE_FP16,
-                              MemRegion.F_GRAD_SLOT_FP16})
 _BATCH_REGIONS = frozenset({*_INPUT_REGIONS, MemRegion.F_FEATURE_FP32, MemRegion.F_GRAD_SLOT_FP32,
                             MemRegion.F_FEATURE_FP16, MemRegion.F_GRAD_SLOT_FP16, MemRegion.S_MASK,
                             MemRegion.T_TEMP_FP32, MemRegion.T_TEMP_FP16, MemRegion.T_TEMP_INT32,
@@ -230,7 +225,6 @@ class Executable:
             (plans, graphs, atlas).
         backend: the :class:`~tr_mlir.lowering.backend.Backend` (default :class:`NumpyBackend`).
         seed: seed of the parameter initialization.
-        decay_all: bias-like parameters get weight decay too (module doc).
 
     Raises:
         ExecutableError: the module is not a complete compiled program, its plans target another
@@ -239,12 +233,10 @@ class Executable:
             allocation).
     """
 
-    def __init__(self, module: ModuleOp, *, backend: Backend | None = None, seed: int = 0,
-                 decay_all: bool = False):
+    def __init__(self, module: ModuleOp, *, backend: Backend | None = None, seed: int = 0):
         self.backend: Backend = backend if backend is not None else NumpyBackend()
         self.model, self.program = find_program(module)
         self.seed = seed
-        self.decay_all = decay_all
         self.variants: list[VariantOp] = self.program.variants()
         if [v.variant_name for v in self.variants] != list(VARIANTS):
             raise ExecutableError("expected the six variants of memplan-derive-shapes in the program")
@@ -283,7 +275,6 @@ class Executable:
         self._views: dict[tuple[int, str, tuple[int, ...]], Any] = {}
         self._scalars: dict[str, Any] = {}
         self.initialize()
-        self._dead_set = self._dead_outputs(training_step_orders())
         self.keys: list[Key] = [Key(g, gid, tuple(shape), p) for g, gid, shape, p in self.atlas.keys()]
         self.captured: list[CapturedGraph] = [self._capture(k) for k in self.keys]
         if getattr(self.backend, "capture_runs_launches", False):
@@ -446,82 +437,14 @@ class Executable:
 
     # -- capture ---------------------------------------------------------------------------
 
-    def _touches(self, at: tuple[str, str, int], node: Node) -> tuple[frozenset[int], frozenset[int]]:
-        """(ids read, ids written) by ``node`` (at ``(graph, GraphId value, index)``), range
-        operands expanded to their tensors."""
-        memo = self._touch_memo.get(at)
-        if memo is None:
-            def expand(ids, ranges):
-                out = set(ids)
-                for a, b in ranges:
-                    for r in range(a, b + 1):
-                        out.update(self._by_region.get(r, ()))
-                return frozenset(out)
-
-            memo = self._touch_memo[at] = (expand(node.inputs, node.in_ranges),
-                                                 expand(node.outputs, node.out_ranges))
-        return memo
-
-    def _dead_outputs(self, step_sequences: Sequence[Sequence[GraphId]]) -> frozenset[tuple[str, str, int, int]]:
-        """``(graph, GraphId value, node index, DTensor id)`` of the feature outputs whose value no
-        node reads before it is overwritten, in every training step order that runs the node
-        (module doc, "dead outputs"). Each step order is a cycle (step after step); a node that
-        runs in no step order keeps all its outputs."""
-        import bisect
-
-        self._by_region: dict[int, list[int]] = {}
-        for t in self.tensors:
-            if t.slot:
-                self._by_region.setdefault(int(t.region), []).append(t.id)
-        self._touch_memo: dict[tuple[str, str, int], tuple[frozenset[int], frozenset[int]]] = {}
-        verdict: dict[tuple[str, str, int, int], bool] = {}
-        for variant in range(4):
-            for seq in step_sequences:
-                nodes = []
-                for gid in seq:
-                    slot = self.atlas.slot(variant, gid)
-                    if slot < 0:
-                        continue
-                    gname = self.atlas.keys()[slot][0]
-                    nodes += [(gname, gid.value, i, n) for i, n in enumerate(self.graphs[gname].nodes(gid))]
-                touch: dict[int, list[int]] = {}
-                rw = [self._touches((g, gv, i), n) for g, gv, i, n in nodes]
-                for q, (r, w) in enumerate(rw):
-                    for tid in r | w:
-                        touch.setdefault(tid, []).append(q)
-                size = len(nodes)
-                for p, (gname, gv, i, node) in enumerate(nodes):
-                    for tid in node.outputs:
-                        if self.tensors[tid].region not in _FEATURE_REGIONS:
-                            continue
-                        pos = touch[tid]
-                        k = bisect.bisect_right(pos, p)
-                        q = pos[k] if k < len(pos) else pos[0] + size  # the next touch, cyclically
-                        r, w = rw[q % size]
-                        dead = q % size != p and tid not in r and tid in w
-                        key = (gname, gv, i, tid)
-                        verdict[key] = verdict.get(key, True) and dead
-        return frozenset(k for k, dead in verdict.items() if dead)
-
-    def _dead(self, spec: KernelSpec, arg: str, tid: int, where: tuple[str, str, int]) -> bool:
-        """Whether output ``arg`` (DTensor ``tid``) of the node at ``where`` may be skipped: an
-        optional output the kernel writes, whose value is dead (module doc)."""
-        return arg in spec.optional and arg in spec.writes and (*where, tid) in self._dead_set
-
-    def _kernel(self, node: Node, bucket: Sequence[Node]) -> tuple[KernelSpec, dict[str, str]]:
-        """The kernel of ``node`` (keyed by the family of its op, :func:`kernel_id`) and extra scalar
-        operands {argument: DTensor name}."""
+    def _kernel(self, node: Node) -> KernelSpec:
+        """The kernel of ``node`` (keyed by the family of its op, :func:`kernel_id`)."""
         name = kernel_name(node.op)
         try:
             name = kernel_id(node.op)
         except KernelIdError as e:
             if name in KERNEL_IDS:  # a family spelt otherwise than it derives its node ops
                 raise ExecutableError(str(e)) from None
-        extra: dict[str, str] = {}
-        if self.decay_all and name.startswith("range_update_bias_"):
-            weight = [kernel_name(n.op) for n in bucket if kernel_name(n.op).startswith("range_update_weight_")]
-            name = weight[0] if weight else "range_update_weight_" + name[len("range_update_bias_"):]
-            extra["weight_decay"] = "wd"
         spec = self.backend.kernels.get(name)
         if spec is None:
             if name in KERNELS:
@@ -531,25 +454,35 @@ class Executable:
                     f"device='cpu'")
             raise ExecutableError(f"no kernel for op '{node.op}' (looked up '{name}'): register it with "
                                   f"@tr_mlir.extend.kernel('{name}', ...)")
-        return spec, extra
+        return spec
 
-    def _bind(self, node: Node, bucket: Sequence[Node], params: Mapping[str, Any], variant: int,
-              where: str, at: tuple[str, str, int] = ("", "", -1)) -> Callable[[], None]:
-        spec, extra = self._kernel(node, bucket)
+    @staticmethod
+    def _skipped(node: Node, ops: Any, spec: KernelSpec) -> frozenset[str]:
+        """The kernel arguments of the outputs the IR marks skipped (:attr:`Node.skipped`); raises
+        :class:`ExecutableError` for one the kernel must write."""
+        args = set()
+        for pos in node.skipped:
+            arg = ops.outs[pos] if pos < len(ops.outs) else None
+            if arg is None or arg not in spec.optional or arg not in spec.writes:
+                raise ExecutableError(f"the graph skips output {pos} of '{node.op}', which kernel '{spec.name}' "
+                                      f"must write (only optional outputs may be skipped); recompile")
+            args.add(arg)
+        return frozenset(args)
+
+    def _bind(self, node: Node, params: Mapping[str, Any], variant: int, where: str) -> Callable[[], None]:
+        spec = self._kernel(node)
         try:
             ops = operands_for(node.op)
             named, ws_ids = ops.named(node.inputs, node.outputs, params, node.op)
+            skipped = self._skipped(node, ops, spec)
             arrays: dict[str, Any] = {arg: self.view(tid, variant) for arg, tid in named.items()
-                                      if not self._dead(spec, arg, tid, at)}
+                                      if arg not in skipped}
             spans = ops.named_ranges(
                 tuple(self.span_view(a, b) for a, b in node.in_ranges),
                 tuple(self.span_view(a, b) for a, b in node.out_ranges), node.op)
             arrays.update(spans)
             if ops.host is not None:
                 arrays[ops.host] = tuple(self.span_view(a, b, host=True) for a, b in node.out_ranges)
-            for arg, tensor in extra.items():
-                if arg in spec.arrays and arg not in arrays:
-                    arrays[arg] = self.scalar(tensor)
             arrays.update(self._workspaces(spec, arrays, ws_ids, params, variant))
             return spec.bind(arrays, params)
         except (ValueError, KeyError, ExecutableError) as e:
@@ -579,13 +512,12 @@ class Executable:
     def _capture(self, key: Key) -> CapturedGraph:
         graph = self.graphs[key.graph]
         variant = self._variant_of_plan[key.plan]
-        bucket = graph.nodes(key.gid)
         table = self._params[key.graph]
         launches = []
-        for i, node in enumerate(bucket):
+        for i, node in enumerate(graph.nodes(key.gid)):
             params = table[node.param] if node.param >= 0 else {}
             where = f"@{key.graph} {key.gid.value} node {i} (plan @{key.plan})"
-            launches.append(self._bind(node, bucket, params, variant, where, (key.graph, key.gid.value, i)))
+            launches.append(self._bind(node, params, variant, where))
         return self.backend.capture(launches)
 
     # -- running ---------------------------------------------------------------------------

@@ -40,7 +40,9 @@ Train graph (GraphIds of facts section 10):
   ``RANGE_UPDATE_WEIGHT_<K>`` over W ``[W_FC_WEIGHT .. W_DEEP_CONV]``, G, (M), (V), ids
   ``[lr, wd, (beta), (beta2, eps), scaling, (bias_corr1, bias_corr2), has_nan]``; bias-like
   parameters (BN gamma/beta, FC bias): ``RANGE_UPDATE_BIAS_<K>`` over ``[W_BN_BIAS .. W_FC_BIAS]``
-  and partners, the same ids without ``wd``; LARS: the weights go to ``lars_fc_opt`` /
+  and partners, the same ids without ``wd`` (option ``decay_all``: the weight kernel of the
+  optimizer there too, ``RANGE_UPDATE_WEIGHT_<K>`` with ``wd``: every parameter decays; LARS'
+  bias-like parameters then take the decaying momentum / Nesterov kernel); LARS: the weights go to ``lars_fc_opt`` /
   ``lars_first_conv_opt`` / ``lars_deep_conv_opt`` as ``LARS_COMPUTE_TRUST_RATIO_<F>(W, G, tc,
   wd, eps, scaling, has_nan, partials -> N)`` and ``LARS_[NESTEROV_]UPDATE_<F>(W, G, M, N, lr,
   beta, wd, scaling, has_nan -> W, M)`` per weight tensor, paired by name), ``cast_main_fp32_to_fp16``
@@ -64,6 +66,10 @@ skipped and its output stands for its input; ``val_result_comm``: ``RANGE_MEAN_A
 Node params: each graph has a table of op parameter dictionaries (deduplicated); a node points at
 its kernel's parameters (a conv inside a fused block at its own ``k``, ``s``, ``p``, ``groups``), a
 layer node without kernel-specific parameters at the layer op's properties (the seed's rule).
+
+Option: ``decay_all`` (default false): bias-like parameters decay too (the ``optimizer`` bucket
+above); ``memplan-compile``, ``tr-compile``, :func:`tr_mlir.compile.compile` and ``Task`` (from
+the optimizer's ``decay_all``) pass it on.
 
 Diagnostics: no plans (run ``memplan-create-plans`` first); descs or plans that do not match the
 model (rerun the earlier phases); a layer whose output gradient nobody writes (an unused result;
@@ -116,6 +122,13 @@ _UPDATE_KERNELS: Mapping[OptimizerKind, tuple[KernelId | None, KernelId]] = {
     OptimizerKind.LARS_NESTEROV: (None, K.RANGE_UPDATE_BIAS_NESTEROV),
 }
 """Optimizer -> (weight range op, None for LARS; bias range op) (facts 8.5(d) 6)."""
+
+_LARS_DECAYED_BIAS: Mapping[OptimizerKind, KernelId] = {
+    OptimizerKind.LARS: K.RANGE_UPDATE_WEIGHT_MOMENTUM,
+    OptimizerKind.LARS_NESTEROV: K.RANGE_UPDATE_WEIGHT_NESTEROV,
+}
+"""LARS with ``decay_all``: the range op of its bias-like parameters (plain momentum with weight
+decay; LARS' trust ratio is for the weights only)."""
 
 _LARS_FAMILIES = (
     (R.W_FC_WEIGHT, (K.LARS_COMPUTE_TRUST_RATIO_FC, K.LARS_UPDATE_FC, K.LARS_NESTEROV_UPDATE_FC),
@@ -183,9 +196,10 @@ class _Layer:
 class _Builder:
     """Phase 4 for one (model, program) pair (see the module doc)."""
 
-    def __init__(self, model: ModelOp, program: ProgramOp):
+    def __init__(self, model: ModelOp, program: ProgramOp, decay_all: bool = False):
         self.model = model
         self.program = program
+        self.decay_all = decay_all
         self.amp = bool(model.param("amp"))
         self.prec = "AMP" if self.amp else "FP32"
         if program.spec is None or not program.variants():
@@ -465,7 +479,10 @@ class _Builder:
                 out.append(Node(weight_kind.op(), ids(True), (), ins, outs))
         if self.populated(R.W_BN_BIAS, R.W_BN_WEIGHT, R.W_FC_BIAS):
             ins, outs = spans(R.W_BN_BIAS, R.W_FC_BIAS)
-            out.append(Node(bias_kind.op(), ids(False), (), ins, outs))
+            if self.decay_all:
+                out.append(Node((weight_kind or _LARS_DECAYED_BIAS[opt]).op(), ids(True), (), ins, outs))
+            else:
+                out.append(Node(bias_kind.op(), ids(False), (), ins, outs))
 
     @property
     def has_ema(self) -> bool:
@@ -559,13 +576,14 @@ def _bn_eps(model_layers: Sequence[_Layer]) -> float:
     return 1e-5
 
 
-def build_graphs(model: ModelOp, program: ProgramOp) -> tuple[GraphOp, GraphOp]:
-    """Phase 4 for one model: its ``@train`` and ``@infer`` graphs (see the module doc).
+def build_graphs(model: ModelOp, program: ProgramOp, decay_all: bool = False) -> tuple[GraphOp, GraphOp]:
+    """Phase 4 for one model: its ``@train`` and ``@infer`` graphs (see the module doc);
+    ``decay_all``: bias-like parameters get the weight update with weight decay.
 
     Raises ``PassFailedException`` (annotated at the offending op) on the diagnostics of the
     module doc.
     """
-    builder = _Builder(model, program)
+    builder = _Builder(model, program, decay_all)
     return builder.train(), builder.infer()
 
 
@@ -575,10 +593,12 @@ class MemplanBuildGraphPass(ModulePass):
 
     name = "memplan-build-graph"
 
+    decay_all: bool = False
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for model, program in model_programs(op, self.name):
             assert program is not None
-            train, infer = build_graphs(model, program)
+            train, infer = build_graphs(model, program, self.decay_all)
             for old in program.graphs():
                 Rewriter.erase_op(old)
             Rewriter.insert_op([train, infer], InsertPoint.after(program.plans()[-1]))

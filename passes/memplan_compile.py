@@ -2,8 +2,10 @@
 
 Runs ``memplan-select-conv-algo`` (the conv algorithms, recorded on the layer ops before any
 workspace is sized), ``memplan-derive-shapes`` (phase 1, with the compile-spec options), ``memplan-max-slots``
-(2), ``memplan-create-plans`` (3), ``memplan-build-graph`` (4), ``memplan-share-variants`` (5) and
-``memplan-build-atlas``, then places the transient DTensors by lifetime (``memplan-assign-offsets``),
+(2), ``memplan-create-plans`` (3), ``memplan-build-graph`` (4), ``memplan-narrow-grad-clear`` (the
+gradient clear only where a gradient's first writer accumulates), ``memplan-share-variants`` (5),
+``memplan-build-atlas`` and ``memplan-skip-dead-outputs`` (the optional outputs no node reads are
+marked ``skip_outputs``), then places the transient DTensors by lifetime (``memplan-assign-offsets``),
 verifying the module after each, on the flat ``arch.model`` that
 ``arch-plan`` produces (DESIGN section 1). The result is the self-contained memplan program: spec,
 six variants, descriptors, six plans, the ``@train`` / ``@infer`` graphs and the atlas.
@@ -19,6 +21,8 @@ one-slot-per-tensor layout. ``ema`` (default false) is ``memplan-create-plans``'
 the parameters (its graphs follow in ``memplan-build-graph``). ``conv_algo`` (default ``auto``:
 the cost rule; ``im2col``: today's rule; ``numpy``; or one algorithm where it applies) and
 ``conv_algo_fwd`` / ``conv_algo_dgrad`` / ``conv_algo_wgrad`` are ``memplan-select-conv-algo``'s.
+``decay_all`` (default false) is ``memplan-build-graph``'s: bias-like parameters (BN gamma/beta, FC
+biases) run the optimizer's weight update, with weight decay.
 """
 
 from __future__ import annotations
@@ -35,8 +39,10 @@ from tr_mlir.passes.memplan_build_graph import MemplanBuildGraphPass
 from tr_mlir.passes.memplan_create_plans import MemplanCreatePlansPass
 from tr_mlir.passes.memplan_derive_shapes import CompileSpecOptions, MemplanDeriveShapesPass
 from tr_mlir.passes.memplan_max_slots import MemplanMaxSlotsPass
+from tr_mlir.passes.memplan_narrow_grad_clear import MemplanNarrowGradClearPass
 from tr_mlir.passes.memplan_select_conv_algo import ConvAlgoOptions, MemplanSelectConvAlgoPass
 from tr_mlir.passes.memplan_share_variants import MemplanShareVariantsPass
+from tr_mlir.passes.memplan_skip_dead_outputs import MemplanSkipDeadOutputsPass
 
 SPEC_OPTIONS: tuple[str, ...] = tuple(f.name for f in fields(CompileSpecOptions))
 """The compile-spec options (those of ``memplan-derive-shapes``)."""
@@ -50,14 +56,16 @@ class MemplanCompilePass(CompileSpecOptions, ConvAlgoOptions, ModulePass):
 
     reuse: bool = True
     ema: bool = False
+    decay_all: bool = False
 
     def phases(self) -> list[ModulePass]:
         """The passes this pipeline runs, in order, with the spec options on phase 1."""
         spec = {k: getattr(self, k) for k in SPEC_OPTIONS}
         return [MemplanSelectConvAlgoPass(**spec, **self.algo_options()), MemplanDeriveShapesPass(**spec),
                 MemplanMaxSlotsPass(), MemplanCreatePlansPass(ema=self.ema),
-                MemplanBuildGraphPass(), MemplanShareVariantsPass(), MemplanBuildAtlasPass(),
-                MemplanAssignOffsetsPass(reuse=self.reuse)]
+                MemplanBuildGraphPass(decay_all=self.decay_all), MemplanNarrowGradClearPass(),
+                MemplanShareVariantsPass(), MemplanBuildAtlasPass(),
+                MemplanSkipDeadOutputsPass(), MemplanAssignOffsetsPass(reuse=self.reuse)]
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for phase in self.phases():

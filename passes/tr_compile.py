@@ -11,7 +11,8 @@ Options: those of ``arch-plan`` (``fuse``, ``amp``, ``num_classes`` rewrite the 
 they name; ``cbrp`` adds the conv+bn+relu+maxpool merge) and those of ``memplan-compile`` (the
 compile spec: ``batch_size``, ``train_size``, ``val_size``, ``train_res``, ``train_res_end``,
 ``val_res``, ``world_size``, ``optimizer``, ``target``; ``reuse``: place transient DTensors by
-lifetime, default true; ``ema``; ``conv_algo`` and ``conv_algo_fwd`` / ``_dgrad`` / ``_wgrad``: the
+lifetime, default true; ``ema``; ``decay_all``: bias-like parameters decay too,
+:mod:`tr_mlir.passes.memplan_build_graph`; ``conv_algo`` and ``conv_algo_fwd`` / ``_dgrad`` / ``_wgrad``: the
 conv algorithms, :mod:`tr_mlir.passes.memplan_select_conv_algo`).
 """
 
@@ -43,10 +44,11 @@ class TrCompilePass(CompileSpecOptions, ConvAlgoOptions, ModulePass):
     extra: str = ""
     reuse: bool = True
     ema: bool = False
+    decay_all: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         ArchPlanPass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, cbrp=self.cbrp,
                      skip=self.skip, extra=self.extra).apply(ctx, op)
         op.verify()
         MemplanCompilePass(**{k: getattr(self, k) for k in SPEC_OPTIONS}, **self.algo_options(), reuse=self.reuse,
-                           ema=self.ema).apply(ctx, op)
+                           ema=self.ema, decay_all=self.decay_all).apply(ctx, op)

@@ -47,7 +47,7 @@ def test_smoke_writes_json_with_documented_keys(smoke):
     assert {r["variant"] for r in c["rows"]} == {"fused_amp", "unfused_fp32"}
     for r in c["rows"]:
         names = [p["pass"] for p in r["passes"]]
-        assert names[0] == "arch-expand" and names[-2:] == ["memplan-build-atlas", "memplan-assign-offsets"]
+        assert names[0] == "arch-expand" and names[-2:] == ["memplan-skip-dead-outputs", "memplan-assign-offsets"]
         assert r["total_s"] > 0 and all(p["s"] >= 0 for p in r["passes"])
         assert r["round_trip"]["round_trip_ok"] and r["round_trip"]["chars"] > 1000
 

@@ -232,7 +232,8 @@ def test_resnet50_atlas_dedupes_shape_independent_graphs(resnet50):
             shared += 1
     # every non-empty shape-invariant bucket has exactly one key for all variants
     assert shared == sum(1 for gid in GraphId if gid.shape_invariant and any(gid in g.buckets() for g in graphs))
-    assert shared >= 18
+    assert shared >= 17  # zero_grad is empty: memplan-narrow-grad-clear drops the clear
+    assert GraphId.ZERO_GRAD not in next(g for g in graphs if g.graph_name == "train").buckets()
     # train_lowres == train_base (no resolution schedule): its shape-dependent slots reuse base's keys
     assert atlas.slot(2, GraphId.DEEP_FWD_BWD) == atlas.slot(0, GraphId.DEEP_FWD_BWD)
     # 6 variants x 33 GraphIds, far fewer captures

@@ -101,8 +101,8 @@ def _poison_and_watch(monkeypatch) -> list[tuple[str, str, str]]:
     bind = exmod.Executable._bind
     violations: list[tuple[str, str, str]] = []
 
-    def wrapped_bind(self, node, bucket, params, variant, where, at=("", "", -1)):
-        fn = bind(self, node, bucket, params, variant, where, at)
+    def wrapped_bind(self, node, params, variant, where):
+        fn = bind(self, node, params, variant, where)
         if not hasattr(self, "_test_owner"):
             self._test_owner = np.full(self.base.size // 256 + 1, -1, np.int64)
         table = self._tables[self.plans[variant].plan_name]

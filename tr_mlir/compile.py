@@ -82,6 +82,7 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
     name: str = "model",
     reuse: bool = True,
     conv_algo: str = "auto",
+    decay_all: bool = False,
 ) -> ModuleOp:
     """Compile a BluePrint to its memplan program (``tr-compile``: ArchPlan, phases 1..5, atlas).
 
@@ -107,6 +108,8 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
         conv_algo: the convolution algorithms (``memplan-select-conv-algo``): ``auto`` (its cost
             rule, Winograd included), ``im2col`` (the rule before it, same numerics), ``numpy``, or
             one algorithm forced where it applies.
+        decay_all: bias-like parameters (BN gamma/beta, FC biases) get the weight update with
+            weight decay (``memplan-build-graph``'s option; ``tr_mlir.optim``'s ``decay_all``).
 
     Returns:
         A verified ``builtin.module`` with the flat ``arch.model`` and its ``memplan.program``
@@ -134,11 +137,12 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
             raise BluePrintTypeError(f"compile: {key} must be a str, got {type(value).__name__} {value!r}")
     check_bool("compile", "cbrp", cbrp)
     check_bool("compile", "reuse", reuse)
+    check_bool("compile", "decay_all", decay_all)
     module = emit(model, input_shape, amp=amp, fuse=fuse, num_classes=num_classes, name=name)
     TrCompilePass(
         cbrp=cbrp, batch_size=batch_size, train_size=train_size, val_size=val_size, train_res=train_res,
         train_res_end=train_res_end, val_res=val_res, world_size=world_size, optimizer=optimizer,
-        target=target, reuse=reuse, conv_algo=conv_algo,
+        target=target, reuse=reuse, conv_algo=conv_algo, decay_all=decay_all,
     ).apply(make_context(), module)
     module.verify()
     return module

@@ -282,6 +282,7 @@ class Task(TaskCheckpoints):
                           train_size=train_size, val_size=val_size, optimizer=self.optimizer.kind.value,
                           target=backend.target.value, world_size=self.world_size,
                           reuse=self.reuse, ema=self.ema is not None, conv_algo=self.conv_algo,
+                          decay_all=self.optimizer.decay_all,
                           **({} if self.resize is None else {"train_res": self.resize[0],
                                                              "train_res_end": self.resize[1]})
                           ).apply(make_context(), module)
@@ -293,7 +294,7 @@ class Task(TaskCheckpoints):
         from tr_mlir.lowering.executable import ExecutableError
 
         try:
-            exe = Executable(module, backend=backend, seed=self.seed, decay_all=self.optimizer.decay_all)
+            exe = Executable(module, backend=backend, seed=self.seed)
         except _ArenaTooLarge:
             raise  # keeps its documented type (a MemoryError naming a batch size that fits)
         except (ExecutableError, TrMlirError) as e:

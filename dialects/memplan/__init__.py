@@ -32,6 +32,7 @@ from tr_mlir.dialects.memplan._graphs import (  # noqa: F401 (the dialect's publ
     Node,
     NodesOp,
     ProgramOp,
+    SKIP_OUTPUTS,
 )
 from tr_mlir.dialects.memplan._plans import (  # noqa: F401 (the dialect's public names)
     DescsOp,

@@ -53,10 +53,12 @@ from tr_mlir.dialects.memplan._vocab import (  # noqa: F401
 )
 from xdsl.dialects.builtin import (
     ArrayAttr,
+    DenseArrayBase,
     DictionaryAttr,
     StringAttr,
     SymbolNameConstraint,
     SymbolRefAttr,
+    i64,
 )
 from xdsl.ir import (
     Block,
@@ -82,7 +84,9 @@ from xdsl.traits import HasParent, NoTerminator, SymbolOpInterface, SymbolTable
 class Node:
     """One graph node (a Python view). COMPUTE nodes have no ranges; RANGE nodes' ``op`` is in
     :func:`is_range_op`, ranges are closed region intervals, ids are scalar operands. ``param`` indexes
-    the graph's ``params`` table (-1: none)."""
+    the graph's ``params`` table (-1: none). ``skipped``: positions in ``outputs`` of optional kernel
+    outputs the compiler found dead (``memplan-skip-dead-outputs``): the executable binds them as
+    ``None`` and the kernel does not compute them."""
 
     op: str
     inputs: tuple[int, ...] = ()
@@ -90,6 +94,7 @@ class Node:
     in_ranges: tuple[tuple[MemRegion, MemRegion], ...] = ()
     out_ranges: tuple[tuple[MemRegion, MemRegion], ...] = ()
     param: int = -1
+    skipped: tuple[int, ...] = ()
 
     @property
     def is_range(self) -> bool:
@@ -103,6 +108,10 @@ class NodesOp(IRDLOperation):
     ``ops``: op names; ``ins`` / ``outs``: DTensor ids, ``in_counts`` / ``out_counts`` per node;
     ``in_ranges`` / ``out_ranges``: (first, last) region index pairs, ``in_range_counts`` /
     ``out_range_counts`` per node; ``params``: index into the graph's param table or -1.
+    The optional attribute ``skip_outputs`` (:data:`SKIP_OUTPUTS`, written by
+    ``memplan-skip-dead-outputs``) lists ``(node index, output position)`` pairs, flat, of the
+    outputs the nodes do not compute (:attr:`Node.skipped`), e.g. ``{skip_outputs = array<i64: 7, 0>}``:
+    node 7 leaves out its first output.
     """
 
     name = "memplan.nodes"
@@ -138,6 +147,9 @@ class NodesOp(IRDLOperation):
             "out_range_counts": i64_array([len(n.out_ranges) for n in nodes]),
             "params": i64_array([n.param for n in nodes]),
         })
+        skips = [v for k, n in enumerate(nodes) for p in sorted(set(n.skipped)) for v in (k, p)]
+        if skips:
+            self.attributes[SKIP_OUTPUTS] = i64_array(skips)
 
     @property
     def gid(self) -> GraphId:
@@ -151,15 +163,27 @@ class NodesOp(IRDLOperation):
         cin, cout = _ints(self.in_counts), _ints(self.out_counts)
         crin, crout = _ints(self.in_range_counts), _ints(self.out_range_counts)
         params = _ints(self.params)
+        skipped: dict[int, list[int]] = {}
+        for k, p in self.skip_pairs():
+            skipped.setdefault(k, []).append(p)
         out: list[Node] = []
         a = b = c = d = 0
         for k, op in enumerate(ops):
             node_rin = tuple((MemRegion(rin[2 * j]), MemRegion(rin[2 * j + 1])) for j in range(c, c + crin[k]))
             node_rout = tuple((MemRegion(rout[2 * j]), MemRegion(rout[2 * j + 1]))
                               for j in range(d, d + crout[k]))
-            out.append(Node(op, ins[a:a + cin[k]], outs[b:b + cout[k]], node_rin, node_rout, params[k]))
+            out.append(Node(op, ins[a:a + cin[k]], outs[b:b + cout[k]], node_rin, node_rout, params[k],
+                            tuple(skipped.get(k, ()))))
             a, b, c, d = a + cin[k], b + cout[k], c + crin[k], d + crout[k]
         return out
+
+    def skip_pairs(self) -> list[tuple[int, int]]:
+        """The ``(node index, output position)`` pairs of ``skip_outputs`` (empty without it)."""
+        attr = self.attributes.get(SKIP_OUTPUTS)
+        if attr is None:
+            return []
+        flat = _ints(attr)  # type: ignore[arg-type]
+        return list(zip(flat[::2], flat[1::2]))
 
     def verify_(self) -> None:
         n = len(self.ops.data)
@@ -186,6 +210,7 @@ class NodesOp(IRDLOperation):
                 if not 0 <= first <= last < NUM_REGIONS:
                     raise _fail(self, f"expected {what} spans (first, last) with 0 <= first <= last < "
                                       f"{NUM_REGIONS}, got ({first}, {last})")
+        self._verify_skips(counts["out_counts"])
         for k, op in enumerate(_strs(self.ops)):
             if not op:
                 raise _fail(self, "expected non-empty op names")
@@ -196,6 +221,22 @@ class NodesOp(IRDLOperation):
             elif has_ranges:
                 raise _fail(self, f"expected COMPUTE node {k} ({op}) to have no region spans "
                                   f"(only {RANGE_PREFIX}* ops take spans)")
+
+
+    def _verify_skips(self, out_counts: Sequence[int]) -> None:
+        attr = self.attributes.get(SKIP_OUTPUTS)
+        if attr is None:
+            return
+        if not isinstance(attr, DenseArrayBase) or attr.elt_type != i64 or len(_ints(attr)) % 2:
+            raise _fail(self, f"expected {SKIP_OUTPUTS} to be an array<i64> of (node, output position) pairs")
+        for k, p in self.skip_pairs():
+            if not 0 <= k < len(out_counts) or not 0 <= p < out_counts[k]:
+                raise _fail(self, f"expected {SKIP_OUTPUTS} pairs to name a node and one of its outputs, got "
+                                  f"({k}, {p})")
+
+
+SKIP_OUTPUTS = "skip_outputs"
+"""The ``memplan.nodes`` attribute of the outputs its nodes do not compute (:class:`NodesOp`)."""
 
 
 def _takes_spans(op: str) -> bool:

@@ -1,5 +1,6 @@
 // RUN: tr-opt %s --split-input-file --verify-diagnostics -p 'memplan-derive-shapes{batch_size=4 train_size=10 val_size=6},memplan-max-slots,memplan-create-plans,memplan-build-graph' | filecheck %s
 // RUN: tr-opt %s --split-input-file --verify-diagnostics -p memplan-build-graph | filecheck %s --check-prefix=ALONE
+// RUN: tr-opt %s --split-input-file --verify-diagnostics -p 'memplan-derive-shapes{batch_size=4 train_size=10 val_size=6},memplan-max-slots,memplan-create-plans,memplan-build-graph{decay_all=true}' | filecheck %s --check-prefix=DECAY
 
 // MLP (facts sections 3, 7, 8). Ids: 0 label_a, 1 data_a, 2 label_b, 3 data_b, 4 label_smce,
 // 5 has_nan, 6 lr, 7 scaling, 8 label_smoothing, 9-11 loss/top1/top5, 12-14 batch sizes, 15-17
@@ -26,6 +27,11 @@
 // CHECK-NEXT:    memplan.nodes nan_check_and_grad_scaling ops = ["RANGE_CHECK_NAN"] ins = [] in_counts = [0] outs = [5] out_counts = [1] in_ranges = [24, 29] in_range_counts = [1]
 // CHECK-NEXT:    memplan.nodes optimizer ops = ["RANGE_UPDATE_WEIGHT_MOMENTUM", "RANGE_UPDATE_BIAS_MOMENTUM"] ins = [6, 19, 18, 7, 5, 6, 18, 7, 5] in_counts = [5, 4] outs = [] out_counts = [0, 0] in_ranges = [9, 11, 27, 29, 37, 39, 6, 8, 24, 26, 34, 36] in_range_counts = [3, 3] out_ranges = [9, 11, 37, 39, 6, 8, 34, 36] out_range_counts = [2, 2] params = [-1, -1]
 // CHECK-NEXT:    memplan.nodes accum_metrics ops = ["RANGE_ACCUM_METRICS"] ins = [12, 9, 10, 11] in_counts = [4] outs = [15, 16, 17] out_counts = [3]
+// decay_all=true: the bias-like parameters (FC bias, [W_BN_BIAS .. W_FC_BIAS] = regions 6..8) run
+// the weight kernel of the optimizer with wd (19) among its ids, like the weights.
+// DECAY-LABEL: memplan.graph @train
+// DECAY:         memplan.nodes optimizer ops = ["RANGE_UPDATE_WEIGHT_MOMENTUM", "RANGE_UPDATE_WEIGHT_MOMENTUM"] ins = [6, 19, 18, 7, 5, 6, 19, 18, 7, 5] in_counts = [5, 5] {{.*}} in_ranges = [9, 11, 27, 29, 37, 39, 6, 8, 24, 26, 34, 36]
+// DECAY-NOT:     RANGE_UPDATE_BIAS
 // CHECK-NEXT:    memplan.nodes accum_metrics_train_last ops = ["RANGE_ACCUM_METRICS"] ins = [13, 9, 10, 11]
 // CHECK-NEXT:    memplan.nodes accum_metrics_val_last ops = ["RANGE_ACCUM_METRICS"] ins = [14, 9, 10, 11]
 // CHECK-NEXT:    memplan.nodes clear_metrics ops = ["RANGE_CLEAR"] {{.*}} out_ranges = [67, 67] out_range_counts = [1] params = [-1]

@@ -9,7 +9,7 @@
 // RUN: not tr-opt %s -t memplan-summary 2>&1 | filecheck %s --check-prefix=NOPROGRAM
 // RUN: not tr-opt %s -p 'memplan-derive-shapes{batch_size=4 train_size=10 val_size=8}' -t memplan-summary 2>&1 | filecheck %s --check-prefix=NOPLANS
 
-// CHECK:      memplan.program for @net: target cpu, optimizer momentum, fp32, arena 24,064 bytes, 41 DTensors, 2 graphs, 34 capture keys
+// CHECK:      memplan.program for @net: target cpu, optimizer momentum, fp32, arena 24,064 bytes, 41 DTensors, 2 graphs, 33 capture keys
 // CHECK-NEXT: conv algorithms (convs per direction): fwd pointwise 1; dgrad -; wgrad pointwise 1
 // CHECK-NEXT: memory: transient pool 6,144 bytes for 12 transient DTensors of 10,240 bytes (placed by lifetime)
 // CHECK-NEXT:   liveness lower bound 23,552 bytes = persistent 17,920 + transient peak 5,632; arena / bound 1.022
@@ -25,19 +25,20 @@
 // CHECK-NEXT:   GraphId                        graph     nodes   key
 // CHECK-NEXT:   transfer_a                     @train        1     0
 // CHECK:        deep_fwd_bwd                   @train        4     4
-// CHECK:        total                                       22
+// CHECK-NOT:    zero_grad
+// CHECK:        total                                       21
 // The lowres variant uses less of the shared slots, and has its own shape-dependent keys.
 // CHECK:      variant train_lowres: batch 4, resolution 2, plan @plan_train_lowres train @train infer @infer
 // CHECK:        F_FEATURE_FP32                        0            2,048         3
 // CHECK:        total                            24,064           25,088        41
-// CHECK:        deep_fwd_bwd                   @train        4    24
+// CHECK:        deep_fwd_bwd                   @train        4    23
 // CHECK:      variant val_last: batch 4, resolution 4, plan @plan_val_last infer @infer
 // CHECK-NOT:    deep_fwd_bwd
-// CHECK:        inf_main_a                     @infer        4    32
-// CHECK:        total                                       19
+// CHECK:        inf_main_a                     @infer        4    31
+// CHECK:        total                                       18
 
 // The seed's layout (reuse=false): every transient DTensor in its own slot of its region.
-// SEED:      memplan.program for @net: target cpu, optimizer momentum, fp32, arena 28,160 bytes, 41 DTensors, 2 graphs, 34 capture keys
+// SEED:      memplan.program for @net: target cpu, optimizer momentum, fp32, arena 28,160 bytes, 41 DTensors, 2 graphs, 33 capture keys
 // SEED-NEXT: conv algorithms (convs per direction): fwd pointwise 1; dgrad -; wgrad pointwise 1
 // SEED-NEXT: memory: one slot per DTensor (reuse=false): 12 transient DTensors of 10,240 bytes
 // SEED-NEXT:   liveness lower bound 23,552 bytes = persistent 17,920 + transient peak 5,632; arena / bound 1.196

@@ -81,4 +81,4 @@ builtin.module {
 // R50-NEXT:   memplan.graph @train
 // R50:          memplan.nodes deep_fwd_bwd ops = ["MAXPOOL_AMP_FWD", "CONV_AMP_FWD", "BN2D_AMP_FWD"
 // R50:        memplan.graph @infer
-// R50:        memplan.atlas {{.*}} key_gids = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 21, 23, 24, 25, 26, 27, 32, 2, 3, 4, 6, 7, 17, 18, 17, 18]
+// R50:        memplan.atlas {{.*}} key_gids = [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 21, 23, 24, 25, 26, 27, 32, 2, 3, 4, 6, 7, 17, 18, 17, 18]

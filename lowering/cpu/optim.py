@@ -19,10 +19,10 @@ Semantics are ``torch.optim``'s (DESIGN section 7), per element:
   (Nesterov: ``w -= lr*eta*d + mu*m``). Tensors are the static ``segments`` (offset, size).
 
 ``range_update_bias_*`` are the same updates without weight decay (BN gamma/beta and biases,
-the seed's convention; bind the ``weight`` kernel to them for ``decay_all``). Work runs in
-chunks of :data:`._util.CHUNK` elements, so temporaries stay small (SGD reuses one). The SGD
-update of a large span (at least two :data:`SPLIT_CHUNK`) is split across the kernel threads in
-1 MiB chunks; the other updates stay on one thread.
+the seed's convention; with ``decay_all`` the compiler, ``memplan-build-graph``, gives them the
+``weight`` kernels). Work runs in chunks of :data:`._util.CHUNK` elements, so temporaries stay
+small (SGD reuses one). The SGD update of a large span (at least two :data:`SPLIT_CHUNK`) is
+split across the kernel threads in 1 MiB chunks; the other updates stay on one thread.
 """
 
 from __future__ import annotations
