@@ -390,6 +390,43 @@ def test_onnx_of_a_blueprint_model(tmp_path):
     assert _rel(probs, task.predict(x)) <= 1e-5
 
 
+def test_onnx_forms_are_registered_per_op_and_open_to_plugins(tmp_path):
+    """The exporter looks each op's ONNX form up by op class (``export.ONNX_FORMS``): an op without
+    one is an ExportError naming it, ``extend.register_onnx_form`` supplies one (here a ReLU written
+    as ``Max(x, 0)``, which must give the same probabilities), and bad registrations are PluginErrors."""
+    ort = pytest.importorskip("onnxruntime")
+    from tr_mlir import blueprint as bp
+    from tr_mlir import extend
+    from tr_mlir.dialects import arch
+    from tr_mlir.errors import PluginError
+    from tr_mlir.export import ONNX_FORMS, ExportError
+
+    task = tr_mlir.Task(bp.seq(bp.conv(4, 3, 1, 1), bp.relu(), bp.flatten(), bp.fc(10, True)), (6, 6, 2), 10, 4)
+    x = np.random.default_rng(1).standard_normal((4, 6, 6, 2)).astype(np.float32)
+    task.train_step(x, np.arange(4))
+    builtin = ONNX_FORMS[arch.ReluOp]
+    with extend.scoped():
+        del ONNX_FORMS[arch.ReluOp]
+        with pytest.raises(ExportError, match=r"arch.relu has no ONNX form .*register_onnx_form"):
+            export_onnx(task, tmp_path / "none.onnx")
+
+        def relu_as_max(g, op):
+            zero, y = g.init(g.tmp("zero"), np.array(0.0, np.float32)), g.tmp("relu")
+            g.node("Max", [g.input(op), zero], [y])
+            g.define(op, y)
+
+        extend.register_onnx_form(arch.ReluOp, relu_as_max)
+        path = export_onnx(task, tmp_path / "max.onnx")
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        (probs,) = sess.run(["probabilities"], {"input": x.transpose(0, 3, 1, 2).copy()})
+        assert _rel(probs, task.predict(x)) <= 1e-5
+        with pytest.raises(PluginError, match="expected an arch LayerOp class"):
+            extend.register_onnx_form(int, relu_as_max)  # type: ignore[arg-type]
+        with pytest.raises(PluginError, match="must be callable"):
+            extend.register_onnx_form(arch.ReluOp, "Relu")  # type: ignore[arg-type]
+    assert ONNX_FORMS[arch.ReluOp] is builtin  # scoped() put the built-in form back
+
+
 def test_importing_tr_mlir_does_not_import_torch_and_without_torch_the_errors_say_so():
     code = """
 import sys

@@ -7,20 +7,23 @@
   works; for a BluePrint model they are the Task's canonical names (``conv0.weight``, ``bn0.bias``,
   ``bn0.running_mean``, ``fc0.weight``; see :mod:`tr_mlir.task`).
 * :func:`onnx`: the inference graph of the model, built from our own unfused ArchPlan (the
-  ``arch`` IR), with the trained weights, as an ONNX file (``onnx`` package).
+  ``arch`` IR), with the trained weights, as an ONNX file (``onnx`` package). Each op's ONNX
+  form is registered by op class (:data:`ONNX_FORMS`, :func:`onnx_form`; plugins:
+  ``tr_mlir.extend.register_onnx_form``), not enumerated by the exporter.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from tr_mlir.errors import TrMlirError
 
-__all__ = ["ExportError", "onnx", "state_dict"]
+__all__ = ["ONNX_FORMS", "ExportError", "OnnxForm", "OnnxGraph", "onnx", "onnx_form", "state_dict"]
 
 
 class ExportError(TrMlirError, ValueError):
@@ -93,6 +96,193 @@ def _hwc(value: Any) -> tuple[int, int, int]:
     return int(shape[1]), int(shape[2]), int(shape[3])
 
 
+class OnnxGraph:
+    """The ONNX graph being built by :func:`onnx`, as an op's ONNX form (:func:`onnx_form`) sees it.
+
+    ``names``: arch SSA value -> ``(ONNX value name, rank)`` (rank 4: NCHW, 2: ``(N, F)``);
+    ``params``: the task's parameters and buffers by canonical name (float32 NumPy arrays, the
+    Task's layouts: conv weights KRSC, FC weights ``(out, F)`` over the NHWC-flattened input).
+    """
+
+    def __init__(self, helper: Any, numpy_helper: Any, params: dict[str, np.ndarray]):
+        self.helper, self._numpy_helper, self.params = helper, numpy_helper, params
+        self.nodes: list[Any] = []
+        self.inits: list[Any] = []
+        self.names: dict[Any, tuple[str, int]] = {}
+        self.result: str | None = None  # the logits, set by the softmax_ce head
+        self._counters: dict[str, int] = {}
+        self._fresh = iter(range(1 << 30))
+
+    def tmp(self, stem: str) -> str:
+        """A fresh ONNX value name ``<stem>_<n>``."""
+        return f"{stem}_{next(self._fresh)}"
+
+    def init(self, name: str, a: np.ndarray) -> str:
+        """Add initializer ``name`` holding ``a``; returns ``name``."""
+        self.inits.append(self._numpy_helper.from_array(np.ascontiguousarray(a), name))
+        return name
+
+    def take(self, kind: str) -> int:
+        """The next index of parameter kind ``kind`` (``conv``, ``bn``, ``fc``: the Task's canonical
+        names ``conv0``, ``conv1``, ... in plan order)."""
+        i = self._counters.get(kind, 0)
+        self._counters[kind] = i + 1
+        return i
+
+    def node(self, op_type: str, inputs: list[str], outputs: list[str], **attrs: Any) -> None:
+        """Append an ONNX node."""
+        self.nodes.append(self.helper.make_node(op_type, inputs, outputs, **attrs))
+
+    def input(self, op: Any, k: int = 0) -> str:
+        """The ONNX name of operand ``k`` of ``op``."""
+        return self.names[op.operands[k]][0]
+
+    def define(self, op: Any, name: str, rank: int | None = None) -> None:
+        """``op``'s output is ONNX value ``name`` of ``rank`` (default: its first operand's rank)."""
+        self.names[op.output] = (name, self.names[op.operands[0]][1] if rank is None else rank)
+
+    def to_2d(self, value: Any) -> str:
+        """The ONNX value of an NHWC ``value`` as (N, H*W*C) in our NHWC feature order."""
+        name, rank = self.names[value]
+        if rank == 2:
+            return name
+        h, w, _ = _hwc(value)
+        if h * w > 1:
+            t = self.tmp("nhwc")
+            self.node("Transpose", [name], [t], perm=[0, 2, 3, 1])
+            name = t
+        f = self.tmp("flat")
+        self.node("Flatten", [name], [f], axis=1)
+        return f
+
+
+OnnxForm = Callable[[OnnxGraph, Any], None]
+"""An op's ONNX form: given the graph and the (unfused, fp32) arch op, append its nodes and
+:meth:`OnnxGraph.define` its output."""
+
+ONNX_FORMS: dict[type, OnnxForm] = {}
+"""arch op class -> its ONNX form (:func:`onnx_form`; plugins: ``tr_mlir.extend.register_onnx_form``).
+An op is looked up by its class, then its bases."""
+
+
+def onnx_form(*ops: type) -> Callable[[OnnxForm], OnnxForm]:
+    """Decorator: register the function as the ONNX form of the arch op classes ``ops``."""
+
+    def register(fn: OnnxForm) -> OnnxForm:
+        for op in ops:
+            ONNX_FORMS[op] = fn
+        return fn
+
+    return register
+
+
+def _form_of(op: Any) -> OnnxForm:
+    for cls in type(op).__mro__:
+        if cls in ONNX_FORMS:
+            return ONNX_FORMS[cls]
+    raise ExportError(f"onnx export: {op.name} has no ONNX form (an op of a plugin registers one with "
+                      f"tr_mlir.extend.register_onnx_form)")
+
+
+def _register_builtin_forms() -> None:
+    """The ONNX forms of the built-in primitive ops (fused ops never reach the export: it plans
+    the model unfused)."""
+    from tr_mlir.dialects import arch as A
+
+    def unary(op_type: str, **attrs: Any) -> OnnxForm:
+        def form(g: OnnxGraph, op: Any) -> None:
+            y = g.tmp(op.name.split(".")[1])
+            g.node(op_type, [g.input(op)], [y], **attrs)
+            g.define(op, y)
+        return form
+
+    def window(op: Any) -> dict[str, Any]:
+        v = op.params()
+        return {"kernel_shape": [v["k"]] * 2, "strides": [v["s"]] * 2, "pads": [v["p"]] * 4}
+
+    for cls, op_type, attrs in ((A.ReluOp, "Relu", {}), (A.TanhOp, "Tanh", {}), (A.SigmoidOp, "Sigmoid", {}),
+                                (A.HardswishOp, "HardSwish", {}), (A.LeakyReluOp, "LeakyRelu", {"alpha": 0.01}),
+                                (A.EluOp, "Elu", {"alpha": 1.0}), (A.GapOp, "GlobalAveragePool", {})):
+        ONNX_FORMS[cls] = unary(op_type, **attrs)
+
+    @onnx_form(A.ConvOp)
+    def conv(g: OnnxGraph, op: Any) -> None:
+        i, v, y = g.take("conv"), op.params(), g.tmp("conv")
+        w = g.init(f"conv{i}.weight", g.params[f"conv{i}.weight"].transpose(0, 3, 1, 2))
+        g.node("Conv", [g.input(op), w], [y], **window(op) | {"group": v["groups"]})
+        g.define(op, y)
+
+    @onnx_form(A.Bn2dOp, A.Bn1dOp)
+    def batch_norm(g: OnnxGraph, op: Any) -> None:
+        j, y = g.take("bn"), g.tmp("bn")
+        ins = [g.init(f"bn{j}.{f}", g.params[f"bn{j}.{f}"]) for f in ("weight", "bias", "running_mean", "running_var")]
+        g.node("BatchNormalization", [g.input(op), *ins], [y], epsilon=float(op.params()["eps"]))
+        g.define(op, y)
+
+    @onnx_form(A.Relu6Op)
+    def relu6(g: OnnxGraph, op: Any) -> None:
+        lo, hi = g.init(g.tmp("zero"), np.array(0.0, np.float32)), g.init(g.tmp("six"), np.array(6.0, np.float32))
+        y = g.tmp("relu6")
+        g.node("Clip", [g.input(op), lo, hi], [y])
+        g.define(op, y)
+
+    @onnx_form(A.SiluOp)
+    def silu(g: OnnxGraph, op: Any) -> None:
+        s, y = g.tmp("sig"), g.tmp("silu")
+        g.node("Sigmoid", [g.input(op)], [s])
+        g.node("Mul", [g.input(op), s], [y])
+        g.define(op, y)
+
+    @onnx_form(A.MaxPoolOp)
+    def maxpool(g: OnnxGraph, op: Any) -> None:
+        y = g.tmp("maxpool")
+        g.node("MaxPool", [g.input(op)], [y], **window(op))
+        g.define(op, y)
+
+    @onnx_form(A.AvgPoolOp)
+    def avgpool(g: OnnxGraph, op: Any) -> None:
+        y = g.tmp("avgpool")
+        g.node("AveragePool", [g.input(op)], [y], **window(op), count_include_pad=1)
+        g.define(op, y)
+
+    @onnx_form(A.FlattenOp)
+    def flatten(g: OnnxGraph, op: Any) -> None:
+        g.define(op, g.to_2d(op.operands[0]), 2)
+
+    @onnx_form(A.FcOp)
+    def fc(g: OnnxGraph, op: Any) -> None:
+        k, y = g.take("fc"), g.tmp("fc")
+        w = g.params[f"fc{k}.weight"]
+        b = g.params[f"fc{k}.bias"] if op.params().get("bias") else np.zeros(w.shape[0], np.float32)
+        g.node("Gemm", [g.to_2d(op.operands[0]), g.init(f"fc{k}.weight", w), g.init(f"fc{k}.bias", b)], [y], transB=1)
+        g.define(op, y, 2)
+
+    @onnx_form(A.DropoutOp, A.IdentityOp)
+    def passthrough(g: OnnxGraph, op: Any) -> None:  # inference: dropout is the identity
+        g.names[op.output] = g.names[op.operands[0]]
+
+    @onnx_form(A.AddOp)
+    def add(g: OnnxGraph, op: Any) -> None:
+        y = g.tmp("add")
+        g.node("Add", [g.input(op, 0), g.input(op, 1)], [y])
+        g.define(op, y)
+
+    @onnx_form(A.ChannelPaddingOp)
+    def channel_padding(g: OnnxGraph, op: Any) -> None:  # zeros up to a multiple of 8 channels (NCHW axis 1)
+        extra = -_hwc(op.operands[0])[2] % 8
+        pads = g.init(g.tmp("pads"), np.array([0, 0, 0, 0, 0, extra, 0, 0], np.int64))
+        y = g.tmp("channel_padding")
+        g.node("Pad", [g.input(op), pads], [y])
+        g.define(op, y)
+
+    @onnx_form(A.SoftmaxCeOp)
+    def softmax_ce(g: OnnxGraph, op: Any) -> None:  # the head: its input is the logits
+        g.result = g.to_2d(op.operands[0])
+
+
+_register_builtin_forms()
+
+
 def onnx(task: Any, path: str | os.PathLike, *, opset: int = 17) -> Path:
     """Write the inference graph of ``task`` with its trained weights to ``path`` (ONNX).
 
@@ -108,119 +298,18 @@ def onnx(task: Any, path: str | os.PathLike, *, opset: int = 17) -> Path:
     onnx_mod = _need("onnx", "onnx")
     from onnx import TensorProto, helper, numpy_helper
 
-    from tr_mlir.dialects import arch as A
     from tr_mlir.passes._descriptors_program import layers
 
     model = _plan(task)
-    params = dict(task.parameters()) | dict(task.buffers())
-    nodes: list[Any] = []
-    inits: list[Any] = []
-    counters = {"conv": 0, "bn": 0, "fc": 0}
-    names: dict[Any, tuple[str, int]] = {}  # SSA value -> (ONNX name, rank)
-    fresh = iter(range(1 << 30))
-
-    def tmp(stem: str) -> str:
-        return f"{stem}_{next(fresh)}"
-
-    def init(name: str, a: np.ndarray) -> str:
-        inits.append(numpy_helper.from_array(np.ascontiguousarray(a), name))
-        return name
-
-    def take(kind: str) -> int:
-        i = counters[kind]
-        counters[kind] += 1
-        return i
-
-    def to_2d(value: Any) -> str:
-        """The ONNX value of an NHWC ``value`` as (N, H*W*C) in our NHWC feature order."""
-        name, rank = names[value]
-        if rank == 2:
-            return name
-        h, w, _ = _hwc(value)
-        if h * w > 1:
-            t = tmp("nhwc")
-            nodes.append(helper.make_node("Transpose", [name], [t], perm=[0, 2, 3, 1]))
-            name = t
-        f = tmp("flat")
-        nodes.append(helper.make_node("Flatten", [name], [f], axis=1))
-        return f
-
-    names[model.input_value] = ("input", 4)
-    result = None
+    g = OnnxGraph(helper, numpy_helper, dict(task.parameters()) | dict(task.buffers()))
+    g.names[model.input_value] = ("input", 4)
     for op in layers(model):
-        x = op.operands[0]
-        xn, rank = names[x] if x in names else (None, 0)
-        y = tmp(op.name.split(".")[1])
-        v = op.params() if hasattr(op, "params") else {}
-        if isinstance(op, A.ConvOp):
-            i = take("conv")
-            w = init(f"conv{i}.weight", params[f"conv{i}.weight"].transpose(0, 3, 1, 2))
-            nodes.append(helper.make_node("Conv", [xn, w], [y], kernel_shape=[v["k"]] * 2, strides=[v["s"]] * 2,
-                                          pads=[v["p"]] * 4, group=v["groups"]))
-        elif isinstance(op, (A.Bn2dOp, A.Bn1dOp)):
-            j = take("bn")
-            ins = [init(f"bn{j}.{f}", params[f"bn{j}.{f}"]) for f in ("weight", "bias", "running_mean", "running_var")]
-            nodes.append(helper.make_node("BatchNormalization", [xn, *ins], [y], epsilon=float(v["eps"])))
-        elif isinstance(op, A.ReluOp):
-            nodes.append(helper.make_node("Relu", [xn], [y]))
-        elif isinstance(op, A.Relu6Op):
-            lo, hi = init(tmp("zero"), np.array(0.0, np.float32)), init(tmp("six"), np.array(6.0, np.float32))
-            nodes.append(helper.make_node("Clip", [xn, lo, hi], [y]))
-        elif isinstance(op, A.TanhOp):
-            nodes.append(helper.make_node("Tanh", [xn], [y]))
-        elif isinstance(op, A.SigmoidOp):
-            nodes.append(helper.make_node("Sigmoid", [xn], [y]))
-        elif isinstance(op, A.SiluOp):
-            s = tmp("sig")
-            nodes += [helper.make_node("Sigmoid", [xn], [s]), helper.make_node("Mul", [xn, s], [y])]
-        elif isinstance(op, A.HardswishOp):
-            nodes.append(helper.make_node("HardSwish", [xn], [y]))
-        elif isinstance(op, A.LeakyReluOp):
-            nodes.append(helper.make_node("LeakyRelu", [xn], [y], alpha=0.01))
-        elif isinstance(op, A.EluOp):
-            nodes.append(helper.make_node("Elu", [xn], [y], alpha=1.0))
-        elif isinstance(op, A.MaxPoolOp):
-            nodes.append(helper.make_node("MaxPool", [xn], [y], kernel_shape=[v["k"]] * 2, strides=[v["s"]] * 2,
-                                          pads=[v["p"]] * 4))
-        elif isinstance(op, A.AvgPoolOp):
-            nodes.append(helper.make_node("AveragePool", [xn], [y], kernel_shape=[v["k"]] * 2,
-                                          strides=[v["s"]] * 2, pads=[v["p"]] * 4, count_include_pad=1))
-        elif isinstance(op, A.GapOp):
-            nodes.append(helper.make_node("GlobalAveragePool", [xn], [y]))
-        elif isinstance(op, A.FlattenOp):
-            names[op.output] = (to_2d(x), 2)
-            continue
-        elif isinstance(op, A.FcOp):
-            k = take("fc")
-            w = params[f"fc{k}.weight"]
-            b = params[f"fc{k}.bias"] if v.get("bias") else np.zeros(w.shape[0], np.float32)
-            nodes.append(helper.make_node("Gemm", [to_2d(x), init(f"fc{k}.weight", w), init(f"fc{k}.bias", b)],
-                                          [y], transB=1))
-            names[op.output] = (y, 2)
-            continue
-        elif isinstance(op, (A.DropoutOp, A.IdentityOp)):
-            names[op.output] = names[x]
-            continue
-        elif isinstance(op, A.AddOp):
-            (an, ar), (bn_, br) = names[op.operands[0]], names[op.operands[1]]
-            nodes.append(helper.make_node("Add", [an, bn_], [y]))
-            names[op.output] = (y, ar)
-            continue
-        elif isinstance(op, A.ChannelPaddingOp):
-            c = _hwc(x)[2]
-            extra = -c % 8
-            pads = init(tmp("pads"), np.array([0, 0, 0, 0, 0, extra, 0, 0], np.int64))
-            nodes.append(helper.make_node("Pad", [xn, pads], [y]))
-        elif isinstance(op, A.SoftmaxCeOp):
-            result = to_2d(x)
-            continue
-        else:
-            raise ExportError(f"onnx export: {op.name} has no ONNX form here")
-        names[op.output] = (y, rank)
-    if result is None:
+        _form_of(op)(g, op)
+    if g.result is None:
         raise ExportError("onnx export: the plan has no softmax_ce head")
-    nodes.append(helper.make_node("Identity", [result], ["logits"]))
-    nodes.append(helper.make_node("Softmax", [result], ["probabilities"], axis=1))
+    g.node("Identity", [g.result], ["logits"])
+    g.node("Softmax", [g.result], ["probabilities"], axis=1)
+    nodes, inits = g.nodes, g.inits
     h, w, c = task.input_shape
     graph = helper.make_graph(
         nodes, model.sym_name.data, [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", c, h, w])],

@@ -24,6 +24,7 @@ a kernel (CPU)                          :func:`kernel` (decorator), its node ope
                                         (``operands=``, or :func:`register_operands`)
 a kernel (CUDA)                         :func:`register_cuda_kernel`
 the ArchPlan YAML form                  :func:`register_yaml_spec`
+the ONNX form of a primitive op         :func:`register_onnx_form` (``tr_mlir.export.onnx``)
 =====================================  =========================================================
 
 :func:`register_fused_chain` does the whole common case in one call: the op from a chain, its
@@ -111,7 +112,7 @@ __all__ = [
     "chain_descriptor", "check", "fused_op", "fusion_pass", "kernel", "load_plugin", "load_plugins", "loaded_plugins",
     "plugin_frame", "plugin_spec", "reads_model_input", "register_cuda_kernel", "register_descriptor",
     "register_fused_chain", "register_fusion_step", "register_kernel_id", "register_op", "register_operands",
-    "register_pass", "register_residual_block", "register_yaml_spec", "registered_ops", "replace_ops",
+    "register_onnx_form", "register_pass", "register_residual_block", "register_yaml_spec", "registered_ops", "replace_ops",
     "residual_descriptor", "rewrite_models", "scoped",
 ]
 
@@ -570,6 +571,27 @@ def register_residual_block(name: str, spec: ResidualSpec, *, layer_kind: str, y
 
 
 # --------------------------------------------------------------------------------------
+# Export
+# --------------------------------------------------------------------------------------
+
+
+def register_onnx_form(op: type[LayerOp], form: Callable[[Any, Any], None]) -> None:
+    """Register ``form(graph, op)`` as the ONNX form of arch op class ``op``: given the
+    :class:`tr_mlir.export.OnnxGraph` being built and the op (of the unfused fp32 plan), it appends
+    its ONNX nodes (``graph.node``) and defines the op's output (``graph.define``). Needed only for
+    a primitive op a plugin adds (fused ops are exported unfused). Raises
+    :class:`~tr_mlir.errors.PluginError` when ``op`` is not an arch layer op class or ``form`` is
+    not callable."""
+    from tr_mlir.export import ONNX_FORMS
+
+    if not (isinstance(op, type) and issubclass(op, LayerOp)):
+        raise PluginError(f"register_onnx_form: expected an arch LayerOp class, got {op!r}")
+    if not callable(form):
+        raise PluginError(f"register_onnx_form: the ONNX form of {op.__name__} must be callable, got {form!r}")
+    ONNX_FORMS[op] = form
+
+
+# --------------------------------------------------------------------------------------
 # Checks
 # --------------------------------------------------------------------------------------
 
@@ -765,18 +787,20 @@ def load_plugins(specs: Iterable[str | os.PathLike[str]] = (), *, entry_points: 
 @contextlib.contextmanager
 def scoped() -> Iterator[None]:
     """Undo, on exit, every registration made inside the block (ops, passes, fusion steps,
-    descriptors, kernel families and their operand rows, kernels, CUDA implementations, YAML specs, loaded plugins): the
+    descriptors, kernel families and their operand rows, kernels, CUDA implementations, YAML specs, ONNX
+    forms, loaded plugins): the
     registries are process-wide, so a test, a notebook comparing fusions, or a sweep over plugins
     uses this to keep one plugin's registrations from reaching the next. Objects created inside
     keep working once built: compile a Task inside the block (``Task.compile()`` or a first
     ``train_step``; a Task compiles lazily, and one first compiled after the block no longer sees the
     plugin's fusion steps); new lookups no longer find the plugin's entries."""
     from tr_mlir.archplan_yaml import KINDS
+    from tr_mlir.export import ONNX_FORMS
     from tr_mlir.lowering.cuda import backend as cuda_backend
     from tr_mlir.passes import _descriptors
 
     saved = [(d, dict(d)) for d in (PASSES, DESCRIPTORS, _descriptors._REGISTERED, KERNEL_IDS, KERNELS, LAYER_SPECS,
-                                    KINDS, cuda_backend.CUDA_IMPLS, _LOADED)]
+                                    KINDS, cuda_backend.CUDA_IMPLS, ONNX_FORMS, _LOADED)]
     steps, ops = list(FUSION_STEPS), list(arch._REGISTERED)
     try:
         yield
