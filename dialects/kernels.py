@@ -495,6 +495,18 @@ def implementation(op: str) -> KernelImpl:
     return spec
 
 
+def skippable_outputs(op: str, count: int) -> frozenset[int]:
+    """Positions among the first ``count`` outputs of a node of op ``op`` that its kernel may leave
+    out (``memplan-skip-dead-outputs``): an output argument of the operand row that the
+    implementation writes and accepts as ``None``. Empty for an op without a kernel or operand row."""
+    try:
+        spec, row = implementation(op), operands_for(op)
+    except KernelIdError:
+        return frozenset()
+    optional = spec.optional & spec.writes
+    return frozenset(p for p, arg in enumerate(row.outs[:count]) if arg in optional)
+
+
 def binding_problem(op: str) -> str:
     """What node op ``op`` lacks to bind, as ``"node op 'X', which has no kernel 'x': register one
     with ..."`` (the registration that fills it), or ``""`` when its family (:func:`kernel_id`)

@@ -133,7 +133,7 @@ class StagePlan:
             return [conv]
         if self.relu_bwd is None:
             return [self.bn_bwd.with_dy(dy), conv]
-        return [self.relu_bwd.with_dy(dy), self.bn_bwd.with_dy(self.bn_out), self.conv_bwd.with_dy(self.conv_out)]
+        return [self.relu_bwd.with_dy(dy), self.bn_bwd.with_dy(self.bn_out), conv]
 
 
 def conv_bn_stage(lp: LayerPlan, ctx: LayerCtx, prefix: str, x: str, dx: str, shape: Shape, out_ch: int, k: int,

@@ -38,7 +38,7 @@ def model_programs(module: ModuleOp, pass_name: str, *, need_program: bool = Tru
         program = programs.get(model.sym_name.data)
         if program is None and need_program:
             fail(model, f"'{model.name}' op @{model.sym_name.data} has no 'memplan.program'; "
-                        f"{pass_name} runs after memplan-derive-shapes")
+                        f"{pass_name} runs after memplan-derive-shapes (the memplan phases: memplan-compile)")
         found.append((model, program))
     return found
 

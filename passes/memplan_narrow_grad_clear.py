@@ -35,7 +35,8 @@ carry zeros to zeros, so they stay zero without the clear.
 
 It runs in ``memplan-compile`` right after ``memplan-build-graph`` (before the atlas, which then
 sees the narrowed bucket); no options. Diagnostics: a program without its ``@train`` graph (run
-``memplan-build-graph`` first).
+``memplan-build-graph`` first), and one that already has its atlas (the pass must run before
+``memplan-build-atlas``).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from xdsl.rewriter import Rewriter
 
 from tr_mlir.dialects.kernels import K, KernelIdError, operands_for
 from tr_mlir.dialects.lifetimes import training_step_orders
-from tr_mlir.dialects.memplan import GraphId, GraphOp, MemRegion, Node, NodesOp, PlanOp, ProgramOp
+from tr_mlir.dialects.memplan import AtlasOp, GraphId, GraphOp, MemRegion, Node, NodesOp, PlanOp, ProgramOp
 from tr_mlir.passes._descriptors_program import model_programs
 from tr_mlir.passes._model import fail
 from tr_mlir.passes.memplan_build_graph import TRAIN_GRAPH
@@ -84,7 +85,10 @@ def touches(node: Node, params: Sequence[DictionaryAttr],
         (writes if row.overwrites(arg) else reads).add(tid)
     names = list(row.out_ranges)
     for i, span in enumerate(node.out_ranges):
-        arg = names[min(i, len(names) - 1)] if names else "*"
+        if not names:  # spans the row does not name: count them as read (the safe side)
+            reads.update(expand((span,)))
+            continue
+        arg = names[min(i, len(names) - 1)]
         (writes if row.overwrites(arg) else reads).update(expand((span,)))
     writes.update(node.outputs[len(row.outs):])  # workspaces: scratch, written before read
     return frozenset(reads), frozenset(writes - reads)
@@ -176,4 +180,8 @@ class MemplanNarrowGradClearPass(ModulePass):
             if not any(g.graph_name == TRAIN_GRAPH for g in program.graphs()) or not program.plans():
                 fail(model, f"'{model.name}' op @{model.sym_name.data}: {self.name} needs the program's "
                             f"@{TRAIN_GRAPH} graph; run memplan-build-graph first (or memplan-compile)")
+            if program.ops_of(AtlasOp):
+                fail(model, f"'{model.name}' op @{model.sym_name.data}: {self.name} runs before "
+                            f"memplan-build-atlas (the atlas names the buckets it may empty); this program "
+                            f"already has its atlas: rerun the pipeline from memplan-build-graph")
             narrow(program)

@@ -42,7 +42,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from tr_mlir.dialects.kernels import KernelIdError, implementation, operands_for
+from tr_mlir.dialects.kernels import skippable_outputs
 from tr_mlir.dialects.lifetimes import training_step_orders
 from tr_mlir.dialects.memplan import (
     SKIP_OUTPUTS,
@@ -71,12 +71,7 @@ def optional_outputs(node: Node) -> frozenset[int]:
     """Positions in ``node.outputs`` of the outputs its kernel may leave out: an argument of the
     operand row that the implementation writes and accepts as ``None``. Empty for a node op
     without a kernel or operand row (nothing is skipped there)."""
-    try:
-        spec, row = implementation(node.op), operands_for(node.op)
-    except KernelIdError:
-        return frozenset()
-    optional = spec.optional & spec.writes
-    return frozenset(p for p, arg in enumerate(row.outs[:len(node.outputs)]) if arg in optional)
+    return skippable_outputs(node.op, len(node.outputs))
 
 
 def _sequences(program: ProgramOp, atlas: AtlasOp) -> Iterable[list[tuple[Where, Node]]]:

@@ -620,3 +620,14 @@ def test_residual_block_registration_errors_name_the_property():
         extend.register_residual_block("arch.test_bad_block", bad, layer_kind="TestBadBlock")
     with pytest.raises(ValueError, match="post-add relu needs a shortcut"):
         extend.ResidualSpec("bad", (extend.ConvStage("out_ch", 1, 0),), extend.Shortcut.NONE, post_relu=True)
+    for key in ("input", "output", "RESIDUAL"):  # the op's operands and class fields
+        clash = extend.ResidualSpec("bad", (extend.ConvStage(key, 1, 0),), extend.Shortcut.NONE, post_relu=False)
+        with extend.scoped(), pytest.raises(PluginError, match=f"'{key}' cannot name a block property"):
+            extend.register_residual_block("arch.test_bad_block", clash, layer_kind="TestBadBlock")
+    ok = extend.ResidualSpec("ok", (extend.ConvStage("out_ch", 1, 0),), extend.Shortcut.NONE, post_relu=False)
+    with extend.scoped(), pytest.raises(PluginError, match="expected the op name as a string"):
+        extend.register_residual_block(7, ok, layer_kind="TestBadBlock")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="expected ConvStage stages in main, got 'conv'"):
+        extend.ResidualSpec("bad", ("conv",), extend.Shortcut.NONE, post_relu=False)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="expected a Shortcut, got 'identity'"):
+        extend.ResidualSpec("bad", (extend.ConvStage("out_ch", 1, 0),), "identity", post_relu=False)  # type: ignore[arg-type]

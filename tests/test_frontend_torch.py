@@ -420,6 +420,12 @@ def test_onnx_forms_are_registered_per_op_and_open_to_plugins(tmp_path):
         sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         (probs,) = sess.run(["probabilities"], {"input": x.transpose(0, 3, 1, 2).copy()})
         assert _rel(probs, task.predict(x)) <= 1e-5
+        extend.register_onnx_form(arch.ReluOp, lambda g: None)  # wrong arity: the plugin's mistake, said so
+        with pytest.raises(ExportError, match=r"ONNX form of arch.relu \(.*\) failed: TypeError"):
+            export_onnx(task, tmp_path / "arity.onnx")
+        extend.register_onnx_form(arch.ReluOp, lambda g, op: None)
+        with pytest.raises(ExportError, match=r"ONNX form of arch.relu .* did not define its output"):
+            export_onnx(task, tmp_path / "undefined.onnx")
         with pytest.raises(PluginError, match="expected an arch LayerOp class"):
             extend.register_onnx_form(int, relu_as_max)  # type: ignore[arg-type]
         with pytest.raises(PluginError, match="must be callable"):

@@ -184,6 +184,21 @@ def _form_of(op: Any) -> OnnxForm:
                       f"tr_mlir.extend.register_onnx_form)")
 
 
+def _apply(form: OnnxForm, g: OnnxGraph, op: Any) -> None:
+    """Run ``op``'s ONNX form; a form that fails or leaves the op's output undefined is an
+    :class:`ExportError` naming the op and the form (a plugin's form is the plugin's code)."""
+    name = getattr(form, "__qualname__", repr(form))
+    try:
+        form(g, op)
+    except ExportError:
+        raise
+    except Exception as e:
+        raise ExportError(f"onnx export: the ONNX form of {op.name} ({name}) failed: {type(e).__name__}: {e}") from e
+    if op.results and op.results[0] not in g.names and g.result is None:
+        raise ExportError(f"onnx export: the ONNX form of {op.name} ({name}) did not define its output "
+                          f"(call graph.define(op, name))")
+
+
 def _register_builtin_forms() -> None:
     """The ONNX forms of the built-in primitive ops (fused ops never reach the export: it plans
     the model unfused)."""
@@ -304,7 +319,7 @@ def onnx(task: Any, path: str | os.PathLike, *, opset: int = 17) -> Path:
     g = OnnxGraph(helper, numpy_helper, dict(task.parameters()) | dict(task.buffers()))
     g.names[model.input_value] = ("input", 4)
     for op in layers(model):
-        _form_of(op)(g, op)
+        _apply(_form_of(op), g, op)
     if g.result is None:
         raise ExportError("onnx export: the plan has no softmax_ce head")
     g.node("Identity", [g.result], ["logits"])

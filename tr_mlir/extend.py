@@ -518,6 +518,11 @@ _BN_PARAMS = (Param("eps", float, 1e-5, only_if_not_default=True),
               Param("momentum", float, 0.1, only_if_not_default=True))
 
 
+_RESERVED_BLOCK_PROPERTIES = frozenset({"eps", "momentum", "name", "input", "output", "LAYER_KIND", "RESIDUAL",
+                                        "assembly_format"})
+"""Names a residual block's stage properties cannot take: the op's own fields and operands."""
+
+
 def register_residual_block(name: str, spec: ResidualSpec, *, layer_kind: str, yaml_name: str | None = None,
                             doc: str | None = None) -> type[ResidualBlockOp]:
     """A fused residual block declared by its structure, as the built-in ones are.
@@ -535,13 +540,15 @@ def register_residual_block(name: str, spec: ResidualSpec, *, layer_kind: str, y
     ``eps`` / ``momentum`` or a property that is no identifier, or for what :func:`register_op`
     refuses.
     """
+    if not isinstance(name, str) or not name:
+        raise PluginError(f"register_residual_block: expected the op name as a string ('arch.my_block'), got {name!r}")
     if not isinstance(spec, ResidualSpec):
         raise PluginError(f"register_residual_block('{name}'): expected a ResidualSpec, got {type(spec).__name__}")
     strides = {st.stride for st in spec.main if isinstance(st.stride, str)}
     props: dict[str, Any] = {}
     syntax: list[str] = []
     for key in spec.properties:
-        if not key.isidentifier() or key in ("eps", "momentum", "name"):
+        if not key.isidentifier() or key in _RESERVED_BLOCK_PROPERTIES:
             raise PluginError(f"register_residual_block('{name}'): '{key}' cannot name a block property")
         if key in strides:
             props[key] = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))

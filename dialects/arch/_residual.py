@@ -74,7 +74,8 @@ class ResidualSpec:
     """The structure of one fused residual block op (see the module doc).
 
     ``family``: the block's name in diagnostics (``"basic block"``). Raises ``ValueError`` for a
-    spec without stages, or with a post-add ReLU but no shortcut (there is no add then).
+    spec without stages, a stage that is no :class:`ConvStage`, a shortcut that is no
+    :class:`Shortcut`, or a post-add ReLU but no shortcut (there is no add then).
     """
 
     family: str
@@ -85,6 +86,11 @@ class ResidualSpec:
     def __post_init__(self) -> None:
         if not self.main:
             raise ValueError(f"residual spec '{self.family}': the main path needs at least one conv stage")
+        bad = [st for st in self.main if not isinstance(st, ConvStage)]
+        if bad:
+            raise ValueError(f"residual spec '{self.family}': expected ConvStage stages in main, got {bad[0]!r}")
+        if not isinstance(self.shortcut, Shortcut):
+            raise ValueError(f"residual spec '{self.family}': expected a Shortcut, got {self.shortcut!r}")
         if self.post_relu and self.shortcut is Shortcut.NONE:
             raise ValueError(f"residual spec '{self.family}': a post-add relu needs a shortcut (an add)")
 

@@ -216,12 +216,16 @@ class NodesOp(IRDLOperation):
                 raise _fail(self, "expected non-empty op names")
             has_ranges = counts["in_range_counts"][k] or counts["out_range_counts"][k]
             if is_range_op(op):
-                if not has_ranges and _takes_spans(op):
+                takes = _takes_spans(op)
+                if takes is None and has_ranges:
+                    raise _fail(self, f"expected RANGE node {k} ({op}) to be a known range op: no operand row "
+                                      f"names its spans (a misspelt op, or a plugin's op without "
+                                      f"tr_mlir.extend.register_operands)")
+                if not has_ranges and takes:
                     raise _fail(self, f"expected RANGE node {k} ({op}) to cover at least one region span")
             elif has_ranges:
                 raise _fail(self, f"expected COMPUTE node {k} ({op}) to have no region spans "
                                   f"(only {RANGE_PREFIX}* ops take spans)")
-
 
     def _verify_skips(self, out_counts: Sequence[int]) -> None:
         attr = self.attributes.get(SKIP_OUTPUTS)
@@ -229,27 +233,36 @@ class NodesOp(IRDLOperation):
             return
         if not isinstance(attr, DenseArrayBase) or attr.elt_type != i64 or len(_ints(attr)) % 2:
             raise _fail(self, f"expected {SKIP_OUTPUTS} to be an array<i64> of (node, output position) pairs")
+        from tr_mlir.dialects.kernels import skippable_outputs
+
+        ops, seen = _strs(self.ops), set()
         for k, p in self.skip_pairs():
             if not 0 <= k < len(out_counts) or not 0 <= p < out_counts[k]:
                 raise _fail(self, f"expected {SKIP_OUTPUTS} pairs to name a node and one of its outputs, got "
                                   f"({k}, {p})")
+            if (k, p) in seen:
+                raise _fail(self, f"expected {SKIP_OUTPUTS} pairs to be distinct, got ({k}, {p}) twice")
+            seen.add((k, p))
+            if p not in skippable_outputs(ops[k], out_counts[k]):
+                raise _fail(self, f"expected {SKIP_OUTPUTS} pair ({k}, {p}) to name an optional output of node "
+                                  f"{k} ({ops[k]}): its kernel must write output {p}")
 
 
 SKIP_OUTPUTS = "skip_outputs"
 """The ``memplan.nodes`` attribute of the outputs its nodes do not compute (:class:`NodesOp`)."""
 
 
-def _takes_spans(op: str) -> bool:
+def _takes_spans(op: str) -> bool | None:
     """Whether RANGE op ``op`` works on region spans: its operand row in the node-op vocabulary
     names range arguments (``RANGE_GRAD_SCALING``, ``RANGE_ACCUM_METRICS`` and
-    ``RANGE_H2D_COPY_DTENSOR`` take scalars and DTensors only). An op the vocabulary does not know
-    is not judged here: binding it reports the missing row."""
+    ``RANGE_H2D_COPY_DTENSOR`` take scalars and DTensors only); None when the vocabulary has no
+    row for it (a misspelt op, or one no node binds: such a node may take no spans)."""
     from tr_mlir.dialects.kernels import KernelIdError, OperandsError, operands_for
 
     try:
         row = operands_for(op)
     except (KernelIdError, OperandsError):
-        return False
+        return None
     return bool(row.in_ranges or row.out_ranges)
 
 

@@ -2,6 +2,7 @@
 // RUN: tr-opt %s --split-input-file --verify-diagnostics -p 'memplan-derive-shapes{batch_size=4 train_size=10 val_size=6},memplan-max-slots,memplan-create-plans,memplan-build-graph,memplan-narrow-grad-clear,memplan-narrow-grad-clear' | filecheck %s
 // RUN: tr-opt %s --split-input-file --verify-diagnostics -p 'memplan-derive-shapes{batch_size=4 train_size=10 val_size=6},memplan-max-slots,memplan-create-plans,memplan-build-graph' | filecheck %s --check-prefix=BEFORE
 // RUN: tr-opt %s --split-input-file --verify-diagnostics -p 'memplan-derive-shapes{batch_size=4 train_size=10 val_size=6},memplan-max-slots,memplan-create-plans,memplan-narrow-grad-clear' | filecheck %s --check-prefix=NOGRAPH
+// RUN: tr-opt %s --split-input-file --verify-diagnostics -p 'memplan-derive-shapes{batch_size=4 train_size=10 val_size=6},memplan-max-slots,memplan-create-plans,memplan-build-graph,memplan-share-variants,memplan-build-atlas,memplan-narrow-grad-clear' | filecheck %s --check-prefix=ATLAS
 
 // The MLP of memplan_build_graph.mlir: memplan-build-graph clears [G_BN_BIAS .. G_DEEP_CONV_FP16]
 // (regions 24..33). Every gradient is overwritten by its one producer (FC_FP32_BWD's dw / db, the
@@ -14,6 +15,8 @@
 // CHECK-LABEL: memplan.graph @train
 // CHECK:         memplan.nodes zero_grad ops = ["RANGE_CLEAR"] ins = [] in_counts = [0] outs = [] out_counts = [0] in_ranges = [] in_range_counts = [0] out_ranges = [26, 26] out_range_counts = [1] params = [-1]
 // NOGRAPH: 'arch.model' op @mlp: memplan-narrow-grad-clear needs the program's @train graph; run memplan-build-graph first (or memplan-compile)
+// After the atlas, the pass would empty a bucket the atlas names: a diagnostic instead (fifth RUN line).
+// ATLAS: 'arch.model' op @mlp: memplan-narrow-grad-clear runs before memplan-build-atlas
 arch.model @mlp input(2, 2, 2) num_classes = 3 first_layer = 0 {
 ^bb0(%x: tensor<?x2x2x2xf32>):
   %0 = arch.flatten %x : tensor<?x2x2x2xf32> -> tensor<?x1x1x8xf32>
@@ -34,6 +37,7 @@ arch.model @mlp input(2, 2, 2) num_classes = 3 first_layer = 0 {
 // CHECK-NOT:     zero_grad
 // CHECK:       memplan.graph @infer
 // NOGRAPH: 'arch.model' op @biases: memplan-narrow-grad-clear needs the program's @train graph
+// ATLAS: 'arch.model' op @biases: memplan-narrow-grad-clear runs before memplan-build-atlas
 arch.model @biases input(2, 2, 2) num_classes = 3 first_layer = 0 {
 ^bb0(%x: tensor<?x2x2x2xf32>):
   %0 = arch.flatten %x : tensor<?x2x2x2xf32> -> tensor<?x1x1x8xf32>
@@ -57,6 +61,7 @@ arch.model @biases input(2, 2, 2) num_classes = 3 first_layer = 0 {
 // CHECK-NOT:     zero_grad
 // CHECK:       memplan.graph @infer
 // NOGRAPH: 'arch.model' op @amp: memplan-narrow-grad-clear needs the program's @train graph
+// ATLAS: 'arch.model' op @amp: memplan-narrow-grad-clear runs before memplan-build-atlas
 arch.model @amp input(4, 4, 4) num_classes = 8 amp first_layer = 0 {
 ^bb0(%x: tensor<?x4x4x4xf32>):
   %0 = arch.conv %x out_ch = 8 k = 3 p = 1 : tensor<?x4x4x4xf32> -> tensor<?x4x4x8xf32>

@@ -390,5 +390,3 @@ class GpuOps:
         self.ew("tr_gap_bwd", dx.size, *self.arr(dy), *self.arr(dx), np.int32(n), np.int32(h * w), np.int32(c),
                 np.float32(1.0 / (h * w)), touch=(dy, dx))
 
-    def relu_inplace(self, a: Any, mask: Any) -> None:
-        self.act_fwd("relu", a, a, mask)

@@ -476,6 +476,34 @@ builtin.module {
     memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
     memplan.graph @train params = [{}] {
       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
+      memplan.nodes zero_grad ops = ["RANGE_CLAER"] ins = [] in_counts = [0] outs = [] out_counts = [0] in_ranges = [] in_range_counts = [0] out_ranges = [24, 33] out_range_counts = [1] params = [-1]
+    }
+  }
+}
+// A misspelt range op: no operand row names its spans.
+// CHECK: 'memplan.nodes' op expected RANGE node 0 (RANGE_CLAER) to be a known range op: no operand row names its spans
+// -----
+
+builtin.module {
+  memplan.program for @m {
+    memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
+    memplan.graph @train params = [{}] {
+      memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0] {skip_outputs = array<i64: 0, 0>}
+      memplan.nodes zero_grad ops = ["RANGE_CLEAR"] ins = [] in_counts = [0] outs = [] out_counts = [0] in_ranges = [] in_range_counts = [0] out_ranges = [24, 33] out_range_counts = [1] params = [-1]
+    }
+  }
+}
+
+// A skipped output the kernel must write (FC_FP32_FWD's y).
+// CHECK: 'memplan.nodes' op expected skip_outputs pair (0, 0) to name an optional output of node 0 (FC_FP32_FWD): its kernel must write output 0
+
+// -----
+
+builtin.module {
+  memplan.program for @m {
+    memplan.plan @plan_train_base target cpu total_bytes = 1536 region_bases = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536, 1536] region_sizes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] ids = [0, 1, 2] names = ["fc_weight", "fc_weight_grad", "fc_output"] regions = ["W_FC_WEIGHT", "G_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32", "f32"] shapes = [10, 1, 1, 4, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512, 512] offsets = [0, 512, 1024] inits = ["zeros", "zeros", "zeros"] init_values = [0.000000e+00, 0.000000e+00, 0.000000e+00]
+    memplan.graph @train params = [{}] {
+      memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD"] ins = [2, 0] in_counts = [2] outs = [2] out_counts = [1] in_ranges = [] in_range_counts = [0] out_ranges = [] out_range_counts = [0] params = [0]
       memplan.nodes deep_fwd_bwd ops = ["RANGE_CLEAR"] ins = [] in_counts = [0] outs = [] out_counts = [0] in_ranges = [] in_range_counts = [0] out_ranges = [24, 33] out_range_counts = [1] params = [-1]
     }
   }
