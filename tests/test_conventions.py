@@ -156,10 +156,6 @@ MAX_LINES = 900
 
 OVERSIZED: dict[str, int] = {
     # file -> its size when listed: the cap until it is split (lower it when the file shrinks)
-    # the thread pool, C worker, GEMM splitting and bit-identity probes share module globals that
-    # the tests monkeypatch (_cgemm, _contended, IMBALANCE, MAX_WORKERS, ...): a split needs the
-    # tests to patch the new modules; its C source already moved out (_split_gemm.c)
-    "lowering/cpu/_parallel.py": 954,
 }
 """The files over :data:`MAX_LINES` today, each with its cap."""
 

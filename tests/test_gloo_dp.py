@@ -160,9 +160,9 @@ def test_ranks_share_the_cores(monkeypatch):
     import torch
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    from tr_mlir.lowering.cpu import _parallel
+    from tr_mlir.lowering.cpu import _blas_libs, _parallel
 
-    blas = _parallel._numpy_openblas()
+    blas = _blas_libs.numpy_openblas()
     if blas is None:
         pytest.skip("NumPy has no OpenBLAS here")
     before, torch_before = blas.num_threads, torch.get_num_threads()
@@ -171,7 +171,7 @@ def test_ranks_share_the_cores(monkeypatch):
         for environ, want in (({"LOCAL_WORLD_SIZE": "2"}, 4), ({"LOCAL_WORLD_SIZE": "16"}, 1),
                               ({"WORLD_SIZE": "4"}, 2), ({"LOCAL_WORLD_SIZE": "2", "OPENBLAS_NUM_THREADS": "3"}, 3)):
             assert gloo.divide_threads(environ) == want
-            assert _parallel._numpy_openblas().num_threads == want, threadpool_info()
+            assert _blas_libs.numpy_openblas().num_threads == want, threadpool_info()
             assert torch.get_num_threads() == want
             assert _parallel.workers() == min(want, _parallel.MAX_WORKERS)
         with pytest.raises(DistributedError, match="LOCAL_WORLD_SIZE must be an integer"):

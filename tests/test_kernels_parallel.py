@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from tr_mlir.lowering.cpu import KERNELS, _cc, _parallel, dense, optim, ranges
+from tr_mlir.lowering.cpu import KERNELS, _blas_libs, _cc, _parallel, dense, optim, ranges
 
 F32 = np.float32
 two_threads = pytest.mark.skipif(not _parallel._controller(), reason="needs OpenBLAS + threadpoolctl for 2 threads")
@@ -599,12 +599,12 @@ def test_own_blas_gemms_agree_across_threads_and_with_numpy(monkeypatch, m, k, n
 
 
 def test_own_blas_rule(monkeypatch):
-    monkeypatch.setenv(_parallel.ENV_OWN_BLAS, "0")
-    assert _parallel.own_blas_core() is None
-    monkeypatch.setenv(_parallel.ENV_OWN_BLAS, "Zen")
-    assert _parallel.own_blas_core() == "Zen"
-    monkeypatch.delenv(_parallel.ENV_OWN_BLAS)
-    core = _parallel.own_blas_core()
+    monkeypatch.setenv(_blas_libs.ENV_OWN_BLAS, "0")
+    assert _blas_libs.own_blas_core() is None
+    monkeypatch.setenv(_blas_libs.ENV_OWN_BLAS, "Zen")
+    assert _blas_libs.own_blas_core() == "Zen"
+    monkeypatch.delenv(_blas_libs.ENV_OWN_BLAS)
+    core = _blas_libs.own_blas_core()
     assert core in (None, "Haswell")
     if _parallel.own_blas():  # the instance is not one threadpoolctl finds (and re-threads)
         from threadpoolctl import threadpool_info
@@ -615,13 +615,13 @@ def test_own_blas_rule(monkeypatch):
 def test_own_blas_without_a_writable_cache(monkeypatch, tmp_path):
     """The own OpenBLAS copy does not depend on a writable cache (else the FC layers' bits would
     change with the cache directory's permissions): it goes to the process's private directory."""
-    if _parallel.own_blas_core() is None or not _parallel.c_gemm():
+    if _blas_libs.own_blas_core() is None or not _parallel.c_gemm():
         pytest.skip("no own OpenBLAS instance on this machine")
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     monkeypatch.setenv(_cc.ENV_CACHE, str(blocker / "sub"))
-    own = _parallel._load_own_blas()
-    assert own and own[2].lower() == _parallel.own_blas_core().lower()
+    own = _blas_libs.load_own_blas()
+    assert own and own[2].lower() == _blas_libs.own_blas_core().lower()
     assert not (blocker / "sub").exists()
 
 
@@ -685,7 +685,7 @@ def test_numpy_openblas_haswell_kernels_split_with_the_serial_bits():
 import numpy as np
 from threadpoolctl import threadpool_limits
 from tr_mlir.lowering.cpu import KERNELS, _parallel as P
-lib = P._numpy_openblas()
+lib = P.numpy_openblas()
 if lib is None or str(lib.architecture).lower() != "haswell":
     print("SKIP", None if lib is None else lib.architecture); raise SystemExit
 assert P.numpy_cut_align() == P.OWN_ROW_ALIGN, P.numpy_cut_align()
@@ -716,7 +716,7 @@ for c_worker in (True, False):
     assert all(np.array_equal(p, q) for p, q in zip(*outs)), c_worker
 print("OK")
 """
-    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell", _parallel.ENV_OWN_BLAS: "0"}
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell", _blas_libs.ENV_OWN_BLAS: "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     if out.stdout.startswith("SKIP"):
@@ -747,7 +747,7 @@ def test_c_worker_not_switched_off_for_good_by_an_early_switch(monkeypatch):
     monkeypatch.setenv(_parallel.ENV_C_GEMM, "0")
     assert not _parallel.c_gemm()
     monkeypatch.delenv(_parallel.ENV_C_GEMM)
-    if _cc.compiler() is not None and _parallel._find_sgemm() is not None:
+    if _cc.compiler() is not None and _blas_libs.find_sgemm() is not None:
         assert _parallel.c_gemm()
 
 
@@ -759,9 +759,9 @@ def test_numpy_openblas_is_picked_whatever_the_import_order():
 
     import scipy.linalg  # noqa: F401 - loads scipy's OpenBLAS next to NumPy's
 
-    lib = _parallel._numpy_openblas()
+    lib = _blas_libs.numpy_openblas()
     if lib is None:
         pytest.skip("no OpenBLAS loaded")
     assert "numpy" in os.path.basename(os.path.dirname(lib.filepath))
     if _cc.compiler() is not None:
-        assert _parallel._find_sgemm() is not None
+        assert _blas_libs.find_sgemm() is not None

@@ -245,21 +245,21 @@ void tr_part(const long* geo, const float* restrict x, const float* restrict U, 
 }}
 
 """
-    f_wgrad = f"""
+    f_wgrad = """
 void tr_wgrad(const long* geo, const float* restrict x, const float* restrict dy, float* restrict dU,
-              float* restrict scratch, long ntiles, long r0, long r1, void* sg, long ilp64) {{
+              float* restrict scratch, long ntiles, long r0, long r1, void* sg, long ilp64) {
   GEO
   float* restrict V = scratch;
   float* restrict D = scratch + (long)A * A * P * CI;
-  for (long c0 = 0; c0 < ntiles; c0 += P) {{
+  for (long c0 = 0; c0 < ntiles; c0 += P) {
     const long c1 = lmin(c0 + P, ntiles);
     in_tiles(geo, x, V, c0, c1, c0, (int)r0, (int)r1);
     dy_tiles(geo, dy, D, c0, c1, c0, (int)r0, (int)r1);
     for (long xi = r0 * A; xi < r1 * A; xi++)
       gemm(sg, ilp64, 112, 111, CO, CI, c1 - c0, D + xi * P * CO, CO, V + xi * P * CI, CI, c0 ? 1.0f : 0.0f,
            dU + xi * CO * CI, CI);
-  }}
-}}
+  }
+}
 """
     # the weight gradient's functions run on the forward's plan only (the input gradient's is flipped)
     grad = "" if pl.flip else f_dy + f_dwt + f_wgrad

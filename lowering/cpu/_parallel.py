@@ -33,7 +33,7 @@ OpenBLAS call over all of ``k``; element-wise pieces are independent):
   off); on the MLP step it saved 0.3 ms of 10.5 against the Python threads.
 
 :func:`matmul` with ``own_blas=True`` (the FC layers) runs its GEMMs with the kernels' own
-OpenBLAS instance when :func:`own_blas_core` names a core type (Haswell kernels on AMD CPUs
+OpenBLAS instance when :func:`._blas_libs.own_blas_core` names a core type (Haswell kernels on AMD CPUs
 where NumPy's OpenBLAS picked an Intel AVX-512 type: 10-14% faster here), cut only where that
 instance gives the same bits (:data:`OWN_ROW_ALIGN`), so one and two threads agree.
 
@@ -56,6 +56,8 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 
 import numpy as np
+
+from ._blas_libs import find_sgemm, load_own_blas, numpy_openblas
 
 MAX_WORKERS = 2
 """Most threads a kernel uses (and per-worker workspace slots the planner reserves): the cores of
@@ -186,25 +188,13 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
-def _numpy_openblas():
-    """threadpoolctl's controller of NumPy's own OpenBLAS (the one in ``numpy.libs``), else of
-    the first OpenBLAS loaded, else None. Other wheels bring their own OpenBLAS (scipy, loaded
-    by scikit-learn); which one threadpoolctl lists first depends on import order, so the
-    kernels pick NumPy's by its directory (they call it through ``np.matmul``)."""
-    from threadpoolctl import ThreadpoolController
-
-    libs = [c for c in ThreadpoolController().lib_controllers if c.internal_api == "openblas"]
-    ours = [c for c in libs if "numpy" in os.path.basename(os.path.dirname(c.filepath))]
-    return (ours or libs or [None])[0]
-
-
 def _controller():
     """OpenBLAS's ``openblas_get_num_threads`` / ``openblas_set_num_threads``, found once through
     threadpoolctl (the C functions themselves: a call allocates nothing and costs ~1 us)."""
     global _blas
     if _blas is None:
         try:
-            lib = _numpy_openblas()
+            lib = numpy_openblas()
             if lib is not None:
                 get, put = lib._get_symbol("openblas_get_num_threads"), lib._get_symbol("openblas_set_num_threads")
                 _blas = (get, put) if get is not None and put is not None else (lib.get_num_threads,
@@ -373,31 +363,14 @@ _cgemm: tuple | None | bool = None  # (tr_run_list, tr_after_fork) once loaded, 
 _jobs_cache: dict = {}
 
 
-def _find_sgemm():
-    """(address of NumPy's OpenBLAS ``cblas_sgemm``, ILP64?) from the library :func:`_controller`
-    controls, or None (another BLAS, or a library that is not NumPy's)."""
-    try:
-        lib = _numpy_openblas()
-        if lib is None or "numpy" not in os.path.basename(os.path.dirname(lib.filepath)):
-            return None
-        for name, ilp64 in (("scipy_cblas_sgemm64_", True), ("cblas_sgemm64_", True), ("scipy_cblas_sgemm", False),
-                            ("cblas_sgemm", False)):
-            fn = getattr(lib.dynlib, name, None)
-            if fn is not None:
-                return ctypes.cast(fn, ctypes.c_void_p).value, ilp64
-    except Exception:  # noqa: BLE001 - no threadpoolctl or an unexpected library: no C worker
-        return None
-    return None
-
-
 _sgemm_found: list = []
 
 
 def sgemm_address() -> tuple[int, bool] | None:
-    """:func:`_find_sgemm` once per process, for kernels calling ``cblas_sgemm`` themselves
+    """:func:`find_sgemm` once per process, for kernels calling ``cblas_sgemm`` themselves
     (:mod:`._cwinograd`) inside :func:`run` or :func:`one_thread` (OpenBLAS at one thread)."""
     if not _sgemm_found:
-        _sgemm_found.append(_find_sgemm() if _controller() else None)
+        _sgemm_found.append(find_sgemm() if _controller() else None)
     return _sgemm_found[0]
 
 
@@ -421,7 +394,7 @@ def c_gemm() -> bool:
             return False
         _cgemm = False
         if _controller():
-            found = _find_sgemm()
+            found = find_sgemm()
             if found is not None:
                 try:
                     lib = _cc.load(GEMM_C_SOURCE)
@@ -441,7 +414,7 @@ def c_gemm() -> bool:
                     here = lib.tr_run_here
                     here.argtypes = [ctypes.c_void_p]
                     here.restype = None
-                    own = _load_own_blas()
+                    own = load_own_blas()
                     if own:
                         lib.tr_setup_own.argtypes = [ctypes.c_void_p, ctypes.c_int]
                         lib.tr_setup_own(own[0], int(own[1]))
@@ -479,102 +452,8 @@ def _row_cuts_keep_bits(gemm: Callable[[np.ndarray, np.ndarray, np.ndarray], Non
     return True
 
 
-ENV_OWN_BLAS = "TR_MLIR_OWN_BLAS_CORETYPE"
-"""Environment variable: the OpenBLAS core type of the kernels' own OpenBLAS instance
-(:func:`own_blas_core`), or ``0`` / ``native`` for none (NumPy's OpenBLAS everywhere)."""
-
-_AVX512_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
-
-
-def own_blas_core() -> str | None:
-    """The OpenBLAS core type whose kernels the FC GEMMs use (through :func:`matmul` with
-    ``own_blas=True``), or None for NumPy's OpenBLAS as it is.
-
-    ``TR_MLIR_OWN_BLAS_CORETYPE`` when set; otherwise ``Haswell`` (AVX2 kernels) on an AMD CPU
-    where NumPy's OpenBLAS chose one of Intel's AVX-512 core types: on this project's AMD EPYC
-    (Zen 4, AVX-512 executed in two 256-bit halves) OpenBLAS 0.3.31 picks SkylakeX, and its
-    Haswell kernels ran the MLP's GEMMs 10-14% faster on one thread (200x784 @ 784x512:
-    1.52 vs 1.68 ms, 200x1024 @ 1024x256: 0.99 vs 1.14, 200x512 @ 512x128: 0.25 vs 0.28;
-    OPENBLAS_CORETYPE=Zen gave the same as Haswell, Cooperlake and SapphireRapids the same as
-    SkylakeX). A fixed rule on the machine, not a timing, so a process's results do not depend
-    on a measurement."""
-    env = os.environ.get(ENV_OWN_BLAS)
-    if env is not None:
-        env = env.strip()
-        return None if env in ("", "0", "native") else env
-    try:
-        lib = _numpy_openblas()
-        arch = str(lib.architecture or "").lower() if lib is not None else ""
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            vendor = next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), "")
-    except (OSError, IndexError, AttributeError):
-        return None
-    return "Haswell" if vendor == "AuthenticAMD" and arch in _AVX512_CORES else None
-
-
-def _load_own_blas() -> tuple[int, bool, str] | bool:
-    """A second instance of NumPy's OpenBLAS with the core type :func:`own_blas_core`, one
-    thread: (address of its ``cblas_sgemm``, ILP64?, core name), or False. The library file is
-    copied once into the compiled-kernel cache (:func:`._cc.cache_dir`; a second file makes a
-    second instance, which reads ``OPENBLAS_CORETYPE`` and ``OPENBLAS_NUM_THREADS`` when it is
-    loaded; both are set only around that load; a cache that cannot be written gives a copy in
-    the process's private directory, :func:`._cc.cached_file`). NumPy's own OpenBLAS is left as
-    it is."""
-    core = own_blas_core()
-    if not core:
-        return False
-    try:
-        import hashlib
-        import shutil
-
-        from . import _cc
-
-        lib = _numpy_openblas()
-        if lib is None or "numpy" not in os.path.basename(os.path.dirname(lib.filepath)):
-            return False
-        src = lib.filepath
-        st = os.stat(src)
-        tag = hashlib.sha256(f"{src}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
-        # not named like an OpenBLAS: threadpoolctl must not find (and re-thread) this instance;
-        # an unwritable cache gives a private copy (the same instance, so the same bits)
-        target = _cc.cached_file(f"tr-mlir-blas-{tag}.so", lambda path: shutil.copyfile(src, path))
-        saved = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS")}
-        try:
-            os.environ["OPENBLAS_CORETYPE"] = core
-            os.environ["OPENBLAS_NUM_THREADS"] = "1"
-            lib = ctypes.CDLL(str(target), mode=os.RTLD_LOCAL | os.RTLD_NOW)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        name = None
-        for sym in ("scipy_openblas_get_corename64_", "openblas_get_corename64_", "scipy_openblas_get_corename",
-                    "openblas_get_corename"):
-            fn = getattr(lib, sym, None)
-            if fn is not None:
-                fn.restype = ctypes.c_char_p
-                name = (fn() or b"").decode()
-                break
-        if name is None or name.lower() != core.lower():
-            return False  # the copy did not take the core type (an OpenBLAS without DYNAMIC_ARCH)
-        for sym, ilp64 in (("scipy_cblas_sgemm64_", True), ("cblas_sgemm64_", True), ("scipy_cblas_sgemm", False),
-                           ("cblas_sgemm", False)):
-            fn = getattr(lib, sym, None)
-            if fn is not None:
-                _own_lib.append(lib)  # keep it loaded
-                return ctypes.cast(fn, ctypes.c_void_p).value, ilp64, name
-    except Exception:  # noqa: BLE001 - any failure: NumPy's OpenBLAS for everything
-        return False
-    return False
-
-
-_own_lib: list = []
-
-
 def own_blas() -> str | None:
-    """The core name of the kernels' own OpenBLAS instance in use, or None (see :func:`own_blas_core`)."""
+    """The core name of the kernels' own OpenBLAS instance in use, or None (see :func:`._blas_libs.own_blas_core`)."""
     return _cgemm[3][2] if c_gemm() and _cgemm[3] else None
 
 

@@ -20,7 +20,6 @@ contended or not (tests/test_kernels_parallel.py).
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
