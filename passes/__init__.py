@@ -36,6 +36,7 @@ PASSES: dict[str, str | type[ModulePass]] = {
     "memplan-derive-shapes": "MemplanDeriveShapesPass",
     "memplan-max-slots": "MemplanMaxSlotsPass",
     "memplan-create-plans": "MemplanCreatePlansPass",
+    "memplan-name-parameters": "MemplanNameParametersPass",
     "memplan-build-graph": "MemplanBuildGraphPass",
     "memplan-narrow-grad-clear": "MemplanNarrowGradClearPass",
     "memplan-share-variants": "MemplanShareVariantsPass",

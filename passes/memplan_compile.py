@@ -2,7 +2,8 @@
 
 Runs ``memplan-select-conv-algo`` (the conv algorithms, recorded on the layer ops before any
 workspace is sized), ``memplan-derive-shapes`` (phase 1, with the compile-spec options), ``memplan-max-slots``
-(2), ``memplan-create-plans`` (3), ``memplan-build-graph`` (4), ``memplan-narrow-grad-clear`` (the
+(2), ``memplan-create-plans`` (3), ``memplan-name-parameters`` (the names of the parameters and
+BN buffers users see), ``memplan-build-graph`` (4), ``memplan-narrow-grad-clear`` (the
 gradient clear only where a gradient's first writer accumulates), ``memplan-share-variants`` (5),
 ``memplan-build-atlas`` and ``memplan-skip-dead-outputs`` (the optional outputs no node reads are
 marked ``skip_outputs``), then places the transient DTensors by lifetime (``memplan-assign-offsets``),
@@ -39,6 +40,7 @@ from tr_mlir.passes.memplan_build_graph import MemplanBuildGraphPass
 from tr_mlir.passes.memplan_create_plans import MemplanCreatePlansPass
 from tr_mlir.passes.memplan_derive_shapes import CompileSpecOptions, MemplanDeriveShapesPass
 from tr_mlir.passes.memplan_max_slots import MemplanMaxSlotsPass
+from tr_mlir.passes.memplan_name_parameters import MemplanNameParametersPass
 from tr_mlir.passes.memplan_narrow_grad_clear import MemplanNarrowGradClearPass
 from tr_mlir.passes.memplan_select_conv_algo import ConvAlgoOptions, MemplanSelectConvAlgoPass
 from tr_mlir.passes.memplan_share_variants import MemplanShareVariantsPass
@@ -62,7 +64,7 @@ class MemplanCompilePass(CompileSpecOptions, ConvAlgoOptions, ModulePass):
         """The passes this pipeline runs, in order, with the spec options on phase 1."""
         spec = {k: getattr(self, k) for k in SPEC_OPTIONS}
         return [MemplanSelectConvAlgoPass(**spec, **self.algo_options()), MemplanDeriveShapesPass(**spec),
-                MemplanMaxSlotsPass(), MemplanCreatePlansPass(ema=self.ema),
+                MemplanMaxSlotsPass(), MemplanCreatePlansPass(ema=self.ema), MemplanNameParametersPass(),
                 MemplanBuildGraphPass(decay_all=self.decay_all), MemplanNarrowGradClearPass(),
                 MemplanShareVariantsPass(), MemplanBuildAtlasPass(),
                 MemplanSkipDeadOutputsPass(), MemplanAssignOffsetsPass(reuse=self.reuse)]

@@ -70,8 +70,6 @@ PRIVATE_IMPORTS: dict[tuple[str, str], str] = {
     ("tr_mlir/export.py", "tr_mlir.passes._descriptors_program"):
         "the exporter reads the layer table of a compiled program (layers()); to become public "
         "with passes/_descriptors_program.py",
-    ("tr_mlir/task.py", "tr_mlir.passes._descriptors_program"):
-        "Task reads the layer table of a compiled program (layers()); as for export.py",
     ("tr_mlir/tools/train_options.py", "tr_mlir.lowering.cpu._cc"):
         "tr-train describes the CPU device with the C kernel compiler's state (_cc.describe())",
     ("tr_mlir/augment.py", "tr_mlir.lowering.cpu._cc"):

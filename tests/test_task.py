@@ -441,14 +441,16 @@ def test_learning_rate_is_stepped_per_batch():
 
 def test_naming_table_covers_every_trained_region():
     """Every trainable region (W_*, except the BN-folded W_EQ_* of inference) and the BN running
-    statistics (B_NEXT_*) have a naming rule; nothing else does."""
-    from tr_mlir.dialects.memplan import MemRegion
-    from tr_mlir.task import _NAMING
+    statistics (B_NEXT_*) have a naming rule (memplan-name-parameters) and a Task view; nothing
+    else does, and the dialect's STATE_REGIONS (the regions a name may sit on) are the same set."""
+    from tr_mlir.dialects.memplan import STATE_REGIONS, MemRegion
+    from tr_mlir.passes.memplan_name_parameters import NAMING
+    from tr_mlir.task import BUFFER_REGIONS, VIEWS
 
     trained = {r for r in MemRegion if r.name.startswith("W_") and not r.name.startswith("W_EQ_")}
     stats = {MemRegion.B_NEXT_MEAN, MemRegion.B_NEXT_VAR}
-    assert set(_NAMING) == trained | stats
-    assert {r for r, rule in _NAMING.items() if rule.buffer} == stats
+    assert set(NAMING) == set(VIEWS) == set(STATE_REGIONS) == trained | stats
+    assert BUFFER_REGIONS == stats
 
 
 def test_batch_norm_over_one_sample_is_refused_at_compile_time_and_drop_last_fixes_it():

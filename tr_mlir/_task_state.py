@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,14 +49,6 @@ class _Entry:
         return tuple(len(range(*s.indices(d))) for s, d in zip(self.index, self.store))
 
 
-def _layer_of(name: str) -> int | None:
-    if name.startswith("l") and "." in name:
-        head = name.split(".", 1)[0][1:]
-        if head.isdigit():
-            return int(head)
-    return None
-
-
 def _vector(t: Any, user_c: int) -> tuple[tuple[int, ...], tuple[slice, ...]]:
     """A C-element parameter stored as (1, 1, 1, C): shown as (C,)."""
     c = t.shape[3]
@@ -79,41 +71,23 @@ def _fc_weight(t: Any, user_c: int) -> tuple[tuple[int, ...], tuple[slice, ...]]
     return (o, f), (slice(0, o), slice(0, f))
 
 
-def _fc_has_bias(t: Any, ops: Sequence[Any]) -> bool:
-    """The FC bias slot is planned for every FC; it is a parameter only when the op has ``bias``."""
-    layer = _layer_of(t.name)
-    return layer is not None and bool(ops[layer].params().get("bias"))
-
-
-@dataclass(frozen=True)
-class _Naming:
-    """How the DTensors of one region get their canonical names (``conv0.weight``,
-    ``bn3.running_var``, ...): the counter they number by (``starts``: 1 when a tensor of this
-    region begins the next layer of that counter, 0 when it belongs to the current one), the name
-    prefix and field, whether it is a buffer (BN statistics) rather than a parameter, its user
-    view, and an optional filter."""
-
-    counter: str
-    starts: int
-    prefix: str
-    field: str
-    view: Callable[[Any, int], tuple[tuple[int, ...], tuple[slice, ...]]]
-    buffer: bool = False
-    keep: Callable[[Any, Sequence[Any]], bool] | None = None
-
-
-_NAMING: dict[MemRegion, _Naming] = {
-    R.W_FIRST_CONV: _Naming("conv", 1, "conv", "weight", _conv_weight),
-    R.W_DEEP_CONV: _Naming("conv", 1, "conv", "weight", _conv_weight),
-    R.W_BN_WEIGHT: _Naming("bn", 1, "bn", "weight", _vector),
-    R.W_BN_BIAS: _Naming("bn", 0, "bn", "bias", _vector),
-    R.W_FC_WEIGHT: _Naming("fc", 1, "fc", "weight", _fc_weight),
-    R.W_FC_BIAS: _Naming("fc", 0, "fc", "bias", _vector, keep=_fc_has_bias),
-    R.B_NEXT_MEAN: _Naming("bn_stats", 1, "bn", "running_mean", _vector, buffer=True),
-    R.B_NEXT_VAR: _Naming("bn_stats", 0, "bn", "running_var", _vector, buffer=True),
+VIEWS: dict[MemRegion, Callable[[Any, int], tuple[tuple[int, ...], tuple[slice, ...]]]] = {
+    R.W_FIRST_CONV: _conv_weight,
+    R.W_DEEP_CONV: _conv_weight,
+    R.W_BN_WEIGHT: _vector,
+    R.W_BN_BIAS: _vector,
+    R.W_FC_WEIGHT: _fc_weight,
+    R.W_FC_BIAS: _vector,
+    R.B_NEXT_MEAN: _vector,
+    R.B_NEXT_VAR: _vector,
 }
-"""The canonical names of the Task view (module doc), keyed by the region of a DTensor, in the
-plan's tensor order."""
+"""How a named DTensor (its region one of :data:`~tr_mlir.dialects.memplan.STATE_REGIONS`) is
+shown to the user: its stored shape and the slice the user sees. The names themselves are the
+compiler's (``memplan-name-parameters``)."""
+
+BUFFER_REGIONS = frozenset({R.B_NEXT_MEAN, R.B_NEXT_VAR})
+"""Named DTensors that are buffers (BN running statistics, ``Task.buffers()``) rather than
+parameters."""
 
 
 def _tapped(items: Iterable[Any], tap: Callable[[int], None]) -> Iterable[Any]:

@@ -30,7 +30,9 @@ unfused and AMP compiles of one network. Layouts: conv weights KRSC ``(K, kh, kw
 FC weights ``(out, in)`` over the NHWC-flattened input (an FC after a spatial map reads it in
 H, W, C order, not torch's C, H, W); BN and bias vectors ``(C,)``. :meth:`Task.buffers`: the BN
 running statistics ``bn<j>.running_mean`` / ``bn<j>.running_var`` (PyTorch conventions:
-momentum weighs the new batch, unbiased running variance).
+momentum weighs the new batch, unbiased running variance). The names are a compile decision,
+read from the program (``param_names`` of its ``memplan.descs``, written by the
+``memplan-name-parameters`` pass, which states the rule).
 """
 
 from __future__ import annotations
@@ -46,9 +48,10 @@ from xdsl.dialects.builtin import ModuleOp
 from tr_mlir import optim as _optim
 from tr_mlir import sched as _sched
 from tr_mlir._task_checkpoints import TaskCheckpoints
-from tr_mlir._task_state import (  # noqa: F401  (CONFIG_FILE, STATE_FILE, SAVE_PAUSE_ENV, save_pause, _NAMING: read from here)
-    _NAMING,
+from tr_mlir._task_state import (  # noqa: F401  (CONFIG_FILE, STATE_FILE, SAVE_PAUSE_ENV, save_pause: read from here)
+    BUFFER_REGIONS,
     CONFIG_FILE,
+    VIEWS,
     SAVE_PAUSE_ENV,
     STATE_FILE,
     TaskError,
@@ -445,24 +448,28 @@ class Task(TaskCheckpoints):
     # -- the Task view of the arena ------------------------------------------------------
 
     def _entries(self) -> None:
-        """Canonical parameter / buffer names over the plan's DTensors (module doc)."""
-        from tr_mlir.passes._descriptors_program import layers
+        """The named parameters / buffers over the plan's DTensors: the names the compiler gave
+        (``memplan-name-parameters``), the views of :data:`VIEWS`, in DTensor id order.
 
+        Raises :class:`TaskError` when the program carries no names (compiled before the pass
+        existed, or by a pipeline without it)."""
         exe = self.exe
-        ops = layers(exe.model)
+        named: list[tuple[int, str]] = []
+        for descs in exe.program.descs():
+            pnames = descs.tensor_param_names
+            if pnames is None:
+                raise TaskError(f"the compiled program has no parameter names (layer {descs.layer_index}'s "
+                                f"'memplan.descs' has no param_names); recompile it with memplan-compile or "
+                                f"tr-compile, which run memplan-name-parameters")
+            for name, pname in zip(descs.tensor_names, pnames):
+                if pname:
+                    named.append((exe.ids[f"l{descs.layer_index}.{name}"], pname))
         params: list[_Entry] = []
         buffers: list[_Entry] = []
-        counters = {kind: -1 for kind in ("conv", "bn", "fc", "bn_stats")}
-        for t in exe.tensors:
-            rule = _NAMING.get(t.region)
-            if not t.slot or rule is None:
-                continue
-            if rule.keep is not None and not rule.keep(t, ops):
-                continue
-            counters[rule.counter] += rule.starts
-            store, index = rule.view(t, self.input_shape[2])
-            name = f"{rule.prefix}{counters[rule.counter]}.{rule.field}"
-            if rule.buffer:
+        for tid, name in sorted(named):
+            t = exe.tensors[tid]
+            store, index = VIEWS[t.region](t, self.input_shape[2])
+            if t.region in BUFFER_REGIONS:
                 buffers.append(_Entry(name, t.id, store, index))
             else:
                 state = tuple((s, exe.ids[t.name + s]) for s in (".m", ".v") if exe.has(t.name + s))

@@ -50,6 +50,7 @@ from tr_mlir.dialects.memplan._vocab import (  # noqa: F401 (the dialect's publi
     NUM_GRAPH_IDS,
     NUM_REGIONS,
     RANGE_PREFIX,
+    STATE_REGIONS,
     is_range_op,
     TRANSIENT_REGIONS,
     VARIANTS,

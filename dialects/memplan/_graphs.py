@@ -451,6 +451,7 @@ class ProgramOp(IRDLOperation):
                               f"{', '.join(names)}")
         if variants and len({v.is_amp for v in variants}) > 1:
             raise _fail(self, "expected amp to be the same in all six variants")
+        self._verify_param_names()
         self._verify_plans()
         self._verify_graphs()
         self._verify_links()
@@ -488,6 +489,23 @@ class ProgramOp(IRDLOperation):
         if collision is not None:
             raise _fail(self, f"expected DTensors live at the same time not to share bytes, got "
                               f"{collision.message()} in @{plans[0].plan_name}")
+
+    def _verify_param_names(self) -> None:
+        """Parameter names are unique across layers, and a program names all its layers or none."""
+        seen: dict[str, int] = {}
+        descs = self.descs()
+        named = [d.tensor_param_names is not None for d in descs]
+        if any(named) and not all(named):
+            missing = next(d.layer_index for d, n in zip(descs, named) if not n)
+            raise _fail(self, f"expected param_names on every 'memplan.descs' or none, layer {missing} has none "
+                              f"(rerun memplan-name-parameters)")
+        for d in descs:
+            for pname in d.tensor_param_names or ():
+                if pname and pname in seen:
+                    raise _fail(self, f"expected unique parameter names across layers, got '{pname}' in layers "
+                                      f"{seen[pname]} and {d.layer_index}")
+                if pname:
+                    seen[pname] = d.layer_index
 
     def _verify_plans(self) -> None:
         plans = self.plans()

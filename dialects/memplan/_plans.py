@@ -16,6 +16,7 @@ from tr_mlir.dialects.memplan._vocab import (  # noqa: F401
     INIT_RULES,
     NUM_GRAPH_IDS,
     NUM_REGIONS,
+    STATE_REGIONS,
     TRANSIENT_REGIONS,
     VARIANTS,
     WORKSPACE_PREFIX,
@@ -249,7 +250,11 @@ class DescsOp(_ProgramChild):
     Per tensor: ``names``, ``regions``, ``dtypes``; ``shapes`` holds NHWC shapes for the six
     variants in order (``6 * 4 * n`` ints, variant-major); ``slots`` (phase 2) the max slot bytes
     over the variants. ``shared`` lists indices of workspace tensors that phase 3 allocates once
-    for all layers (a slot of the largest size).
+    for all layers (a slot of the largest size). ``param_names`` (``memplan-name-parameters``)
+    gives each tensor its user-visible parameter or buffer name (``conv0.weight``,
+    ``bn3.running_var``, the keys of the Task's ``state_dict``), ``""`` for a tensor that is
+    neither; only a tensor of :data:`STATE_REGIONS` may be named, never a shared one, and a name is
+    unique in the program (:class:`ProgramOp` checks across layers).
     """
 
     name = "memplan.descs"
@@ -261,9 +266,11 @@ class DescsOp(_ProgramChild):
     shapes = prop_def(_I64_ARRAY)
     shared = opt_prop_def(_I64_ARRAY)
     slots = opt_prop_def(_I64_ARRAY)
+    param_names = opt_prop_def(ArrayAttr[StringAttr])
     assembly_format = (
         "$layer $op `names` `=` $names `regions` `=` $mem_regions `dtypes` `=` $dtypes "
-        "`shapes` `=` $shapes (`shared` `=` $shared^)? (`slots` `=` $slots^)? attr-dict"
+        "`shapes` `=` $shapes (`shared` `=` $shared^)? (`slots` `=` $slots^)? "
+        "(`param_names` `=` $param_names^)? attr-dict"
     )
 
     def __init__(self, layer: int, op_name: str, names: Sequence[str], regions: Sequence[str],
@@ -311,6 +318,12 @@ class DescsOp(_ProgramChild):
     def slot_bytes(self) -> tuple[int, ...] | None:
         return None if self.slots is None else _ints(self.slots)
 
+    @property
+    def tensor_param_names(self) -> tuple[str, ...] | None:
+        """One parameter / buffer name per tensor (``""``: unnamed); None before
+        ``memplan-name-parameters``."""
+        return None if self.param_names is None else _strs(self.param_names)
+
     def verify_(self) -> None:
         n = len(self.names.data)
         if self.layer_index < 0:
@@ -336,6 +349,24 @@ class DescsOp(_ProgramChild):
             for s in slots:
                 if s < 0 or s % ALIGN:
                     raise _fail(self, f"expected slot bytes to be non-negative multiples of {ALIGN}, got {s}")
+        pnames = self.tensor_param_names
+        if pnames is not None:
+            _check_len(self, "param_names", len(pnames), n, " (one per name, \"\" for none)")
+            shared = set(self.shared_indices)
+            regions = _strs(self.mem_regions)
+            for t, pname in enumerate(pnames):
+                if not pname:
+                    continue
+                if pname != pname.strip() or not pname.isprintable() or pname.startswith(".") or pname.endswith("."):
+                    raise _fail(self, f"expected a parameter name without spaces or outer dots, got '{pname}'")
+                if t in shared or MemRegion[regions[t]] not in STATE_REGIONS:
+                    raise _fail(self, f"expected parameter names only on a layer's parameters and BN running "
+                                      f"statistics ({', '.join(sorted(r.name for r in STATE_REGIONS))}), got "
+                                      f"'{pname}' on {self.tensor_names[t]} in {regions[t]}")
+            named = [p for p in pnames if p]
+            if len(set(named)) != len(named):
+                dup = next(p for p in named if named.count(p) > 1)
+                raise _fail(self, f"expected unique parameter names, got '{dup}' twice")
 
 
 # --------------------------------------------------------------------------------------

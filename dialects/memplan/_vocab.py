@@ -114,6 +114,15 @@ masks, temporaries and kernel workspaces. Their DTensors may share bytes when th
 disjoint (:mod:`tr_mlir.dialects.lifetimes`); all other regions hold persistent state.
 The region table's order does not depend on it."""
 
+STATE_REGIONS: frozenset[MemRegion] = frozenset({
+    MemRegion.W_BN_BIAS, MemRegion.W_BN_WEIGHT, MemRegion.W_FC_BIAS, MemRegion.W_FC_WEIGHT,
+    MemRegion.W_FIRST_CONV, MemRegion.W_DEEP_CONV, MemRegion.B_NEXT_MEAN, MemRegion.B_NEXT_VAR,
+})
+"""Regions whose DTensors are the model's state as PyTorch's ``state_dict`` holds it: the trained
+parameters (``W_*`` but the BN-folded ``W_EQ_*`` of inference) and the BN running statistics
+(``B_NEXT_*``; ``B_PREV_*`` is the copy the NaN-gated step restores). Only these may carry a
+parameter name (``memplan.descs``'s ``param_names``, ``memplan-name-parameters``)."""
+
 WORKSPACE_PREFIX = "ws_"
 """Name prefix of a kernel workspace DTensor (``ws_<kernel argument>``): call-scoped scratch memory,
 whose value never outlives the node that writes it."""

@@ -107,6 +107,62 @@ builtin.module {
 
 builtin.module {
   memplan.program for @m {
+    memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512] param_names = ["fc0.weight"]
+  }
+}
+// CHECK: 'memplan.descs' op expected 2 entries in 'param_names' (one per name, "" for none), got 1
+
+// -----
+
+builtin.module {
+  memplan.program for @m {
+    memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512] param_names = ["fc0.weight", "fc0.output"]
+  }
+}
+// CHECK: 'memplan.descs' op expected parameter names only on a layer's parameters and BN running statistics (B_NEXT_MEAN, B_NEXT_VAR, W_BN_BIAS, W_BN_WEIGHT, W_DEEP_CONV, W_FC_BIAS, W_FC_WEIGHT, W_FIRST_CONV), got 'fc0.output' on fc_output in F_FEATURE_FP32
+
+// -----
+
+builtin.module {
+  memplan.program for @m {
+    memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512] param_names = [" fc0.weight", ""]
+  }
+}
+// CHECK: 'memplan.descs' op expected a parameter name without spaces or outer dots, got ' fc0.weight'
+
+// -----
+
+builtin.module {
+  memplan.program for @m {
+    memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "W_FC_BIAS"] dtypes = ["f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512] param_names = ["fc0.weight", "fc0.weight"]
+  }
+}
+// CHECK: 'memplan.descs' op expected unique parameter names, got 'fc0.weight' twice
+
+// -----
+
+builtin.module {
+  memplan.program for @m {
+    memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512] param_names = ["fc0.weight", ""]
+    memplan.descs 1 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512] param_names = ["fc0.weight", ""]
+  }
+}
+// CHECK: 'memplan.program' op expected unique parameter names across layers, got 'fc0.weight' in layers 0 and 1
+
+// -----
+
+builtin.module {
+  memplan.program for @m {
+    memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512] param_names = ["fc0.weight", ""]
+    memplan.descs 1 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512]
+  }
+}
+// CHECK: 'memplan.program' op expected param_names on every 'memplan.descs' or none, layer 1 has none (rerun memplan-name-parameters)
+
+// -----
+
+builtin.module {
+  memplan.program for @m {
     memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [ 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512]
   }
 }
