@@ -406,7 +406,7 @@ class _Builder:
 
     def _auxiliary(self, b: dict[GraphId, list[Node]], params: _Params) -> None:
         s = self.scalar
-        amp, opt = self.amp, self.optimizer
+        amp = self.amp
         has_bn = self.populated(R.B_NEXT_MEAN)
         b[GraphId.TRANSFER_A].append(Node(K.RANGE_H2D_COPY_A.op(), out_ranges=((R.I_A_LABEL, R.I_A_LABEL),
                                                                             (R.I_A_DATA, R.I_A_DATA))))

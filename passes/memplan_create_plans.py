@@ -44,7 +44,6 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from tr_mlir.dialects.memplan import (
     VARIANTS,
-    DescsOp,
     DTensor,
     MemRegion,
     OptimizerAttr,
