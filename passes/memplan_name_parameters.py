@@ -8,17 +8,22 @@ tensor (``""`` for a tensor that is neither a parameter nor a buffer)::
     memplan.descs 1 "arch.conv" names = ["w", "dw", ...] regions = ["W_DEEP_CONV", ...] ...
         param_names = ["conv1.weight", "", ...]
 
-Rule (the canonical names of :mod:`tr_mlir.task`; PyTorch's ``<module><index>.<field>`` style).
-Walking the DTensors of the plan in id order (layer by layer, ``memplan.descs`` order), each
-region of :data:`NAMING` names its tensors ``<prefix><index>.<field>``; a tensor whose rule
-``starts`` a new item takes the next index of its counter (``conv``, ``bn``, ``fc``, and
-``bn_stats`` for the running statistics, which number like the BN layers that own them), the
-others share the current one: the conv weight is ``convN.weight``; the BN gamma starts ``bnN``
-(``bnN.weight``) and its beta is ``bnN.bias``; the FC weight starts ``fcN`` and its bias,
-``fcN.bias``, is a parameter only when the op's ``bias`` property is set (the plan holds the
-slot for every FC); the running mean starts ``bnN.running_mean`` and the variance follows. A
-tensor without bytes in the plan (a region this configuration disables) is not named.
-A plugin op whose descriptor emits tensors of these regions is named by the same rule.
+Rule (this pass is where it lives; the names follow PyTorch's ``<module><index>.<field>`` style,
+and DESIGN section 3's order). Walking the ``memplan.descs`` ops in order and each one's tensors
+in order (the order in which ``memplan-create-plans`` gives the layers' DTensors their ids, so the
+names number in plan order), each region of :data:`NAMING` names its tensors
+``<prefix><index>.<field>``; a tensor whose rule ``starts`` a new item takes the next index of its
+counter (``conv``, ``bn``, ``fc``, and ``bn_stats`` for the running statistics, which number like
+the BN layers that own them), the others share the current one: the conv weight is
+``convN.weight``; the BN gamma starts ``bnN`` (``bnN.weight``) and its beta is ``bnN.bias``; the
+FC weight starts ``fcN`` and its bias, ``fcN.bias``, is a parameter only when the FC's ``bias``
+property is set (the plan holds the slot for every FC; a fused op answers for the chain member
+that owns the tensor, :meth:`~tr_mlir.dialects.arch.ArchOp.tensor_params`); the running mean
+starts ``bnN.running_mean`` and the variance follows. A tensor without bytes in the plan (a
+region this configuration disables) and a shared workspace are not named. A plugin op whose
+descriptor emits tensors of these regions is named by the same rule. The torch frontend numbers
+an imported module's layers the same way to map these names to the module's own
+(:mod:`tr_mlir.frontend.torch`, which checks the two agree).
 
 It runs in ``memplan-compile`` right after ``memplan-create-plans`` (it reads the plan's slots);
 a rerun rewrites the same names. No options. Diagnostics: a program without plans (run
@@ -87,7 +92,7 @@ def parameter_names(program: ProgramOp, model_layers: Sequence) -> list[tuple[st
             if rule is None or t in shared or not slots.get(f"l{layer}.{name}"):
                 names.append("")
                 continue
-            if rule.needs is not None and not model_layers[layer].params().get(rule.needs):
+            if rule.needs is not None and not model_layers[layer].tensor_params(name).get(rule.needs):
                 names.append("")
                 continue
             index[rule.counter] += int(rule.starts)

@@ -66,3 +66,23 @@ def test_the_verifier_rejects_a_name_used_twice_across_layers():
     bn.properties["param_names"] = ArrayAttr([StringAttr(n) for n in names])
     with pytest.raises(VerifyException, match=r"unique parameter names across layers, got 'bn0.weight'"):
         task.module.verify()
+
+
+def test_a_prefixed_fused_chain_keeps_its_fc_bias():
+    """A plugin chain registered with ``prefixes`` renames the FC's ``bias`` (``lin_bias``): the
+    pass asks the fused op which chain member owns the tensor (``tensor_params``), so the bias is
+    still ``fc0.bias``, as in the unfused model, with the same values (it was left out before)."""
+    from tr_mlir import extend
+    from tr_mlir.dialects import arch
+
+    net = bp.seq(bp.cbr(4, 3, 1, 1), bp.gap(), bp.relu(), bp.fc(8, True), bp.relu(), bp.fc(10, True))
+    plain = Task(net, (4, 4, 3), 10, 4, fuse=False).compile()
+    with extend.scoped():
+        extend.register_fused_chain("arch.test_fc_relu", [arch.FcOp, arch.ReluOp], layer_kind="TestFcRelu",
+                                    pass_name="arch-merge-test-fc-relu", prefixes=("lin", "act"))
+        fused = Task(net, (4, 4, 3), 10, 4, fuse=True).compile()
+        assert any(d.op.data == "arch.test_fc_relu" for d in fused.exe.program.descs())
+        got = dict(fused.parameters())
+    want = dict(plain.parameters())
+    assert list(got) == list(want) and "fc0.bias" in got
+    assert all(np.array_equal(got[k], want[k]) for k in want)

@@ -238,6 +238,15 @@ class FusedChainOp(LayerOp):
             out.append(params)
         return out
 
+    def tensor_params(self, tensor: str) -> dict[str, Any]:
+        """The chain op's properties for one of this layer's tensors (:func:`chain_descriptor`
+        names chain op ``i``'s tensors ``s<i>_...``); this op's own for any other name (a shared
+        workspace)."""
+        head, sep, _ = tensor.partition("_")
+        if sep and head[:1] == "s" and head[1:].isdigit() and int(head[1:]) < len(self.CHAIN):
+            return self.sub_params()[int(head[1:])]
+        return self.params()
+
     def sub_ops(self) -> list[_SubOp]:
         """The chain ops as views of this op (for their ``verify_params`` / ``infer_hwc`` rules)."""
         return [_SubOp(cls, self, p) for cls, p in zip(self.CHAIN, self.sub_params())]

@@ -332,6 +332,13 @@ class ArchOp(IRDLOperation):
         """One property as a Python value (see :meth:`params`)."""
         return self.params()[name]
 
+    def tensor_params(self, tensor: str) -> dict[str, Any]:
+        """The properties (as :meth:`params`) of the layer that owns the descriptor tensor named
+        ``tensor``: this op's own; a fused op that plans several layers' tensors answers for the
+        one that owns it (:class:`tr_mlir.extend.FusedChainOp`). ``memplan-name-parameters`` asks
+        it whether an FC bias is a parameter."""
+        return self.params()
+
 
 class ArchLayerOp(ArchOp):
     """The interface of every layer of a flat ArchPlan: :class:`LayerOp` (one input) and

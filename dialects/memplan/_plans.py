@@ -357,9 +357,13 @@ class DescsOp(_ProgramChild):
             for t, pname in enumerate(pnames):
                 if not pname:
                     continue
-                if pname != pname.strip() or not pname.isprintable() or pname.startswith(".") or pname.endswith("."):
-                    raise _fail(self, f"expected a parameter name without spaces or outer dots, got '{pname}'")
-                if t in shared or MemRegion[regions[t]] not in STATE_REGIONS:
+                if any(ch.isspace() for ch in pname) or not pname.isprintable() or pname[0] == "." or pname[-1] == ".":
+                    raise _fail(self, f"expected a parameter name without whitespace or control characters, not "
+                                      f"starting or ending with '.', got {pname!r}")
+                if t in shared:
+                    raise _fail(self, f"expected no parameter name on a shared workspace, got '{pname}' on "
+                                      f"{self.tensor_names[t]} (shared index {t})")
+                if MemRegion[regions[t]] not in STATE_REGIONS:
                     raise _fail(self, f"expected parameter names only on a layer's parameters and BN running "
                                       f"statistics ({', '.join(sorted(r.name for r in STATE_REGIONS))}), got "
                                       f"'{pname}' on {self.tensor_names[t]} in {regions[t]}")

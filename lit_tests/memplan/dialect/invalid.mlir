@@ -125,10 +125,19 @@ builtin.module {
 
 builtin.module {
   memplan.program for @m {
-    memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512] param_names = [" fc0.weight", ""]
+    memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] slots = [512, 512] param_names = ["fc0 weight", ""]
   }
 }
-// CHECK: 'memplan.descs' op expected a parameter name without spaces or outer dots, got ' fc0.weight'
+// CHECK: 'memplan.descs' op expected a parameter name without whitespace or control characters, not starting or ending with '.', got 'fc0 weight'
+
+// -----
+
+builtin.module {
+  memplan.program for @m {
+    memplan.descs 0 "arch.fc" names = ["fc_weight", "fc_output"] regions = ["W_FC_WEIGHT", "F_FEATURE_FP32"] dtypes = ["f32", "f32"] shapes = [10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10, 10, 1, 1, 4, 2, 1, 1, 10] shared = [0] slots = [512, 512] param_names = ["fc0.weight", ""]
+  }
+}
+// CHECK: 'memplan.descs' op expected no parameter name on a shared workspace, got 'fc0.weight' on fc_weight (shared index 0)
 
 // -----
 
