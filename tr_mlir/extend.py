@@ -109,11 +109,12 @@ __all__ = [
     "Chain", "ChainMatch", "ConvStage", "Descriptor", "DescriptorError", "FuseChain", "FusedChainOp", "IN", "K",
     "KernelId", "KernelIdError", "KernelSpec", "LayerCtx", "LayerOp", "LayerPlan", "LayerSpec", "Link", "NodePattern",
     "Operands", "Param", "PluginError", "ResidualBlockOp", "ResidualSpec", "Shortcut", "TensorDesc", "TrMlirError",
-    "chain_descriptor", "check", "fused_op", "fusion_pass", "kernel", "load_plugin", "load_plugins", "loaded_plugins",
-    "plugin_frame", "plugin_spec", "reads_model_input", "register_cuda_kernel", "register_descriptor",
-    "register_fused_chain", "register_fusion_step", "register_kernel_id", "register_op", "register_operands",
-    "register_onnx_form", "register_pass", "register_residual_block", "register_yaml_spec", "registered_ops", "replace_ops",
-    "residual_descriptor", "rewrite_models", "scoped",
+    "chain_descriptor", "chain_position", "chain_tensor_name", "check", "fused_op", "fusion_pass", "kernel",
+    "load_plugin", "load_plugins", "loaded_plugins", "plugin_frame", "plugin_spec", "reads_model_input",
+    "register_cuda_kernel", "register_descriptor", "register_fused_chain", "register_fusion_step",
+    "register_kernel_id", "register_op", "register_operands", "register_onnx_form", "register_pass",
+    "register_residual_block", "register_yaml_spec", "registered_ops", "replace_ops", "residual_descriptor",
+    "rewrite_models", "scoped",
 ]
 
 ENTRY_POINT_GROUP = "tr_mlir.plugins"
@@ -217,6 +218,19 @@ class _SubOp:
         return value.__get__(self) if callable(value) and hasattr(value, "__get__") else value
 
 
+def chain_tensor_name(position: int, name: str) -> str:
+    """The fused layer's name for chain op ``position``'s descriptor tensor ``name``
+    (``s<position>_<name>``: ``s0_conv_weight``), as :func:`chain_descriptor` plans it."""
+    return f"s{position}_{name}"
+
+
+def chain_position(tensor: str) -> int | None:
+    """The chain position a :func:`chain_tensor_name` encodes, None for any other name (a shared
+    workspace keeps its own)."""
+    head, sep, _ = tensor.partition("_")
+    return int(head[1:]) if sep and head[:1] == "s" and head[1:].isdigit() else None
+
+
 class FusedChainOp(LayerOp):
     """Base of the ops :func:`fused_op` builds: one layer standing for ``CHAIN`` (a producer-first
     tuple of single-input layer op classes). ``PROPERTY_OF`` maps each property to the chain
@@ -239,13 +253,10 @@ class FusedChainOp(LayerOp):
         return out
 
     def tensor_params(self, tensor: str) -> dict[str, Any]:
-        """The chain op's properties for one of this layer's tensors (:func:`chain_descriptor`
-        names chain op ``i``'s tensors ``s<i>_...``); this op's own for any other name (a shared
-        workspace)."""
-        head, sep, _ = tensor.partition("_")
-        if sep and head[:1] == "s" and head[1:].isdigit() and int(head[1:]) < len(self.CHAIN):
-            return self.sub_params()[int(head[1:])]
-        return self.params()
+        """The chain op's properties for one of this layer's tensors (:func:`chain_position`);
+        this op's own for any other name (a shared workspace)."""
+        i = chain_position(tensor)
+        return self.sub_params()[i] if i is not None and i < len(self.CHAIN) else self.params()
 
     def sub_ops(self) -> list[_SubOp]:
         """The chain ops as views of this op (for their ``verify_params`` / ``infer_hwc`` rules)."""
@@ -415,7 +426,7 @@ def chain_descriptor(op: type[FusedChainOp]) -> Descriptor:
             in_shape = shapes[i]
         names: list[dict[str, str]] = []
         for i, p in enumerate(plans):
-            names.append({t.name: (t.name if t.shared else f"s{i}_{t.name}") for t in p.tensors})
+            names.append({t.name: (t.name if t.shared else chain_tensor_name(i, t.name)) for t in p.tensors})
         lp = LayerPlan(bwd_reads_output=plans[-1].bwd_reads_output)
         outputs = [names[i][d.output] for i, d in enumerate(subs)]
         for i, p in enumerate(plans):
