@@ -2,7 +2,8 @@
 
 The results JSON (``schema_version`` 1) has the top-level keys :data:`RESULT_KEYS`: ``mode``,
 ``date``, ``machine`` (the git commit and modified files, CPU, cores, memory, versions, load
-averages before and after),
+averages before and after, ``quiet``: the run's steal time and other processes' CPU time,
+:func:`bench.cpu_time.quietness`),
 ``openblas_env_unset``, ``duration_s``, and one key per section run: ``compile`` (section 1,
 :mod:`bench.compile_time`), ``throughput`` (2, :mod:`bench.throughput`), ``memory`` (3,
 :mod:`bench.memory`), ``gpu`` (4, :mod:`bench.gpu`). bench/README.md documents every field.
@@ -110,8 +111,11 @@ def run(mode_name: str, sections: tuple[str, ...], *, log=print) -> dict[str, An
     """Run ``sections`` in mode ``mode_name``; returns the results dict (module doc)."""
     from bench import compile_time, gpu, memory, throughput
 
+    from bench.cpu_time import quietness, sample
+
     mode = _modes()[mode_name]
     t_start = time.perf_counter()
+    s_start = sample()
     res: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "mode": mode_name,
                            "date": datetime.date.today().isoformat(), "machine": machine_info(),
                            "openblas_env_unset": [v for v in os.environ.get("TR_MLIR_BENCH_UNSET", "").split(",") if v]}
@@ -131,6 +135,7 @@ def run(mode_name: str, sections: tuple[str, ...], *, log=print) -> dict[str, An
     if "gpu" in sections:
         res["gpu"] = gpu.run(str(REPO))
     res["machine"]["load_after"] = list(os.getloadavg())
+    res["machine"]["quiet"] = quietness(s_start, sample())
     res["duration_s"] = time.perf_counter() - t_start
     return res
 

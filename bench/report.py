@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.cpu_time import describe
+
 MIB = 2 ** 20
 
 
@@ -72,13 +74,13 @@ def _throughput_one(t: dict[str, Any]) -> str:
              f"{m['tr_mlir_step_s'] * 1e3:.1f} / {m['torch_step_s'] * 1e3:.1f}",
              f"{m['tr_mlir_best_step_s'] * 1e3:.1f} / {m['torch_best_step_s'] * 1e3:.1f}",
              f"{100 * m['tr_mlir_peak_fraction']:.0f}%", f"{100 * m['torch_peak_fraction']:.0f}%",
-             str(m["timed_steps"])] for m in t["models"]]
+             str(m["timed_steps"]), describe(m.get("quiet"))] for m in t["models"]]
     blas = ", ".join(f"{b.get('prefix')} {b.get('version') or ''} {b.get('architecture') or ''}".strip()
                      for b in t["blas"])
     return (_t(rows, ["model", "batch", "tr-mlir img/s", "PyTorch img/s", "ratio (median)",
                       "ratio per pair: median [min, max]", "ratio (best step)",
                       "GFLOP/step", "median step ms (tr-mlir / torch)", "best step ms", "tr-mlir % of peak",
-                      "torch % of peak", "timed steps"])
+                      "torch % of peak", "timed steps", "steal / others"])
             + f"\n\n{t['threads']} thread(s). fp32 GEMM peak ({peak['n']}^3, best before/after the models): "
               f"np.matmul {peak['numpy_flops'] / 1e9:.1f} GFLOP/s, torch.mm {peak['torch_flops'] / 1e9:.1f} GFLOP/s. "
               f"Thread pools: {blas}."
@@ -280,7 +282,8 @@ def render(res: dict[str, Any]) -> str:
     parts = [f"# tr-mlir benchmark, {res['date']} ({res['mode']} mode)",
              f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['memory_gib']:.0f} GiB; Python {mach['python']}, "
              f"NumPy {mach['numpy']}, torch {mach['torch']}, xDSL {mach['xdsl']}. Load average (1 min) "
-             f"before / after: {mach['load_before'][0]:.2f} / {mach['load_after'][0]:.2f}. "
+             f"before / after: {mach['load_before'][0]:.2f} / {mach['load_after'][0]:.2f}; "
+             f"over the run: {describe(mach.get('quiet'))}. "
              f"OpenBLAS env unset for this run: {', '.join(res['openblas_env_unset']) or 'none was set'}. "
              f"Wall time {res['duration_s']:.0f} s."
              + _git(mach.get("git"))]

@@ -12,7 +12,9 @@ on NCHW tensors made once. After warm-up steps, the two sides are timed in alter
 (so a change in machine load hits both), every step on its own; the figure is the median step
 time, reported as images/s, and the ratio tr-mlir / PyTorch of the images/s. Each round is one
 pair (a block of tr-mlir steps, then a block of PyTorch steps): ``round_ratios`` holds the ratio of
-each pair's medians, and its median and range are the spread the report gives.
+each pair's medians, and its median and range are the spread the report gives. ``quiet`` (over all
+pairs) and ``round_quiet`` (per pair) hold the steal time and other processes' CPU time in that
+window (:func:`bench.cpu_time.quietness`): a VM's load average does not show steal.
 
 GEMM efficiency: the FLOPs of one step count the multiply-adds of conv and FC layers only (2
 FLOPs each): forward, input gradient (not for the first layer) and weight gradient, from the
@@ -133,6 +135,7 @@ def measure(m: BenchModel, *, warmup: int, rounds: int, steps: int, fuse: bool |
     start near ln(num_classes)), the timing details and ``breakdown``
     (:func:`bench.profile.step_breakdown`: the fraction of the step per kernel family and the
     convolution algorithm mix). ``fuse`` None: the model's own (:attr:`BenchModel.fuse`)."""
+    from bench.cpu_time import quietness, sample
     from bench.profile import step_breakdown
     from tr_mlir.data import load_dataset
 
@@ -149,11 +152,16 @@ def measure(m: BenchModel, *, warmup: int, rounds: int, steps: int, fuse: bool |
     t_ours: list[float] = []
     t_ref: list[float] = []
     round_ratios: list[float] = []
+    round_quiet: list[dict[str, Any] | None] = []
+    s_start = sample()
     for _ in range(rounds):
         o0, r0 = len(t_ours), len(t_ref)
+        s0 = sample()
         _timed(ours.step, steps, t_ours)
         _timed(ref.step, steps, t_ref)
+        round_quiet.append(quietness(s0, sample()))
         round_ratios.append(statistics.median(t_ref[r0:]) / statistics.median(t_ours[o0:]))
+    quiet = quietness(s_start, sample())
     med_o, med_r = statistics.median(t_ours), statistics.median(t_ref)
     flops = step_flops(ref.net, m.input_shape, m.batch)
     return {
@@ -162,6 +170,7 @@ def measure(m: BenchModel, *, warmup: int, rounds: int, steps: int, fuse: bool |
         "tr_mlir_images_per_s": m.batch / med_o, "torch_images_per_s": m.batch / med_r,
         "ratio": med_r / med_o, "best_ratio": min(t_ref) / min(t_ours),
         "round_ratios": round_ratios, "median_round_ratio": statistics.median(round_ratios),
+        "quiet": quiet, "round_quiet": round_quiet,
         "tr_mlir_best_step_s": min(t_ours), "torch_best_step_s": min(t_ref), "step_flops": flops,
         "tr_mlir_gflops": flops / med_o / 1e9, "torch_gflops": flops / med_r / 1e9,
         "first_loss": first, "timed_steps": len(t_ours),

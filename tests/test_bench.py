@@ -60,6 +60,10 @@ def test_smoke_writes_json_with_documented_keys(smoke):
     # one pair per round: the smoke mode has one round of 2 steps a side
     (pair,) = m["round_ratios"]
     assert pair == pytest.approx(m["median_round_ratio"]) == pytest.approx(m["ratio"])
+    # steal and other processes' CPU time, over the model and per pair (Linux: /proc/stat)
+    (pair_quiet,) = m["round_quiet"]
+    for q in (m["quiet"], pair_quiet, res["machine"]["quiet"]):
+        assert 0.0 <= q["steal"] <= 1.0 and 0.0 <= q["others_busy"] <= 1.0 and q["wall_s"] > 0
     # the seed's MLP: 784-1024-512-256-10, forward 2*200*(784*1024+1024*512+512*256+256*10), x3 less the
     # first layer's input gradient
     fwd = 2 * 200 * (784 * 1024 + 1024 * 512 + 512 * 256 + 256 * 10)
@@ -147,6 +151,23 @@ def test_smoke_writes_and_prints_markdown(smoke):
         assert f"| mlp | {r['variant']} | 200 | {mib[0]} | {mib[1]} |" in md
     assert "![mlp: memory over one training step](smoke-memory-mlp.png)" in md
     assert md.strip() in proc.stdout
+
+
+def test_quietness_is_steal_and_others_over_all_vcpu_time():
+    from bench.cpu_time import CpuSample, describe, quietness, sample
+
+    a = CpuSample(wall_s=10.0, busy_s=100.0, steal_s=5.0, total_s=1000.0, own_s=50.0)
+    # 20 s of 2 vCPUs: 40 s, of which 4 steal, 30 busy (25 of them this process's)
+    b = CpuSample(wall_s=30.0, busy_s=130.0, steal_s=9.0, total_s=1040.0, own_s=75.0)
+    q = quietness(a, b)
+    assert q == pytest.approx({"steal": 0.1, "others_busy": 0.125, "wall_s": 20.0})
+    assert describe(q) == "steal 10.0%, others 12.5%"
+    # this process's threads can be counted in busy_s later than in own_s: never negative
+    assert quietness(a, CpuSample(30.0, 110.0, 5.0, 1040.0, 75.0))["others_busy"] == 0.0
+    assert quietness(a, a) is None and quietness(None, b) is None and describe(None) == "-"
+    if Path("/proc/stat").exists():
+        s0 = sample()
+        assert s0 is not None and s0.total_s >= s0.busy_s + s0.steal_s > 0
 
 
 def test_memory_plan_row_bound_is_the_largest_live_sum():
