@@ -1,6 +1,6 @@
-"""``python -m bench.epilogues``: the fused batch-norm epilogues against the unfused kernels.
+"""``python -m bench.epilogues``: the fused epilogues (batch norm, FC+ReLU) against the unfused kernels.
 
-Two measurements, each interleaved (the two sides alternate, the order flipping every round) with
+Four measurements, each interleaved (the two sides alternate, the order flipping every round) with
 medians and the load average printed, on ``--threads`` kernel threads (default 2):
 
 * ``kernels``: per CIFAR ResNet-18 activation shape at batch 64, the unfused sequence (``bn2d_fwd``
@@ -8,7 +8,16 @@ medians and the load average printed, on ``--threads`` kernel threads (default 2
   fused kernel (``bn2d_relu_*``, ``bn2d_add_relu_*``), ``--repeats`` rounds;
 * ``step``: whole training steps of CIFAR ResNet-18 fused (bench.throughput's model) compiled with
   the epilogues off (``passes/_block_plans.py`` ``EPILOGUES = False``, "before") and on
-  ("after"): ``--rounds`` rounds of ``--steps`` steps each; the losses must agree to the bit.
+  ("after"): ``--rounds`` rounds of ``--steps`` steps each; the losses must agree to the bit;
+* ``fc-relu-kernels``: the seed's MLP (batch 200) FC+ReLU pairs, the unfused sequence (``fc_fwd`` +
+  ``relu_fwd``; ``fc_bwd`` + ``relu_bwd_from_output``) against the GEMM epilogue (``fc_relu_fwd``,
+  ``relu_fc_bwd``) and against PyTorch eager's kernels for the same pair (``relu(linear)``; the
+  ``mm``, ``mm``, ``sum`` and ``threshold_backward`` its autograd runs), ``--repeats`` rounds;
+* ``fc-relu-step``: whole training steps of the MLP compiled without ``memplan-fuse-fc-relu``
+  ("before"), with it ("after") and PyTorch eager's step (bench.throughput's), three sides
+  interleaved; the tr-mlir losses must agree to the bit.
+
+Each prints the load average and the steal time (:mod:`bench.cpu_time`) around it.
 """
 
 from __future__ import annotations
@@ -112,18 +121,147 @@ def step(rounds: int, steps: int) -> None:
           f"{', '.join(f'{r:.3f}' for r in ratios)}); losses bit-identical: {losses['before'] == losses['after']}")
 
 
+MLP_FORWARD = ((200, 784, 1024), (200, 1024, 512), (200, 512, 256))
+"""The seed's MLP's FC -> ReLU pairs at batch 200, (N, F, O): fused in the forward."""
+MLP_BACKWARD = ((200, 1024, 512), (200, 512, 256), (200, 256, 10))
+"""Its ReLU -> FC pairs (the FC's input a ReLU's output), (N, F, O): fused in the backward."""
+
+
+def fc_relu_pairs() -> dict[str, tuple]:
+    """``{case: (unfused call, fused call, PyTorch call)}`` on random fp32 arrays, one per pair of
+    :data:`MLP_FORWARD` and :data:`MLP_BACKWARD`."""
+    import torch
+    import torch.nn.functional as F
+
+    from tr_mlir.lowering.cpu import KERNELS
+
+    def bound(name, **arrays):
+        spec = KERNELS[name]
+        ws = {k: np.zeros(sh, d) for k, (sh, d) in spec.workspace_shapes(arrays).items()}
+        return spec.bind({**arrays, **ws}, {})
+
+    rng = np.random.default_rng(0)
+    out = {}
+    for n, f, o in MLP_FORWARD:
+        x = rng.standard_normal((n, 1, 1, f)).astype(np.float32)
+        w = (rng.standard_normal((o, 1, 1, f)) / np.sqrt(f)).astype(np.float32)
+        b = rng.standard_normal(o).astype(np.float32)
+        t, y = np.empty((n, 1, 1, o), np.float32), np.empty((n, 1, 1, o), np.float32)
+        pair = (bound("fc_fwd", x=x, w=w, b=b, y=t), bound("relu_fwd", x=t, y=y))
+        fused = bound("fc_relu_fwd", x=x, w=w, b=b, y=y)
+        tx, tw, tb = torch.from_numpy(x.reshape(n, f)), torch.from_numpy(w.reshape(o, f)), torch.from_numpy(b)
+        out[f"fwd fc+relu {f}->{o}"] = (lambda p=pair: (p[0](), p[1]()), fused,
+                                        lambda tx=tx, tw=tw, tb=tb: torch.relu(F.linear(tx, tw, tb)))
+    for n, f, o in MLP_BACKWARD:
+        x = np.maximum(rng.standard_normal((n, 1, 1, f)), 0).astype(np.float32)
+        w = (rng.standard_normal((o, 1, 1, f)) / np.sqrt(f)).astype(np.float32)
+        dy = rng.standard_normal((n, 1, 1, o)).astype(np.float32)
+        dw, db = np.empty((o, 1, 1, f), np.float32), np.empty(o, np.float32)
+        g, dx = np.empty_like(x), np.empty_like(x)
+        pair = (bound("fc_bwd", dy=dy, w=w, x=x, dw=dw, db=db, dx=g), bound("relu_bwd_from_output", dy=g, y=x, dx=dx))
+        fused = bound("relu_fc_bwd", dy=dy, w=w, x=x, dw=dw, db=db, dx=dx)
+        tdy, tw, tx = torch.from_numpy(dy.reshape(n, o)), torch.from_numpy(w.reshape(o, f)), torch.from_numpy(x.reshape(n, f))
+
+        def torch_bwd(tdy=tdy, tw=tw, tx=tx):
+            tdy.t().mm(tx), tdy.sum(0)
+            torch.ops.aten.threshold_backward(tdy.mm(tw), tx, 0)
+
+        out[f"bwd relu+fc {f}->{o}"] = (lambda p=pair: (p[0](), p[1]()), fused, torch_bwd)
+    return out
+
+
+def _interleaved_n(fns, rounds: int) -> list[float]:
+    """Median seconds of each of ``fns`` over ``rounds`` rounds, the order rotating every round."""
+    times: list[list[float]] = [[] for _ in fns]
+    for r in range(rounds):
+        for i in [(r + k) % len(fns) for k in range(len(fns))]:
+            t0 = time.perf_counter()
+            fns[i]()
+            times[i].append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
+
+
+def fc_relu_kernels(repeats: int) -> None:
+    from bench.cpu_time import describe, quietness, sample
+
+    before = sample()
+    print(f"load {os.getloadavg()[0]:.2f}")
+    print(f"{'case':<24} {'unfused ms':>10} {'fused ms':>9} {'torch ms':>9} {'fused/unfused':>13} "
+          f"{'torch/fused':>11}")
+    total = [0.0, 0.0, 0.0]
+    for case, fns in fc_relu_pairs().items():
+        for fn in fns:
+            fn()
+        ts = _interleaved_n(fns, repeats)
+        total = [a + b for a, b in zip(total, ts)]
+        print(f"{case:<24} {ts[0] * 1e3:>10.3f} {ts[1] * 1e3:>9.3f} {ts[2] * 1e3:>9.3f} {ts[0] / ts[1]:>12.3f}x "
+              f"{ts[2] / ts[1]:>10.3f}x")
+    print(f"{'all six':<24} {total[0] * 1e3:>10.3f} {total[1] * 1e3:>9.3f} {total[2] * 1e3:>9.3f} "
+          f"{total[0] / total[1]:>12.3f}x {total[2] / total[1]:>10.3f}x")
+    print(f"load {os.getloadavg()[0]:.2f}; {describe(quietness(before, sample()))}")
+
+
+def fc_relu_step(rounds: int, steps: int) -> None:
+    import tr_mlir.passes.memplan_fuse_fc_relu as fusion
+    from bench.cpu_time import describe, quietness, sample
+    from bench.models import THROUGHPUT_MODELS
+    from bench.throughput import _Ours, _Torch
+    from tr_mlir.data import load_dataset
+
+    m = THROUGHPUT_MODELS["mlp"]
+    data = load_dataset("synthetic", input_shape=m.input_shape, num_classes=m.num_classes, train_size=m.batch,
+                        val_size=1)
+    x, y = data.train_x[:m.batch], data.train_y[:m.batch]
+    sides = {}
+    fuse = fusion.fuse
+    try:
+        fusion.fuse = lambda program: 0
+        sides["before"] = _Ours(m, x, y, m.fuse)
+    finally:
+        fusion.fuse = fuse
+    sides["after"] = _Ours(m, x, y, m.fuse)
+    sides["torch"] = _Torch(m, x, y)
+    for side in sides.values():
+        side.step(), side.step()
+    losses: dict[str, list[float]] = {k: [] for k in sides}
+
+    def steps_of(side):
+        return lambda: losses[side].extend(sides[side].step() for _ in range(steps))
+
+    names = list(sides)
+    before = sample()
+    print(f"load {os.getloadavg()[0]:.2f}")
+    per: dict[str, list[float]] = {k: [] for k in names}
+    for _ in range(rounds):
+        for k, t in zip(names, _interleaved_n([steps_of(k) for k in names], 3)):
+            per[k].append(t / steps)
+    med = {k: statistics.median(v) for k, v in per.items()}
+    print(f"load {os.getloadavg()[0]:.2f}; {describe(quietness(before, sample()))}")
+    print(f"MLP batch {m.batch}: step ms before {med['before'] * 1e3:.2f}, after {med['after'] * 1e3:.2f}, "
+          f"PyTorch {med['torch'] * 1e3:.2f} (medians of {rounds} rounds); before / after "
+          f"{med['before'] / med['after']:.3f}, PyTorch / before {med['torch'] / med['before']:.3f}, "
+          f"PyTorch / after {med['torch'] / med['after']:.3f}; rounds before / after: "
+          f"{', '.join(f'{b / a:.3f}' for b, a in zip(per['before'], per['after']))}; "
+          f"tr-mlir losses bit-identical: {losses['before'] == losses['after']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     from threadpoolctl import threadpool_limits
 
     ap = argparse.ArgumentParser(prog="python -m bench.epilogues", description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("kernels", "step"))
+    ap.add_argument("what", choices=("kernels", "step", "fc-relu-kernels", "fc-relu-step"))
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=41, help="kernels: rounds per case")
-    ap.add_argument("--rounds", type=int, default=9, help="step: rounds (each both sides, twice)")
-    ap.add_argument("--steps", type=int, default=2, help="step: steps per side per round")
+    ap.add_argument("--repeats", type=int, default=41, help="kernels, fc-relu-kernels: rounds per case")
+    ap.add_argument("--rounds", type=int, default=9, help="step, fc-relu-step: rounds (each every side)")
+    ap.add_argument("--steps", type=int, default=2, help="step, fc-relu-step: steps per side per round")
     args = ap.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)  # torch's own pool (threadpoolctl limits OpenBLAS)
     with threadpool_limits(args.threads):
-        kernels(args.repeats) if args.what == "kernels" else step(args.rounds, args.steps)
+        {"kernels": lambda: kernels(args.repeats), "step": lambda: step(args.rounds, args.steps),
+         "fc-relu-kernels": lambda: fc_relu_kernels(args.repeats),
+         "fc-relu-step": lambda: fc_relu_step(args.rounds, args.steps)}[args.what]()
     return 0
 
 

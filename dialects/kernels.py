@@ -624,6 +624,10 @@ class K:
     FC_INF = _id("fc_inf", _FC_FWD)
     FC_BWD = _id("fc_bwd", Operands(("dy", "w", "x"), ("dx", "dw", "db"), when={"db": "bias"}))
     FC_BWD_FIRST_LAYER = _id("fc_bwd_first_layer", Operands(("dy", "w", "x"), ("dw", "db"), when={"db": "bias"}))
+    # an FC and its ReLU in the GEMM epilogue (memplan-fuse-fc-relu): the forward of fc -> relu,
+    # the backward of relu -> fc (the FC's input is the ReLU's output; dx the ReLU input's gradient)
+    FC_RELU_FWD = _id("fc_relu_fwd", _FC_FWD)
+    RELU_FC_BWD = _id("relu_fc_bwd", Operands(("dy", "w", "x"), ("dx", "dw", "db"), when={"db": "bias"}))
     # reshapes and copies (identity_bwd is the copy identity_fwd(x, y): dy -> x, dx -> y)
     FLATTEN_FWD = _id("flatten_fwd", _XY)
     FLATTEN_INF = _id("flatten_inf", _XY)

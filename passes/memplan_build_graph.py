@@ -91,6 +91,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from tr_mlir.dialects.arch import ModelOp
 from tr_mlir.dialects.kernels import K, KernelId
 from tr_mlir.dialects.memplan import (
+    AtlasOp,
     GraphId,
     GraphOp,
     MemRegion,
@@ -602,3 +603,20 @@ class MemplanBuildGraphPass(ModulePass):
             for old in program.graphs():
                 Rewriter.erase_op(old)
             Rewriter.insert_op([train, infer], InsertPoint.after(program.plans()[-1]))
+
+
+def graph_programs(op: ModuleOp, pass_name: str, atlas_reason: str):
+    """``(model, program)`` for every program of ``op`` (as ``model_programs``) that a pass
+    rewriting the ``@train`` graph's nodes may run on: it has its plans and ``@train`` graph
+    (else the diagnostic says to run memplan-build-graph first) and no atlas yet (``atlas_reason``:
+    what the atlas would name that the pass changes). Raises the diagnostics as ``fail``."""
+    for model, program in model_programs(op, pass_name):
+        assert program is not None
+        if not any(g.graph_name == TRAIN_GRAPH for g in program.graphs()) or not program.plans():
+            fail(model, f"'{model.name}' op @{model.sym_name.data}: {pass_name} needs the program's "
+                        f"@{TRAIN_GRAPH} graph; run memplan-build-graph first (or memplan-compile)")
+        if program.ops_of(AtlasOp):
+            fail(model, f"'{model.name}' op @{model.sym_name.data}: {pass_name} runs before "
+                        f"memplan-build-atlas ({atlas_reason}); this program "
+                        f"already has its atlas: rerun the pipeline from memplan-build-graph")
+        yield model, program

@@ -3,7 +3,8 @@
 Runs ``memplan-select-conv-algo`` (the conv algorithms, recorded on the layer ops before any
 workspace is sized), ``memplan-derive-shapes`` (phase 1, with the compile-spec options), ``memplan-max-slots``
 (2), ``memplan-create-plans`` (3), ``memplan-name-parameters`` (the names of the parameters and
-BN buffers users see), ``memplan-build-graph`` (4), ``memplan-narrow-grad-clear`` (the
+BN buffers users see), ``memplan-build-graph`` (4), ``memplan-fuse-fc-relu`` (an FC and its
+adjacent ReLU as one GEMM with a ReLU epilogue), ``memplan-narrow-grad-clear`` (the
 gradient clear only where a gradient's first writer accumulates), ``memplan-share-variants`` (5),
 ``memplan-build-atlas`` and ``memplan-skip-dead-outputs`` (the optional outputs no node reads are
 marked ``skip_outputs``), then places the transient DTensors by lifetime (``memplan-assign-offsets``),
@@ -23,7 +24,9 @@ the parameters (its graphs follow in ``memplan-build-graph``). ``conv_algo`` (de
 the cost rule; ``im2col``: today's rule; ``numpy``; or one algorithm where it applies) and
 ``conv_algo_fwd`` / ``conv_algo_dgrad`` / ``conv_algo_wgrad`` are ``memplan-select-conv-algo``'s.
 ``decay_all`` (default false) is ``memplan-build-graph``'s: bias-like parameters (BN gamma/beta, FC
-biases) run the optimizer's weight update, with weight decay.
+biases) run the optimizer's weight update, with weight decay. ``fuse_fc_relu`` (default true)
+runs ``memplan-fuse-fc-relu``; ``fuse_fc_relu=false`` keeps the FC and ReLU nodes apart (the same
+bits).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from tr_mlir.passes.memplan_create_plans import MemplanCreatePlansPass
 from tr_mlir.passes.memplan_derive_shapes import CompileSpecOptions, MemplanDeriveShapesPass
 from tr_mlir.passes.memplan_max_slots import MemplanMaxSlotsPass
 from tr_mlir.passes.memplan_name_parameters import MemplanNameParametersPass
+from tr_mlir.passes.memplan_fuse_fc_relu import MemplanFuseFcReluPass
 from tr_mlir.passes.memplan_narrow_grad_clear import MemplanNarrowGradClearPass
 from tr_mlir.passes.memplan_select_conv_algo import ConvAlgoOptions, MemplanSelectConvAlgoPass
 from tr_mlir.passes.memplan_share_variants import MemplanShareVariantsPass
@@ -59,13 +63,15 @@ class MemplanCompilePass(CompileSpecOptions, ConvAlgoOptions, ModulePass):
     reuse: bool = True
     ema: bool = False
     decay_all: bool = False
+    fuse_fc_relu: bool = True
 
     def phases(self) -> list[ModulePass]:
         """The passes this pipeline runs, in order, with the spec options on phase 1."""
         spec = {k: getattr(self, k) for k in SPEC_OPTIONS}
         return [MemplanSelectConvAlgoPass(**spec, **self.algo_options()), MemplanDeriveShapesPass(**spec),
                 MemplanMaxSlotsPass(), MemplanCreatePlansPass(ema=self.ema), MemplanNameParametersPass(),
-                MemplanBuildGraphPass(decay_all=self.decay_all), MemplanNarrowGradClearPass(),
+                MemplanBuildGraphPass(decay_all=self.decay_all), *([MemplanFuseFcReluPass()] if self.fuse_fc_relu else []),
+                MemplanNarrowGradClearPass(),
                 MemplanShareVariantsPass(), MemplanBuildAtlasPass(),
                 MemplanSkipDeadOutputsPass(), MemplanAssignOffsetsPass(reuse=self.reuse)]
 

@@ -51,10 +51,8 @@ from xdsl.rewriter import Rewriter
 
 from tr_mlir.dialects.kernels import K, KernelIdError, operands_for
 from tr_mlir.dialects.lifetimes import training_step_orders
-from tr_mlir.dialects.memplan import AtlasOp, GraphId, GraphOp, MemRegion, Node, NodesOp, PlanOp, ProgramOp
-from tr_mlir.passes._descriptors_program import model_programs
-from tr_mlir.passes._model import fail
-from tr_mlir.passes.memplan_build_graph import TRAIN_GRAPH
+from tr_mlir.dialects.memplan import GraphId, GraphOp, MemRegion, Node, NodesOp, PlanOp, ProgramOp
+from tr_mlir.passes.memplan_build_graph import TRAIN_GRAPH, graph_programs
 
 
 def _flag(params: Sequence[DictionaryAttr], node: Node, cond: str) -> bool:
@@ -175,13 +173,5 @@ class MemplanNarrowGradClearPass(ModulePass):
     name = "memplan-narrow-grad-clear"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for model, program in model_programs(op, self.name):
-            assert program is not None
-            if not any(g.graph_name == TRAIN_GRAPH for g in program.graphs()) or not program.plans():
-                fail(model, f"'{model.name}' op @{model.sym_name.data}: {self.name} needs the program's "
-                            f"@{TRAIN_GRAPH} graph; run memplan-build-graph first (or memplan-compile)")
-            if program.ops_of(AtlasOp):
-                fail(model, f"'{model.name}' op @{model.sym_name.data}: {self.name} runs before "
-                            f"memplan-build-atlas (the atlas names the buckets it may empty); this program "
-                            f"already has its atlas: rerun the pipeline from memplan-build-graph")
+        for _, program in graph_programs(op, self.name, "the atlas names the buckets it may empty"):
             narrow(program)

@@ -387,3 +387,18 @@ def test_gpu_section_runs_the_smoke_script(monkeypatch):
         pytest.skip("a GPU is present: the script would time the models")
     monkeypatch.setattr(G, "gpu_present", lambda: (True, "forced"))
     assert G.run(str(REPO), timeout=120) == {"skipped": True, "reason": "scripts/gpu_smoke.py wrote no timing section"}
+
+
+def test_fc_relu_epilogue_benchmarks_run(capsys):
+    """``python -m bench.epilogues fc-relu-kernels`` / ``fc-relu-step``, one round each: every
+    MLP pair timed on the three sides, and the whole steps' tr-mlir losses bit-identical with and
+    without memplan-fuse-fc-relu."""
+    from bench.epilogues import fc_relu_kernels, fc_relu_step
+
+    fc_relu_kernels(1)
+    out = capsys.readouterr().out
+    assert out.count("fwd fc+relu") == 3 and out.count("bwd relu+fc") == 3 and "all six" in out
+    assert "load " in out  # and the steal time, or "-" where /proc/stat is missing
+    fc_relu_step(1, 1)
+    out = capsys.readouterr().out
+    assert "before / after" in out and "tr-mlir losses bit-identical: True" in out

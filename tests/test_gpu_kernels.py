@@ -171,6 +171,32 @@ def test_relu_output_form_is_bit_identical_to_the_mask_form_on_the_device(backen
     assert error(from_y, want) == 0.0
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_fc_relu_epilogues_are_bit_identical_to_the_unfused_kernels_on_the_device(backend, dt):
+    """The FC+ReLU GEMM epilogues of tr_gemm (fc_relu_fwd, relu_fc_bwd) write what fc_fwd then
+    relu_fwd, and fc_bwd then relu_bwd_from_output, write on the device, to the bit (the values:
+    test_kernel_matches_numpy)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 1, 1, 70)).astype(dt)  # 70 and 66: past one 64-wide tile
+    x[0, 0, 0, :5] = [0.0, -0.0, 1e-8, -1e-8, np.nan]
+    w = (rng.standard_normal((66, 1, 1, 70)) * 0.2).astype(dt)
+    b = rng.standard_normal(66).astype(np.float32)
+    zy = np.zeros((6, 1, 1, 66), dt)
+    t = _on_device(backend, "fc_fwd", {"x": x, "w": w, "b": b, "y": zy})["y"]
+    unfused = _on_device(backend, "relu_fwd", {"x": t, "y": zy})["y"]
+    fused = _on_device(backend, "fc_relu_fwd", {"x": x, "w": w, "b": b, "y": zy})["y"]
+    assert fused.tobytes() == unfused.tobytes()
+    dy = rng.standard_normal((6, 1, 1, 66)).astype(dt)
+    xr = _on_device(backend, "relu_fwd", {"x": x, "y": np.zeros_like(x)})["y"]
+    grads = {"dy": dy, "w": w, "x": xr, "dw": np.zeros((66, 1, 1, 70), np.float32), "db": np.zeros(66, np.float32),
+             "dx": np.zeros_like(x)}
+    one = _on_device(backend, "fc_bwd", grads)
+    g = _on_device(backend, "relu_bwd_from_output", {"dy": one["dx"], "y": xr, "dx": np.zeros_like(x)})["dx"]
+    both = _on_device(backend, "relu_fc_bwd", grads)
+    assert both["dx"].tobytes() == g.tobytes()
+    assert both["dw"].tobytes() == one["dw"].tobytes() and both["db"].tobytes() == one["db"].tobytes()
+
+
 def test_error_measure():
     a = np.array([1.0, np.inf, np.nan], np.float32)
     assert error(a, a.copy()) == 0.0

@@ -1,13 +1,16 @@
 // RUN: tr-opt %s --split-input-file --verify-diagnostics -p 'memplan-compile{batch_size=4 train_size=10 val_size=6 world_size=2 optimizer=nesterov target=cuda}' | filecheck %s
+// RUN: tr-opt %s --split-input-file --verify-diagnostics -p 'memplan-compile{batch_size=4 train_size=10 val_size=6 world_size=2 optimizer=nesterov target=cuda fuse_fc_relu=false}' | filecheck %s --check-prefix=UNFUSED
 // RUN: tr-opt %s --split-input-file --verify-diagnostics -p 'memplan-compile' | filecheck %s --check-prefix=NOSPEC
 // RUN: tr-opt %s --split-input-file --verify-diagnostics -p 'memplan-compile{batch_size=4 train_size=10 val_size=6 optimizer=rmsprop}' | filecheck %s --check-prefix=BADOPT
 
 // The five phases and the atlas on a flat model: spec (per-process batch 4, two processes: 5 train
 // and 3 val samples per process, last batches 1 and 3), six linked variants, descs, six plans for
 // the cuda target, the two graphs (Nesterov updates), the atlas last; then memplan-assign-offsets
-// places the transient DTensors in one pool after the regions (it splits the first FC's output from
-// the gradient the ReLU backward writes there: l1.fc_output.v1; the ReLU, read by an FC, keeps no
-// mask and reads its output in backward).
+// places the transient DTensors in one pool after the regions. memplan-fuse-fc-relu runs the first
+// FC and the ReLU as FC_RELU (the ReLU, read by an FC, keeps no mask and reads its output in
+// backward), so the first FC's output holds only the ReLU input's gradient, written by RELU_FC_BWD.
+// Without the fusion (second RUN line) the plan splits the FC's forward value from that gradient,
+// l1.fc_output.v1, at the same total.
 // CHECK-LABEL: memplan.program for @mlp {
 // CHECK-NEXT:    memplan.spec batch_size = 4 train_size = 10 val_size = 6 train_res = 2 train_res_end = 2 val_res = 2 world_size = 2 optimizer nesterov target cuda
 // CHECK-NEXT:    memplan.variant @train_base batch = 4 res = 2 max_res = 2 channels = 2 plan @plan_train_base train @train infer @infer
@@ -18,9 +21,12 @@
 // CHECK-NEXT:    memplan.variant @val_last batch = 3 res = 2 max_res = 2 channels = 2 plan @plan_val_last infer @infer
 // CHECK-NEXT:    memplan.descs 0 "arch.flatten"
 // CHECK-COUNT-4: memplan.descs
-// CHECK-NEXT:    memplan.plan @plan_train_base target cuda total_bytes = 22528 {{.*}} pool = [18432, 4096] {{.*}} "l1.fc_output.v1"]
+// CHECK-NEXT:    memplan.plan @plan_train_base target cuda total_bytes = 22528 {{.*}} pool = [18432, 4096] {{.*}} "l4.top5_partial"] regions
+// UNFUSED:       memplan.plan @plan_train_base target cuda total_bytes = 22528 {{.*}} pool = [18432, 4096] {{.*}} "l1.fc_output.v1"]
+// UNFUSED:       memplan.nodes deep_fwd_bwd ops = ["FC_FP32_FWD", "RELU_FP32_FWD", 
 // CHECK-COUNT-5: memplan.plan @plan_{{.*}} target cuda total_bytes = 22528 {{.*}} pool = [18432, 4096]
 // CHECK-NEXT:    memplan.graph @train
+// CHECK:           memplan.nodes deep_fwd_bwd ops = ["FC_RELU_FP32_FWD", "FC_FP32_FWD", "SOFTMAX_CE_FP32_FWD", "SOFTMAX_CE_FP32_BWD", "RELU_FC_FP32_BWD", "FC_FP32_BWD"]
 // CHECK:           memplan.nodes optimizer ops = ["RANGE_UPDATE_WEIGHT_NESTEROV", "RANGE_UPDATE_BIAS_NESTEROV"]
 // CHECK:         memplan.graph @infer
 // CHECK:         memplan.atlas slots = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, -1, -1, 10, -1, -1, 11,

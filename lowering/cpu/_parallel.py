@@ -348,7 +348,8 @@ _NO_TRANS, _TRANS = 111, 112  # CBLAS_TRANSPOSE
 
 class _Job(ctypes.Structure):
     """One ``tr_job`` of :data:`GEMM_C_SOURCE`: ``c = a @ b`` (cblas row-major), then an optional
-    bias add over the rows of ``c`` and an optional column sum."""
+    bias add over the rows of ``c``, an optional ReLU or ReLU gate (:func:`gemm_job`) and an
+    optional column sum."""
 
     _fields_ = [("ta", ctypes.c_int64), ("tb", ctypes.c_int64), ("m", ctypes.c_int64), ("n", ctypes.c_int64),
                 ("k", ctypes.c_int64), ("lda", ctypes.c_int64), ("ldb", ctypes.c_int64), ("ldc", ctypes.c_int64),
@@ -356,7 +357,8 @@ class _Job(ctypes.Structure):
                 ("sum_src", ctypes.c_void_p), ("sum_dst", ctypes.c_void_p), ("sum_ld", ctypes.c_int64),
                 ("sum_n", ctypes.c_int64), ("sum_rows", ctypes.c_int64), ("seconds", ctypes.c_double),
                 ("call", ctypes.c_void_p), ("iargs", ctypes.c_int64 * 8), ("fargs", ctypes.c_double * 8),
-                ("next", ctypes.c_void_p), ("own", ctypes.c_int64)]
+                ("next", ctypes.c_void_p), ("own", ctypes.c_int64), ("relu", ctypes.c_int64),
+                ("gate", ctypes.c_void_p), ("gate_ld", ctypes.c_int64)]
 
 
 _cgemm: tuple | None | bool = None  # (tr_run_list, tr_after_fork) once loaded, False when unavailable
@@ -471,9 +473,12 @@ def _operand(x: np.ndarray) -> tuple[int, int] | None:
 
 
 def gemm_job(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, bias: np.ndarray | None = None,
-             sum_src: np.ndarray | None = None, sum_dst: np.ndarray | None = None, own: bool = False) -> _Job | None:
+             sum_src: np.ndarray | None = None, sum_dst: np.ndarray | None = None, own: bool = False,
+             relu: bool = False, gate: np.ndarray | None = None) -> _Job | None:
     """A job for :func:`run_jobs`: ``out = a @ b`` (2-D fp32 views, ``out`` with unit column
-    stride), then ``out[i, :] += bias`` when given (fp32, ``n`` contiguous), then
+    stride), then ``out[i, :] += bias`` when given (fp32, ``n`` contiguous), then ``relu``:
+    ``out = max(out, 0)`` (``relu_fwd``'s expression), then ``gate`` (fp32, ``out``'s shape, unit
+    column stride): ``out *= gate > 0`` (``relu_bwd_from_output``'s product), then
     ``sum_dst = sum_src.sum(axis=0)`` (rows added in order, as ``np.add.reduce``) when given.
     None when a layout does not fit (the caller then uses NumPy). ``own``: the GEMM with the
     kernels' own OpenBLAS instance (:func:`own_blas`) when there is one."""
@@ -485,6 +490,12 @@ def gemm_job(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, bias: np.ndarray 
         return None
     job = _Job(oa[0], ob[0], m, n, k, oa[1], ob[1], oc[1], a.ctypes.data, b.ctypes.data, out.ctypes.data)
     job.own = int(own)
+    job.relu = int(relu)
+    if gate is not None:
+        og = _operand(gate)
+        if og is None or og[0] != _NO_TRANS or gate.dtype != np.float32 or gate.shape != (m, n):
+            return None
+        job.gate, job.gate_ld = gate.ctypes.data, og[1]
     if bias is not None:
         if bias.dtype != np.float32 or bias.shape != (n,) or bias.strides != (4,):
             return None
@@ -615,7 +626,7 @@ shapes, tests/test_kernels_parallel.py)."""
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = None,
            epilogue: Callable[[slice, slice], None] | None = None, bias: np.ndarray | None = None,
-           own_blas: bool = False) -> None:
+           own_blas: bool = False, relu: bool = False, gate: np.ndarray | None = None) -> None:
     """``np.matmul(a, b, out=out)`` for ``a`` (..., m, k), ``b`` (..., k, n), ``out`` (..., m, n),
     split across :func:`workers` threads when large enough (:data:`MIN_SPLIT_FLOPS`): into row
     blocks of ``m`` (``axis=-2``) or column blocks of ``n`` (``axis=-1``); ``None`` chooses by
@@ -634,7 +645,38 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
     :func:`run_jobs`): the same ``cblas_sgemm`` calls NumPy makes, without a Python thread
     hand-off. ``own_blas``: every 2-D GEMM that fits, split or not, runs with the kernels' own
     OpenBLAS instance (:func:`own_blas`) when there is one: results agree with NumPy's to
-    float rounding, and are the same bits on one or two threads (FC layers use it)."""
+    float rounding, and are the same bits on one or two threads (FC layers use it).
+
+    ``relu`` (``out = max(out, 0)`` after the bias) and ``gate`` (``out *= gate > 0``, gate fp32
+    of ``out``'s shape: the backward of a ReLU from its output) are the ReLU epilogues of a fused
+    FC (:mod:`.dense`): in the C jobs they run on each block as it is computed; on any other path
+    the ReLU kernels (:func:`.activation.relu_fwd`, :func:`.activation.relu_bwd_from_output`) run
+    over the whole ``out`` (C-contiguous) after the GEMM. Either way the bits are those of the
+    GEMM followed by the unfused ReLU kernel. Raises ValueError for a non-contiguous ``out``
+    or a ``gate`` of another shape on that path."""
+    if not _matmul(a, b, out, axis, epilogue, bias, own_blas, relu, gate) and (relu or gate is not None):
+        _relu_after(out, relu, gate)
+
+
+def _relu_after(out: np.ndarray, relu: bool, gate: np.ndarray | None) -> None:
+    """The ReLU epilogues of :func:`matmul` as the unfused kernels, over the whole ``out``."""
+    from . import activation  # activation imports this module
+
+    if not out.flags.c_contiguous or gate is not None and gate.shape != out.shape:
+        raise ValueError(f"expected a C-contiguous GEMM output{' and a gate' if gate is not None else ''} of "
+                         f"one shape for a ReLU epilogue, got {out.shape}"
+                         f"{'' if gate is None else f' and {gate.shape}'}")
+    if relu:
+        activation.relu_fwd(out, out)
+    if gate is not None:
+        activation.relu_bwd_from_output(out, gate, out)
+
+
+def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
+            epilogue: Callable[[slice, slice], None] | None, bias: np.ndarray | None, own_blas: bool,
+            relu: bool, gate: np.ndarray | None) -> bool:
+    """:func:`matmul` but for the ReLU epilogues on the paths other than the C jobs: True when the
+    C jobs ran them (``relu``, ``gate``), False when the caller must."""
     user = epilogue  # a Python epilogue keeps the split on the Python threads
     if bias is not None:
         bias1 = bias.reshape(-1)
@@ -659,15 +701,15 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
     if own and user is None and n >= 2 * OWN_COL_BLOCKS:
         # fixed column blocks, whatever the thread count (its bits depend on the cut): equal
         # halves, where row cuts at multiples of 24 split the MLP's 200 rows 96 / 104
-        jobs = cached_jobs(("own-cols",) + array_key(a, b, out, bias), lambda: _split_jobs(
-            a, b, out, -1, None if bias is None else bias.reshape(-1), OWN_COL_BLOCKS, True))
+        jobs = cached_jobs(("own-cols", relu) + array_key(a, b, out, bias, gate), lambda: _split_jobs(
+            a, b, out, -1, None if bias is None else bias.reshape(-1), OWN_COL_BLOCKS, True, relu=relu, gate=gate))
         if jobs is not None:
             if t >= 2:
                 run_jobs(*jobs)
             else:
                 for job in jobs:
                     run_here(job)
-            return
+            return True
     align = 1  # cuts anywhere keep the bits
     if own:
         align = OWN_ROW_ALIGN
@@ -677,35 +719,36 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
         axis, size = -2, m // align if align else 0
     if t == 1 or flops < MIN_SPLIT_FLOPS or size < 2 * t:
         if own:
-            job = cached_jobs(("one",) + array_key(a, b, out, bias),
-                              lambda: gemm_job(a, b, out, bias=None if bias is None else bias.reshape(-1), own=True))
+            job = cached_jobs(("one", relu) + array_key(a, b, out, bias, gate),
+                              lambda: gemm_job(a, b, out, bias=None if bias is None else bias.reshape(-1), own=True,
+                                               relu=relu, gate=gate))
             if job is not None:
                 run_here(job)
                 if user is not None:
                     user(whole, whole)
-                return
+                return True
         serial_matmul(a, b, out)
         if epilogue is not None:
             epilogue(whole, whole)
-        return
+        return False
 
     count = gemm_blocks(flops, size, t)
     if t == 2 and user is None and a.ndim == 2 and b.ndim == 2 and c_gemm():
-        jobs = cached_jobs(("mm", axis, count, own, align) + array_key(a, b, out, bias),
+        jobs = cached_jobs(("mm", axis, count, own, align, relu) + array_key(a, b, out, bias, gate),
                            lambda: _split_jobs(a, b, out, axis, None if bias is None else bias.reshape(-1), count, own,
-                                               align))
+                                               align, relu=relu, gate=gate))
         if jobs is not None:
             if count > t:
                 note_dynamic_call()
                 run_jobs(*jobs)
             else:
                 note_split(run_jobs(*jobs))
-            return
+            return True
     tasks = matmul_tasks(a, b, out, axis, count, epilogue, align)
     if count > t:
         note_dynamic_call()
         run_dynamic(tasks)
-        return
+        return False
     times = [0.0] * len(tasks)
 
     def timed(i: int) -> None:
@@ -715,19 +758,23 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
 
     run([(lambda i=i: timed(i)) for i in range(len(tasks))])
     note_split(times)
+    return False
 
 
 def _split_jobs(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, bias: np.ndarray | None,
-                count: int = 2, own: bool = False, align: int = 1) -> tuple | None:
-    """``count`` :func:`gemm_job` blocks of ``out = a @ b (+ bias)`` along ``axis``, cut at
-    multiples of ``align`` (None: a layout the C worker cannot take)."""
+                count: int = 2, own: bool = False, align: int = 1, *, relu: bool = False,
+                gate: np.ndarray | None = None) -> tuple | None:
+    """``count`` :func:`gemm_job` blocks of ``out = a @ b (+ bias)`` (and the ReLU epilogues
+    ``relu`` / ``gate``) along ``axis``, cut at multiples of ``align`` (None: a layout the C
+    worker cannot take)."""
     jobs = []
     for lo, hi in blocks(out.shape[axis], count, align):
         s = slice(lo, hi)
         if axis == -2:
-            job = gemm_job(a[s], b, out[s], bias=bias, own=own)
+            job = gemm_job(a[s], b, out[s], bias=bias, own=own, relu=relu, gate=None if gate is None else gate[s])
         else:
-            job = gemm_job(a, b[:, s], out[:, s], bias=None if bias is None else bias[s], own=own)
+            job = gemm_job(a, b[:, s], out[:, s], bias=None if bias is None else bias[s], own=own, relu=relu,
+                           gate=None if gate is None else gate[:, s])
         if job is None:
             return None
         jobs.append(job)

@@ -35,6 +35,10 @@ typedef struct tr_job_s {
     double fargs[8];
     struct tr_job_s *next;       /* optional: run right after, on the same thread */
     int64_t own;                 /* 1: the GEMM with the kernels' own OpenBLAS instance (tr_setup_own) */
+    int64_t relu;                /* 1: c[i, j] = relu(c[i, j]) after the bias (an FC+ReLU forward) */
+    const float *gate;           /* optional: c[i, j] *= (gate[i * gate_ld + j] > 0), a ReLU backward from
+                                    its output (an FC backward whose input is a ReLU's output) */
+    int64_t gate_ld;
 } tr_job;
 
 static void *g_sgemm, *g_sgemm_own;
@@ -82,6 +86,28 @@ static void run_one(tr_job *j) {
         for (int64_t i = 0; i < j->m; i++) {
             float *row = j->c + i * j->ldc;
             for (int64_t q = 0; q < j->n; q++) row[q] = row[q] + j->bias[q];
+        }
+    }
+    /* The ReLU epilogues are lowering/cpu/activation.py's RELU_C_SOURCE expressions (relu_fwd_y,
+       relu_bwd_y), so a fused job gives the unfused kernels' bits. The job's fields are read into
+       locals first: a store through a row could otherwise alias them, which keeps GCC from
+       vectorizing the loops. */
+    if (j->relu || j->gate) {
+        const int64_t m = j->m, n = j->n, ldc = j->ldc, ldg = j->gate_ld;
+        const int relu = j->relu != 0;
+        float *const c = j->c;
+        const float *const gate = j->gate;
+        for (int64_t i = 0; i < m; i++) {
+            float *row = c + i * ldc;
+            if (relu) {
+#pragma GCC ivdep
+                for (int64_t q = 0; q < n; q++) { const float v = row[q]; row[q] = v <= 0.0f ? 0.0f : v; }
+            }
+            if (gate) {
+                const float *g = gate + i * ldg;
+#pragma GCC ivdep
+                for (int64_t q = 0; q < n; q++) row[q] = row[q] * (float)(g[q] > 0.0f);
+            }
         }
     }
     if (j->sum_dst && j->sum_rows > 0) {

@@ -25,6 +25,7 @@ import math
 import numpy as np
 
 from . import _parallel
+from .activation import relu_bwd_from_output, relu_fwd
 from ._util import F32, as32, chunks, copy_into, finish, flat, out32, scalar
 from .registry import CUDA, ArrayInfo, kernel
 
@@ -65,19 +66,34 @@ def concurrent_backward(n: int, f: int, o: int) -> bool:
     return 2.0 * n * f * o >= _parallel.MIN_SPLIT_FLOPS and min(n, f, o) >= 2
 
 
-def fc_forward(x, w, b, y, ws: dict[str, np.ndarray]) -> None:
+def fc_forward(x, w, b, y, ws: dict[str, np.ndarray], relu: bool = False) -> None:
     """``y = x @ w.T (+ b)`` (see the module doc). The GEMM is split across the kernel threads
-    (:func:`._parallel.matmul`); each thread adds the bias to the block it computed."""
+    (:func:`._parallel.matmul`); each thread adds the bias to the block it computed.
+
+    ``relu``: ``y = relu(x @ w.T (+ b))``, the FC+ReLU GEMM epilogue: an fp32 ``y`` gets the ReLU
+    on each block right after its GEMM and bias (while the block is in cache); an fp16 one (AMP)
+    gets :func:`.activation.relu_fwd` over ``y`` after the rounding. The bits of ``fc_fwd`` then
+    ``relu_fwd`` (output form) either way."""
     n, f, o = _fc_dims(x.shape, w.shape)
     if y.size != n * o:
         raise ValueError(f"expected fc output of {n} x {o} elements, got shape {y.shape}")
     x2, w2, y2 = as32(x, ws, "xbuf", (n, f)), as32(w, ws, "wbuf", (o, f)), out32(y, ws, "ybuf", (n, o))
-    _parallel.matmul(x2, w2.T, out=y2, bias=None if b is None else b.reshape(o), own_blas=True)
+    fused = relu and y.dtype == F32
+    _parallel.matmul(x2, w2.T, out=y2, bias=None if b is None else b.reshape(o), own_blas=True, relu=fused)
     finish(y, y2)
+    if relu and not fused:
+        relu_fwd(y, y)
 
 
-def fc_backward(dy, w, x, dw, db, dx, ws: dict[str, np.ndarray]) -> None:
+def fc_backward(dy, w, x, dw, db, dx, ws: dict[str, np.ndarray], gate_input: bool = False) -> None:
     """dw = dy.T @ x, db = sum(dy), then dx = dy @ w (dx may be x's buffer; None: skipped).
+
+    ``gate_input``: ``x`` is a ReLU's output and ``dx`` the gradient of that ReLU's input,
+    ``dx = (dy @ w) * (x > 0)`` (the ReLU backward from its output, PyTorch's
+    ``threshold_backward``, in the GEMM epilogue): fp32 operands gate each dx block right after
+    its GEMM, others (AMP) run :func:`.activation.relu_bwd_from_output` over dx after the
+    rounding; the bits of ``fc_bwd`` then ``relu_bwd_from_output`` either way. dx must then be
+    given and not share x's memory (ValueError).
 
     fp32 with dx wanted and :func:`concurrent_backward`: one parallel section, each thread a
     column block of dw (with a block of the db sums) and then the same columns of dx
@@ -86,7 +102,11 @@ def fc_backward(dy, w, x, dw, db, dx, ws: dict[str, np.ndarray]) -> None:
     ``r`` of dw also sums ``db[r]``. db is always the column sums of dy over the batch in
     order (one ``np.add.reduce`` over axis 0 or its column blocks: the same sums)."""
     n, f, o = _fc_dims(x.shape, w.shape)
-    if dx is not None and _backward_concurrently(dy, w, x, dw, db, dx, ws, n, f, o):
+    if gate_input and (dx is None or np.may_share_memory(dx, x)):
+        raise ValueError("an FC backward gated by its input's ReLU needs a dx apart from x "
+                         f"({'no dx' if dx is None else 'dx shares x memory'})")
+    fused = gate_input and dx.dtype == F32 and x.dtype == F32
+    if dx is not None and _backward_concurrently(dy, w, x, dw, db, dx, ws, n, f, o, fused):
         return
     dy2 = as32(dy, ws, "ybuf", (n, o))
     x2 = as32(x, ws, "xbuf", (n, f))
@@ -98,8 +118,10 @@ def fc_backward(dy, w, x, dw, db, dx, ws: dict[str, np.ndarray]) -> None:
     if dx is not None:
         w2 = as32(w, ws, "wbuf", (o, f))
         dx2 = out32(dx, ws, "xbuf", (n, f))
-        _parallel.matmul(dy2, w2, out=dx2, own_blas=True)
+        _parallel.matmul(dy2, w2, out=dx2, own_blas=True, gate=x2 if fused else None)
         finish(dx, dx2)
+        if gate_input and not fused:
+            relu_bwd_from_output(dx, x, dx)
 
 
 def _weight_grad_jobs(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.ndarray | None, axis: int,
@@ -161,9 +183,10 @@ def _db_epilogue(dy2: np.ndarray, db: np.ndarray):
     return epilogue
 
 
-def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> bool:
+def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int, gate: bool = False) -> bool:
     """The concurrent fp32 path of :func:`fc_backward`; False (nothing done) when it does not
-    apply. Column blocks ``c`` of the ``f`` inputs: each thread computes ``dw[:, c] = dy.T @
+    apply. ``gate``: each dx block times ``x > 0`` of its columns right after its GEMM
+    (:func:`fc_backward`'s ``gate_input``; dx apart from x). Column blocks ``c`` of the ``f`` inputs: each thread computes ``dw[:, c] = dy.T @
     x[:, c]`` and then ``dx[:, c] = dy @ w[:, c]``, so when dx is x's buffer a thread overwrites
     only the columns of x it has itself finished reading; the db sums are split by blocks of
     the ``o`` outputs, one block with each dw block."""
@@ -197,14 +220,14 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> 
             for c, r in zip(cols, outs):
                 head = _parallel.gemm_job(dy2.T, x2[:, c], dw2[:, c], sum_src=None if db2 is None else dy2[:, r],
                                           sum_dst=None if db2 is None else db2[r], own=True)
-                tail = _parallel.gemm_job(dy2, w2[:, c], dx2[:, c], own=True)
+                tail = _parallel.gemm_job(dy2, w2[:, c], dx2[:, c], own=True, gate=x2[:, c] if gate else None)
                 if head is None or tail is None:
                     return None
                 heads.append(_parallel.chain(head, tail))
                 tails.append(tail)
             return tuple(heads), tuple(tails)  # the tails stay alive with the heads
 
-        jobs = _parallel.cached_jobs(("fc_bwd", count) + _parallel.array_key(dy2, x2, dw2, db2, w2, dx2), make)
+        jobs = _parallel.cached_jobs(("fc_bwd", count, gate) + _parallel.array_key(dy2, x2, dw2, db2, w2, dx2), make)
         if jobs is not None:
             if threads == 1:
                 for head in jobs[0]:
@@ -220,6 +243,8 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int) -> 
         if db2 is not None:
             np.add.reduce(dy2[:, r], axis=0, out=db2[r])
         np.matmul(dy2, w2[:, c], out=dx2[:, c])
+        if gate:  # relu_bwd_from_output's NumPy product (its C one gives the same bits)
+            np.multiply(dx2[:, c], np.greater(x2[:, c], 0), out=dx2[:, c])
 
     _parallel.run_dynamic([(lambda c=c, r=r: block(c, r)) for c, r in zip(cols, outs)])
     return True
@@ -239,6 +264,28 @@ def fc_bwd(dy, w, x, dw, db=None, dx=None, xbuf=None, wbuf=None, ybuf=None) -> N
     buffer; None skips it, e.g. when x is the model input). dw, db fp32 even in AMP."""
     fc_backward(dy, w, x, dw, db, dx,
                 {k: v for k, v in (("xbuf", xbuf), ("wbuf", wbuf), ("ybuf", ybuf)) if v is not None})
+
+
+@kernel("fc_relu_fwd", writes=("y",), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=ws_fc,
+        target_workspace_fns={CUDA: None})
+def fc_relu_fwd(x, w, y, b=None, xbuf=None, wbuf=None, ybuf=None) -> None:
+    """An FC and the ReLU after it (output form): ``y = relu(x_flat @ w.T + b)``, the ReLU in the
+    GEMM epilogue (:func:`fc_forward`); the bits of ``fc_fwd`` then ``relu_fwd``. Written by
+    ``memplan-fuse-fc-relu``."""
+    fc_forward(x, w, b, y, {k: v for k, v in (("xbuf", xbuf), ("wbuf", wbuf), ("ybuf", ybuf)) if v is not None},
+               relu=True)
+
+
+@kernel("relu_fc_bwd", writes=("dx", "dw", "db"), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=ws_fc,
+        target_workspace_fns={CUDA: None})
+def relu_fc_bwd(dy, w, x, dw, dx, db=None, xbuf=None, wbuf=None, ybuf=None) -> None:
+    """The backward of an FC whose input ``x`` is a ReLU's output, through that ReLU: dw and db as
+    ``fc_bwd``, ``dx = (dy @ w) * (x > 0)``, the gradient of the ReLU's input (dx apart from x),
+    the gate in the GEMM epilogue (:func:`fc_backward`); the bits of ``fc_bwd`` then
+    ``relu_bwd_from_output``. Written by ``memplan-fuse-fc-relu``."""
+    fc_backward(dy, w, x, dw, db, dx,
+                {k: v for k, v in (("xbuf", xbuf), ("wbuf", wbuf), ("ybuf", ybuf)) if v is not None},
+                gate_input=True)
 
 
 @kernel("flatten_fwd", writes=("y",), also=("flatten_inf",))

@@ -109,6 +109,13 @@ def cases(seed: int = 0) -> list[Case]:
             if name == "fc_bwd":
                 arr["dx"] = _r(rng, (5, 2, 3, 4), dt)
             add(Case(f"{name} {dt.name}", name, arr, tol=_tol(dt)))
+        # the FC+ReLU GEMM epilogues (memplan-fuse-fc-relu): random x, so both sides of the gate
+        add(Case(f"fc_relu_fwd {dt.name}", "fc_relu_fwd", {"x": x.copy(), "w": w.copy(), "b": _r(rng, (10,)),
+                                                         "y": _r(rng, (5, 1, 1, 10), dt)}, tol=_tol(dt)))
+        add(Case(f"relu_fc_bwd {dt.name}", "relu_fc_bwd", {"dy": _r(rng, (5, 1, 1, 10), dt), "w": w.copy(),
+                                                         "x": x.copy(), "dw": _r(rng, (10, 1, 1, 24)),
+                                                         "db": _r(rng, (10,)), "dx": _r(rng, (5, 2, 3, 4), dt)},
+                 tol=_tol(dt)))
 
     for dt in (F32, F16):
         t = _tol(dt)

@@ -96,6 +96,14 @@ def _impls(ops: GpuOps) -> dict[KernelId, Impl]:
     def fc_bwd(dy, w, x, dw, db=None, dx=None):
         ops.fc_backward(dy, w, x, dw, db, dx)
 
+    @reg("fc_relu_fwd")
+    def fc_relu_fwd(x, w, y, b=None):
+        ops.fc_forward(x, w, b, y, relu=True)
+
+    @reg("relu_fc_bwd")
+    def relu_fc_bwd(dy, w, x, dw, dx, db=None):
+        ops.fc_backward(dy, w, x, dw, db, dx, gate_input=True)
+
     @reg("flatten_fwd", "flatten_inf")
     def flatten_fwd(x, y):
         ops.copy_into(y, x)

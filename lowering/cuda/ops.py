@@ -149,11 +149,16 @@ class GpuOps:
 
     def gemm(self, a: Any, sa: tuple[int, int, int], b: Any, sb: tuple[int, int, int], c: Any,
              sc: tuple[int, int, int], m: int, n: int, k: int, *, batch: int = 1, beta: float = 0.0,
-             bias: Any = None, accumulate_atomic: bool = False, a_kfast: bool = True, b_kfast: bool = True) -> None:
+             bias: Any = None, accumulate_atomic: bool = False, a_kfast: bool = True, b_kfast: bool = True,
+             relu: bool = False, gate: Any = None) -> None:
         """``C(m, n) = sum_k A(m, k) B(k, n) (+ beta C) (+ bias(n))`` with element strides
-        ``(row, col, batch)``; ``accumulate_atomic``: add into an fp32 C in K-splits."""
+        ``(row, col, batch)``; ``accumulate_atomic``: add into an fp32 C in K-splits. ``relu``:
+        ``C = relu(...)`` after the bias; ``gate`` (C's layout): ``C *= gate > 0`` (the ReLU
+        epilogues of a fused FC, ``kernels/gemm.cu``; not with ``accumulate_atomic``)."""
         if m <= 0 or n <= 0:
             return
+        if accumulate_atomic and (relu or gate is not None):
+            raise ValueError("a ReLU epilogue needs the whole K sum: not with accumulate_atomic")
         tiles = -(-m // 64) * -(-n // 64) * batch
         splits = 1
         if accumulate_atomic:
@@ -164,8 +169,8 @@ class GpuOps:
             *self.arr(b), np.int64(sb[0]), np.int64(sb[1]), np.int64(sb[2]),
             *self.arr(c), np.int64(sc[0]), np.int64(sc[1]), np.int64(sc[2]),
             np.int64(m), np.int64(n), np.int64(k), np.float32(1.0), np.float32(beta), *self.arr(bias),
-            np.int32(1 if accumulate_atomic else 0), np.int32(splits), np.int32(a_kfast), np.int32(b_kfast)),
-            self.ext(a, b, c, bias))
+            np.int32(1 if accumulate_atomic else 0), np.int32(splits), np.int32(a_kfast), np.int32(b_kfast),
+            np.int32(relu), *self.arr(gate)), self.ext(a, b, c, bias, gate))
 
     def _conv_args(self, g: ConvGeom) -> tuple:
         w = g.win
@@ -261,19 +266,25 @@ class GpuOps:
                              f"got shape {tuple(w_shape)}")
         return n, f, o
 
-    def fc_forward(self, x: Any, w: Any, b: Any, y: Any) -> None:
+    def fc_forward(self, x: Any, w: Any, b: Any, y: Any, relu: bool = False) -> None:
+        """``y = x_flat @ w.T (+ b)``; ``relu``: ``relu(...)`` in the GEMM epilogue (``fc_relu_fwd``)."""
         n, f, o = self.fc_dims(x.shape, w.shape)
         if y.size != n * o:
             raise ValueError(f"expected fc output of {n} x {o} elements, got shape {y.shape}")
-        self.gemm(x, (f, 1, 0), w, (1, f, 0), y, (o, 1, 0), n, o, f, bias=b)
+        self.gemm(x, (f, 1, 0), w, (1, f, 0), y, (o, 1, 0), n, o, f, bias=b, relu=relu)
 
-    def fc_backward(self, dy: Any, w: Any, x: Any, dw: Any, db: Any, dx: Any) -> None:
+    def fc_backward(self, dy: Any, w: Any, x: Any, dw: Any, db: Any, dx: Any, gate_input: bool = False) -> None:
+        """dw, db, then dx = dy @ w; ``gate_input``: ``dx *= x > 0`` in the GEMM epilogue (x a ReLU's
+        output, ``relu_fc_bwd``; dx must not share x's memory: ValueError)."""
         n, f, o = self.fc_dims(x.shape, w.shape)
+        if gate_input and (dx is None or self.dev.ptr(dx) == self.dev.ptr(x)):
+            raise ValueError("an FC backward gated by its input's ReLU needs a dx apart from x")
         self.gemm(dy, (1, o, 0), x, (f, 1, 0), dw, (f, 1, 0), o, f, n, a_kfast=False, b_kfast=False)
         if db is not None:
             self.colsum(dy, db, rows=n, cols=o)
         if dx is not None:
-            self.gemm(dy, (o, 1, 0), w, (f, 1, 0), dx, (f, 1, 0), n, f, o, b_kfast=False)
+            self.gemm(dy, (o, 1, 0), w, (f, 1, 0), dx, (f, 1, 0), n, f, o, b_kfast=False,
+                      gate=x if gate_input else None)
 
     # -- reductions and batch norm ---------------------------------------------------------
 

@@ -8,7 +8,7 @@ TR_GLOBAL void tr_conv_fwd(const void* x, int dtx, const void* w, int dtw, void*
   ConvX A = {x, dtx, H, W, C, Ho, Wo, kw, st, pad, cg};
   Strided B = {w, dtw, 1, kkc, (i64)kg * kkc};
   gemm_tile(A, B, y, dty, (i64)N * Ho * Wo, kg, 0, kkc, K, 1, kg, 1.0f, 0.0f, (const void*)0, 0, 0, (int)blockIdx.z,
-            1, 1, As, Bs);
+            1, 1, 0, (const void*)0, 0, As, Bs);
 }
 
 /* dx (N, H, W, C) = [beta * dx +] dL/dx; grid (ceil(N*H*W/64), ceil(C/G/64), G) */
@@ -20,7 +20,7 @@ TR_GLOBAL void tr_conv_dgrad(const void* dy, int dtdy, const void* w, int dtw, v
   ConvDy A = {dy, dtdy, H, W, K, Ho, Wo, kw, st, pad, kg};
   ConvW B = {w, dtw, kg, cg, (i64)kw * kw * cg};
   gemm_tile(A, B, dx, dtdx, (i64)N * H * W, cg, 0, (i64)kw * kw * kg, C, 1, cg, 1.0f, beta, (const void*)0, 0, 0,
-            (int)blockIdx.z, 1, 0, As, Bs);
+            (int)blockIdx.z, 1, 0, 0, (const void*)0, 0, As, Bs);
 }
 
 /* acc (K, kw, kw, C/G) fp32 += dL/dw over a slice of the N*Ho*Wo rows; grid (ceil(K/G/64), ceil(kkc/64), G*splits) */
@@ -35,7 +35,8 @@ TR_GLOBAL void tr_conv_wgrad(const void* dy, int dtdy, const void* x, int dtx, f
   split_range((i64)N * Ho * Wo, splits, split, &k0, &k1);
   Strided A = {dy, dtdy, 1, K, kg};
   ConvX B = {x, dtx, H, W, C, Ho, Wo, kw, st, pad, cg};
-  gemm_tile(A, B, acc, 0, kg, kkc, k0, k1, kkc, 1, (i64)kg * kkc, 1.0f, 0.0f, (const void*)0, 0, 1, g, 0, 0, As, Bs);
+  gemm_tile(A, B, acc, 0, kg, kkc, k0, k1, kkc, 1, (i64)kg * kkc, 1.0f, 0.0f, (const void*)0, 0, 1, g, 0, 0, 0,
+            (const void*)0, 0, As, Bs);
 }
 
 /* depthwise (groups = C = K), w (C, kw, kw, 1) */

@@ -1,7 +1,10 @@
 /* ------------------------------------------------------------------ GEMM and implicit-GEMM conv */
 /* C(m, n) = alpha * sum_k A(m, k) B(k, n) [+ beta * C] [+ bias(n)], fp32 accumulation.
    64 x 64 output tile per block of 256 threads (4 x 4 per thread), reduction step 16. mode 1:
-   atomically add alpha * AB into an fp32 C (split-K partial sums). */
+   atomically add alpha * AB into an fp32 C (split-K partial sums). The ReLU epilogues of a fused
+   FC (memplan-fuse-fc-relu), mode 0 only: relu = 1 applies tr_act_fwd's ReLU after the bias;
+   gate (C's layout) multiplies by (gate > 0) as tr_relu_bwd_y does. Rounding to an fp16 C
+   commutes with both, so the results are the unfused kernels' bits. */
 
 struct Strided {
   const void* p; int dt; i64 s0, s1, sb;
@@ -46,7 +49,7 @@ struct ConvW {
 template <class LA, class LB>
 TR_DEV void gemm_tile(const LA& A, const LB& B, void* Cp, int dtc, i64 M, i64 N, i64 k0, i64 k1, i64 cs0, i64 cs1,
                       i64 csb, float alpha, float beta, const void* bias, int dtb, int mode, int g, int a_kfast,
-                      int b_kfast, float (*As)[68], float (*Bs)[68]) {
+                      int b_kfast, int relu, const void* gate, int dtgate, float (*As)[68], float (*Bs)[68]) {
   int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   i64 m0 = (i64)blockIdx.x * 64, n0 = (i64)blockIdx.y * 64;
   float acc[4][4];
@@ -85,6 +88,8 @@ TR_DEV void gemm_tile(const LA& A, const LB& B, void* Cp, int dtc, i64 M, i64 N,
       } else {
         if (beta != 0.0f) v += beta * ldf(Cp, dtc, o);
         if (bias) v += ldf(bias, dtb, nn);
+        if (relu) v = (v > 0.0f || tr_isnan(v)) ? v : 0.0f;
+        if (gate) v = v * (ldf(gate, dtgate, o) > 0.0f ? 1.0f : 0.0f);
         stf(Cp, dtc, o, v);
       }
     }
@@ -101,7 +106,8 @@ TR_DEV void split_range(i64 K, int splits, int split, i64* k0, i64* k1) {
 /* grid (ceil(M/64), ceil(N/64), batch * splits) */
 TR_GLOBAL void tr_gemm(const void* a, int dta, i64 sa0, i64 sa1, i64 sab, const void* b, int dtb, i64 sb0, i64 sb1,
                        i64 sbb, void* c, int dtc, i64 cs0, i64 cs1, i64 csb, i64 M, i64 N, i64 K, float alpha,
-                       float beta, const void* bias, int dtbias, int mode, int splits, int a_kfast, int b_kfast) {
+                       float beta, const void* bias, int dtbias, int mode, int splits, int a_kfast, int b_kfast,
+                       int relu, const void* gate, int dtgate) {
   TR_SHARED float As[16][68];
   TR_SHARED float Bs[16][68];
   int g = blockIdx.z / splits, split = blockIdx.z % splits;
@@ -109,6 +115,7 @@ TR_GLOBAL void tr_gemm(const void* a, int dta, i64 sa0, i64 sa1, i64 sab, const 
   split_range(K, splits, split, &k0, &k1);
   Strided A = {a, dta, sa0, sa1, sab};
   Strided B = {b, dtb, sb0, sb1, sbb};
-  gemm_tile(A, B, c, dtc, M, N, k0, k1, cs0, cs1, csb, alpha, beta, bias, dtbias, mode, g, a_kfast, b_kfast, As, Bs);
+  gemm_tile(A, B, c, dtc, M, N, k0, k1, cs0, cs1, csb, alpha, beta, bias, dtbias, mode, g, a_kfast, b_kfast, relu, gate,
+            dtgate, As, Bs);
 }
 

@@ -1,0 +1,188 @@
+"""The FC+ReLU GEMM epilogue: the kernels ``fc_relu_fwd`` / ``relu_fc_bwd`` (lowering/cpu/dense.py)
+and the pass ``memplan-fuse-fc-relu`` that writes them.
+
+* Bit identity: each fused kernel writes what the unfused pair writes (``fc_fwd`` then
+  ``relu_fwd``; ``fc_bwd`` then ``relu_bwd_from_output``) on every path: the C jobs (one and two
+  threads; the MLP's shapes take the column-split and concurrent-backward jobs), NumPy's GEMM
+  (``TR_MLIR_C_GEMM=0``), no C compiler (``TR_MLIR_CC=0``) and AMP.
+* Against PyTorch: ``relu(linear(x))`` forward and the input gradient through a ReLU into a linear.
+* The pass: where it fuses, where it must not (the intermediate read elsewhere, the ReLU's mask
+  form), the option that turns it off, and whole training steps bit-identical with and without it.
+
+Layouts NHWC (FC inputs (N, 1, 1, F) or (N, H, W, C) flattened).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from threadpoolctl import threadpool_limits
+
+from tr_mlir.lowering.cpu import KERNELS
+
+F32, F16 = np.float32, np.float16
+SHAPES = [(5, 24, 10), (200, 784, 1024), (200, 1024, 512), (200, 256, 10)]  # (N, F, O): tiny, the MLP's
+
+
+def run(name: str, **arrays) -> None:
+    spec = KERNELS[name]
+    ws = {k: np.zeros(s, d) for k, (s, d) in spec.workspace_shapes(arrays).items()}
+    spec.bind({**arrays, **ws}, {})()
+
+
+def _operands(rng, n, f, o, dt):
+    x = rng.standard_normal((n, 1, 1, f)).astype(dt)
+    x.reshape(-1)[:4] = [0.0, -0.0, np.nan, 1e-30]
+    w = (rng.standard_normal((o, 1, 1, f)) / np.sqrt(f)).astype(dt)
+    return x, w, rng.standard_normal(o).astype(F32), rng.standard_normal((n, 1, 1, o)).astype(dt)
+
+
+def _same(a: np.ndarray, b: np.ndarray, what: str) -> None:
+    assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), f"{what}: not bit-identical"
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype,path", [(F32, "c"), (F32, "numpy-gemm"), (F32, "no-cc"), (F16, "c")],
+                         ids=["fp32", "fp32-numpy-gemm", "fp32-no-cc", "amp"])
+def test_fused_equals_unfused_to_the_bit(dtype, path, threads, shape, monkeypatch):
+    if path == "numpy-gemm":
+        monkeypatch.setenv("TR_MLIR_C_GEMM", "0")
+    if path == "no-cc":
+        monkeypatch.setenv("TR_MLIR_CC", "0")
+    n, f, o = shape
+    x, w, b, dy = _operands(np.random.default_rng(7), n, f, o, dtype)
+    with np.errstate(invalid="ignore"), threadpool_limits(threads):
+        t, unfused, fused = (np.full((n, 1, 1, o), 5, dtype) for _ in range(3))
+        run("fc_fwd", x=x, w=w, b=b, y=t)
+        run("relu_fwd", x=t, y=unfused)
+        run("fc_relu_fwd", x=x, w=w, b=b, y=fused)
+        _same(fused, unfused, "fc_relu_fwd y")
+        xr = np.empty_like(x)
+        run("relu_fwd", x=x, y=xr)  # the FC's input is a ReLU's output
+        one = {"dw": np.full((o, 1, 1, f), 3, F32), "db": np.full(o, 3, F32), "dx": np.full_like(x, 3)}
+        run("fc_bwd", dy=dy, w=w, x=xr, **one)
+        g = np.full_like(x, 9)
+        run("relu_bwd_from_output", dy=one["dx"], y=xr, dx=g)
+        both = {"dw": np.full((o, 1, 1, f), 4, F32), "db": np.full(o, 4, F32), "dx": np.full_like(x, 4)}
+        run("relu_fc_bwd", dy=dy, w=w, x=xr, **both)
+    _same(both["dx"], g, "relu_fc_bwd dx")
+    _same(both["dw"], one["dw"], "relu_fc_bwd dw")
+    _same(both["db"], one["db"], "relu_fc_bwd db")
+
+
+def test_relu_fc_bwd_refuses_a_dx_on_x():
+    x, w, _, dy = _operands(np.random.default_rng(1), 4, 6, 3, F32)
+    with pytest.raises(ValueError, match="needs a dx apart from x"):
+        KERNELS["relu_fc_bwd"](dy=dy, w=w, x=x, dw=np.zeros((3, 1, 1, 6), F32), dx=x)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16], ids=["fp32", "amp"])
+def test_fused_against_torch(dtype):
+    """``relu(x @ w.T + b)`` and ``d/dx_pre`` of ``linear(relu(x_pre))`` against torch (fp32 math;
+    AMP: fp16 storage, tolerance of its rounding)."""
+    n, f, o = 64, 96, 80
+    x, w, b, dy = _operands(np.random.default_rng(3), n, f, o, dtype)
+    x.reshape(-1)[:4] = 0.5  # no NaN here: compare values
+    tol = 2e-5 if dtype == F32 else 2e-2
+    y = np.empty((n, 1, 1, o), dtype)
+    run("fc_relu_fwd", x=x, w=w, b=b, y=y)
+    tx, tw, tb = (torch.tensor(a.astype(F32)) for a in (x.reshape(n, f), w.reshape(o, f), b))
+    ref = torch.relu(torch.nn.functional.linear(tx, tw, tb))
+    np.testing.assert_allclose(y.reshape(n, o).astype(F32), ref.numpy(), rtol=tol, atol=tol)
+
+    pre = torch.tensor(x.reshape(n, f).astype(F32), requires_grad=True)
+    tw2 = torch.tensor(w.reshape(o, f).astype(F32), requires_grad=True)
+    tb2 = torch.tensor(b, requires_grad=True)
+    out = torch.nn.functional.linear(torch.relu(pre), tw2, tb2)
+    out.backward(torch.tensor(dy.reshape(n, o).astype(F32)))
+    xr = np.maximum(x, 0).astype(dtype)
+    dw, db, dx = np.empty((o, 1, 1, f), F32), np.empty(o, F32), np.empty_like(x)
+    run("relu_fc_bwd", dy=dy, w=w, x=xr, dw=dw, db=db, dx=dx)
+    np.testing.assert_allclose(dx.reshape(n, f).astype(F32), pre.grad.numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(dw.reshape(o, f), tw2.grad.numpy(), rtol=tol, atol=tol * 10)
+    np.testing.assert_allclose(db, tb2.grad.numpy(), rtol=tol, atol=tol * 10)
+
+
+# --------------------------------------------------------------------------------------
+# the pass
+# --------------------------------------------------------------------------------------
+
+
+def _compile(model, shape, **options):
+    from tr_mlir.compile import compile as tr_compile
+    from tr_mlir.lowering.executable import find_program
+
+    module = tr_compile(model, shape, num_classes=10, batch_size=4, train_size=8, val_size=6, **options)
+    return find_program(module)[1]
+
+
+def _train_ops(program) -> list[str]:
+    from tr_mlir.dialects.memplan import GraphId
+
+    graph = next(g for g in program.graphs() if g.graph_name == "train")
+    return [n.op for gid in GraphId for n in graph.nodes(gid)]
+
+
+@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "amp"])
+def test_the_mlp_compiles_to_the_fused_kernels(amp):
+    from tr_mlir import zoo
+
+    p = "AMP" if amp else "FP32"
+    ops = _train_ops(_compile(zoo.mlp(), (28, 28, 1), amp=amp))
+    assert ops.count(f"FC_RELU_{p}_FWD") == 3 and ops.count(f"RELU_FC_{p}_BWD") == 3
+    assert not {f"RELU_{p}_FWD", f"RELU_{p}_BWD_FROM_OUTPUT"} & set(ops)
+    assert ops.count(f"FC_{p}_FWD") == 1  # the classifier: no ReLU after it
+    off = _train_ops(_compile(zoo.mlp(), (28, 28, 1), amp=amp, fuse_fc_relu=False))
+    assert not [o for o in off if o.startswith(("FC_RELU", "RELU_FC"))]
+    assert off.count(f"RELU_{p}_FWD") == 3
+
+
+def test_an_fc_output_read_elsewhere_stays_unfused():
+    """fc -> relu -> fc where the first FC's output also feeds a residual add (through an
+    identity): its value is read after the ReLU, so the forward pair stays apart; the backward of
+    the ReLU into the second FC fuses. A ReLU in the mask form (it feeds the add) stays apart."""
+    from tr_mlir.blueprint import add2, fc, flatten, identity, relu, seq
+
+    ops = _train_ops(_compile(seq(flatten(), fc(8, True), add2(identity(), seq(relu(), fc(8, True))), fc(10, True)),
+                              (2, 2, 3)))
+    assert "FC_RELU_FP32_FWD" not in ops and ops.count("RELU_FP32_FWD") == 1
+    assert ops.count("RELU_FC_FP32_BWD") == 1 and "RELU_FP32_BWD_FROM_OUTPUT" not in ops
+    ops = _train_ops(_compile(seq(flatten(), fc(8, True), add2(identity(), relu()), fc(10, True)), (2, 2, 3)))
+    assert "RELU_FP32_BWD" in ops and not [o for o in ops if o.startswith(("FC_RELU", "RELU_FC"))]
+
+
+def test_the_pass_runs_once_and_checks_its_place():
+    from tr_mlir import zoo
+    from tr_mlir.passes.memplan_fuse_fc_relu import fuse
+
+    program = _compile(zoo.mlp(), (28, 28, 1))
+    assert fuse(program) == 0  # nothing left to fuse; the program unchanged
+
+
+def _three_steps(amp: bool) -> tuple[list[float], list[np.ndarray]]:
+    import tr_mlir
+    from tr_mlir import zoo
+
+    task = tr_mlir.Task(zoo.mlp(), (28, 28, 1), 10, 16, optimizer=tr_mlir.optim.SGD(lr=0.05, momentum=0.9),
+                        amp=amp, seed=3)
+    rng = np.random.default_rng(5)
+    losses = [task.train_step(rng.standard_normal((16, 28, 28, 1)).astype(F32),
+                              rng.integers(0, 10, 16).astype(np.int32)) for _ in range(3)]
+    return losses, [a.copy() for _, a in task.parameters()]
+
+
+@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "amp"])
+def test_whole_steps_with_and_without_the_pass_are_bit_identical(amp, monkeypatch):
+    """Three training steps of the seed's MLP with the fused kernels and with the pass turned
+    into a no-op: the same losses and parameters to the bit (the memory plans differ: the
+    verifier of every compile checks both)."""
+    import tr_mlir.passes.memplan_fuse_fc_relu as pass_module
+
+    on = _three_steps(amp)
+    monkeypatch.setattr(pass_module, "fuse", lambda program: 0)
+    off = _three_steps(amp)
+    assert on[0] == off[0]
+    for i, (a, b) in enumerate(zip(on[1], off[1])):
+        assert a.tobytes() == b.tobytes(), f"parameter #{i}"
