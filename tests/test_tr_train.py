@@ -378,7 +378,7 @@ def test_short_run_writes_report_plot_checkpoints_and_ir(tmp_path, capsys):
     # IR dumps
     names = sorted(p.name for p in ir.iterdir())
     assert names[0] == "00-input.mlir" and names[1] == "01-arch-expand.mlir"
-    assert "08-arch-merge-blocks.mlir" in names and names[-2] == "22-memplan-assign-offsets.mlir"
+    assert "08-arch-merge-blocks.mlir" in names and names[-2] == "23-memplan-assign-offsets.mlir"
     assert names[-1] == "replay.sh"
 
     # resume: --epochs is the total; the run continues at epoch 3 with the stretched cosine schedule
@@ -404,7 +404,7 @@ def test_short_run_writes_report_plot_checkpoints_and_ir(tmp_path, capsys):
 
     script = (ir / "replay.sh").read_text()
     steps = re.findall(r"^tr-opt (\S+) -p (.+?) \| cmp -s - (\S+)", script, flags=re.M)
-    assert len(steps) == 22
+    assert len(steps) == 23
     for src, spec, dst in steps:
         spec = spec.strip("'")
         out_file = tmp_path / "replayed.mlir"
@@ -427,7 +427,7 @@ def test_replay_script_runs_with_tr_opt(tmp_path):
     script = (ir / "replay.sh").read_text().splitlines()
     keep = [ln for ln in script if not ln.startswith("tr-opt")
             or re.search(r" -p '?(arch-expand|arch-merge-blocks|memplan-select-conv-algo|memplan-derive-shapes)", ln)]
-    assert len(keep) == len(script) - 18  # 22 passes, 4 kept
+    assert len(keep) == len(script) - 19  # 23 passes, 4 kept
     (ir / "replay.sh").write_text("\n".join(keep) + "\n")
     env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     r = subprocess.run(["sh", str(ir / "replay.sh")], capture_output=True, text=True, env=env, timeout=120)
