@@ -3,8 +3,8 @@
    64 x 64 output tile per block of 256 threads (4 x 4 per thread), reduction step 16. mode 1:
    atomically add alpha * AB into an fp32 C (split-K partial sums). The ReLU epilogues of a fused
    FC (memplan-fuse-fc-relu), mode 0 only: relu = 1 applies tr_act_fwd's ReLU after the bias;
-   gate (C's layout) multiplies by (gate > 0) as tr_relu_bwd_y does. Rounding to an fp16 C
-   commutes with both, so the results are the unfused kernels' bits. */
+   gate (C's layout) multiplies the stored value by (gate > 0) as tr_relu_bwd_y does. Rounding
+   to an fp16 C commutes with the ReLU, so the results are the unfused kernels' bits. */
 
 struct Strided {
   const void* p; int dt; i64 s0, s1, sb;
@@ -89,8 +89,10 @@ TR_DEV void gemm_tile(const LA& A, const LB& B, void* Cp, int dtc, i64 M, i64 N,
         if (beta != 0.0f) v += beta * ldf(Cp, dtc, o);
         if (bias) v += ldf(bias, dtb, nn);
         if (relu) v = (v > 0.0f || tr_isnan(v)) ? v : 0.0f;
-        if (gate) v = v * (ldf(gate, dtgate, o) > 0.0f ? 1.0f : 0.0f);
         stf(Cp, dtc, o, v);
+        /* the gate multiplies the stored (rounded) value, as tr_relu_bwd_y does: an fp16 C that
+           overflows to Inf gives Inf * 0 = NaN where the gate is 0, as unfused */
+        if (gate) stf(Cp, dtc, o, ldf(Cp, dtc, o) * (ldf(gate, dtgate, o) > 0.0f ? 1.0f : 0.0f));
       }
     }
   }
