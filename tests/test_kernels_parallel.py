@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -71,6 +73,78 @@ def test_run_waits_for_the_helper_when_interrupted():
     finally:
         timer.cancel()
         signal.signal(signal.SIGINT, old)
+
+
+INTERRUPT_STRESS = r"""
+import random, signal, sys, threading, time
+from threadpoolctl import threadpool_limits
+from tr_mlir.lowering.cpu import _parallel
+
+class Interrupted(Exception):
+    pass
+
+armed = [False]
+
+def handler(signum, frame):  # raises once per arming: only inside the run() call below
+    if armed[0]:
+        armed[0] = False
+        raise Interrupted()
+
+signal.signal(signal.SIGINT, handler)
+main = threading.main_thread().ident
+stop = threading.Event()
+rng = random.Random(int(sys.argv[2]))
+
+def sender():
+    while not stop.is_set():
+        time.sleep(rng.uniform(0, 0.0005))
+        signal.pthread_kill(main, signal.SIGINT)
+
+helper_running = [0]
+
+def piece():
+    if threading.get_ident() == main:
+        return sum(range(200))
+    helper_running[0] += 1
+    sum(range(200))
+    helper_running[0] -= 1
+
+threading.Thread(target=sender, daemon=True).start()
+runs = interrupted = 0
+end = time.monotonic() + float(sys.argv[1])
+with threadpool_limits(2):
+    assert _parallel.workers() == 2
+    while time.monotonic() < end:
+        try:
+            armed[0] = True
+            _parallel.run([piece, piece])
+            armed[0] = False
+            runs += 1
+        except Interrupted:
+            interrupted += 1
+            assert helper_running[0] == 0, "run() raised while the helper's piece was running"
+stop.set()
+print("runs", runs, "interrupted", interrupted)
+"""
+
+
+@two_threads
+def test_run_survives_signals_at_every_point_of_a_hand_off():
+    """SIGINT sent to the calling thread every few hundred microseconds while it hands pieces to
+    the kernel thread, so the handler's exception comes out between every pair of bytecodes of
+    :func:`_parallel.run` and :meth:`_Worker.wait` (in a subprocess: a hang fails the test by
+    its timeout instead of stopping the suite). Every run either returns or raises the
+    interrupt after the helper's piece finished, and none hangs: before the fix, an interrupt
+    right after ``done.acquire()`` succeeded made the retry wait forever (tr-train hung on
+    Ctrl-C, tests/test_faults.py in CI)."""
+    try:
+        out = subprocess.run([sys.executable, "-c", INTERRUPT_STRESS, "3", "0"], capture_output=True, text=True,
+                             timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a _parallel.run hand-off hung under SIGINT")
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs, interrupted = map(int, out.stdout.split()[1::2])
+    assert interrupted > 100 and runs > 100, out.stdout
 
 
 @two_threads

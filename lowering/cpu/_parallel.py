@@ -73,10 +73,22 @@ _blas = None  # (get_num_threads, set_num_threads) of OpenBLAS, False when there
 
 
 class _Worker:
-    """One persistent kernel thread, handed a task through two locks used as binary semaphores
-    (``go``: a task is ready, ``done``: it finished). A hand-off is a lock release and a
-    lock acquire on each side: about half the latency of a ``ThreadPoolExecutor`` submit and
-    ``Future.result`` (which build a future, a queue entry and a condition per call)."""
+    """One persistent kernel thread, handed a task through two locks used as wake-up hints
+    (``go``: a task may be ready, ``done``: a task may have finished) over two counters that
+    hold the state (``posted``: tasks handed over, ``finished``: tasks run). A hand-off is a
+    lock release and a lock acquire on each side: about half the latency of a
+    ``ThreadPoolExecutor`` submit and ``Future.result`` (which build a future, a queue entry and
+    a condition per call).
+
+    The counters make the hand-off safe against a signal handler that raises (Ctrl-C) between
+    any two bytecodes of the calling thread: a lock acquire that succeeded just before the
+    exception came out is not lost (the waiter re-reads ``finished`` instead of waiting for a
+    second release that never comes, the hang seen under SIGINT in tests/test_faults.py), and a
+    release finding the lock already released (an unconsumed hint) is harmless."""
+
+    IDLE_POLL_S = 0.1
+    """Seconds the idle thread waits for ``go`` before it re-reads ``posted`` (a hand-off whose
+    release of ``go`` was cut off by an exception still runs)."""
 
     def __init__(self, index: int):
         self._go = threading.Lock()
@@ -85,34 +97,49 @@ class _Worker:
         self._done.acquire()
         self._task: Callable[[], None] | None = None
         self._error: BaseException | None = None
+        self._posted = 0
+        self._finished = 0
         threading.Thread(target=self._loop, name=f"tr-mlir-kernel-{index}", daemon=True).start()
+
+    @staticmethod
+    def _hint(lock: threading.Lock) -> None:
+        try:
+            lock.release()
+        except RuntimeError:  # already released: a hint not consumed yet is as good
+            pass
 
     def _loop(self) -> None:
         _inside.depth = 1  # a kernel thread only ever runs pieces of a split
         while True:
-            self._go.acquire()
+            if self._finished == self._posted:
+                self._go.acquire(timeout=self.IDLE_POLL_S)
+                continue
             task, self._task = self._task, None
             try:
                 task()
             except BaseException as e:  # noqa: BLE001 - handed back to the caller by wait()
                 self._error = e
-            self._done.release()
+            self._finished += 1
+            self._hint(self._done)
 
     def start(self, task: Callable[[], None]) -> None:
         """Hand ``task`` to the thread (it must not hold one: :meth:`wait` came first)."""
         self._task = task
-        self._go.release()
+        self._posted += 1
+        try:  # inline, not _hint(): no Python call (where a pending signal's handler runs) before the release
+            self._go.release()
+        except RuntimeError:
+            pass
 
     def wait(self) -> BaseException | None:
-        """Block until the task handed over has finished; returns its exception (or None). An
-        exception raised while waiting (a signal handler's: Ctrl-C) is re-raised only once the
-        task has finished: the task uses the caller's arrays (raw pointers in C kernels), and an
-        unconsumed ``done`` would let the next hand-off return before its own task ended."""
+        """Block until every task handed over has finished (at once when none is pending);
+        returns the task's exception (or None). An exception raised while waiting (a signal
+        handler's: Ctrl-C) is re-raised only once the task has finished: the task uses the
+        caller's arrays (raw pointers in C kernels)."""
         interrupted: BaseException | None = None
-        while True:
+        while self._finished != self._posted:
             try:
                 self._done.acquire()
-                break
             except BaseException as e:  # noqa: BLE001 - re-raised below, after the task
                 interrupted = interrupted or e
         err, self._error = self._error, None
@@ -235,14 +262,14 @@ def run(tasks: Sequence[Callable[[], None]]) -> None:
         if _workers is None:
             _workers = [_Worker(i + 1) for i in range(MAX_WORKERS - 1)]
         helpers = _workers[:len(tasks) - 1]
-        for w, t in zip(helpers, tasks[1:]):
-            w.start(t)
         error: BaseException | None = None
         try:
+            for w, t in zip(helpers, tasks[1:]):
+                w.start(t)
             tasks[0]()
         except BaseException as e:  # noqa: BLE001 - raised once the helpers are done
             error = e
-        for w in helpers:  # always wait: the helpers' tasks use the caller's arrays
+        for w in helpers:  # always wait (at once for a helper not started): its task uses the caller's arrays
             try:
                 err = w.wait()
             except BaseException as e:  # noqa: BLE001 - interrupted (after its task): the rest too
