@@ -24,7 +24,8 @@ DOC = ROOT / "docs" / "tr-train.md"
 # The issue's flag list (issue 6, item 1).
 FLAGS = ["--model", "--blueprint", "--dataset", "--data-dir", "--download", "--epochs", "--batch-size",
          "--optimizer", "--lr", "--weight-decay", "--label-smoothing", "--warmup", "--amp", "--fuse",
-         "--device", "--seed", "--dump-ir", "--report-json", "--plot", "--save-dir", "--resume"]
+         "--device", "--seed", "--dump-ir", "--report-json", "--plot", "--save-dir", "--resume", "--no-reuse",
+         "--no-fuse-fc-relu"]
 
 
 def run_main(args: list[str], capsys) -> tuple[int, str, str]:
@@ -413,6 +414,33 @@ def test_short_run_writes_report_plot_checkpoints_and_ir(tmp_path, capsys):
         except SystemExit as e:
             assert e.code in (0, None), (src, spec)
         assert out_file.read_text() == (ir / dst).read_text(), dst
+
+
+def test_no_fuse_fc_relu_keeps_the_fc_and_relu_kernels_and_is_resumed(tmp_path, capsys):
+    """``--no-fuse-fc-relu`` compiles without memplan-fuse-fc-relu (the pipeline line, the IR
+    dump, the checkpoint's Task config) and a resumed run keeps it unless the flag is given."""
+    save, ir = tmp_path / "ckpt", tmp_path / "ir"
+    code, out, err = run_main(["--device", "cpu", "--model", "mlp_digits", "--epochs", "1", "--no-fuse-fc-relu",
+                               "--save-dir", save, "--dump-ir", ir], capsys)
+    assert code == 0, err
+    assert "fuse_fc_relu=false" in out
+    names = sorted(p.name for p in ir.iterdir())
+    assert not [n for n in names if "fuse-fc-relu" in n] and names[-2] == "19-memplan-assign-offsets.mlir"
+    ops = (ir / names[-2]).read_text()
+    assert "RELU_FP32_BWD_FROM_OUTPUT" in ops and "FC_RELU_FP32_FWD" not in ops
+    assert json.loads((save / "last" / "config.json").read_text())["fuse_fc_relu"] is False
+    assert json.loads((save / "last" / "tr_train.json").read_text())["config"]["fuse_fc_relu"] is False
+    code, out, err = run_main(["--device", "cpu", "--resume", save, "--epochs", "2"], capsys)
+    assert code == 0, err
+    assert "fuse_fc_relu=false" in out
+    # given on a resume, --no-reuse applies (the task is recompiled with its state)
+    code, out, err = run_main(["--device", "cpu", "--resume", save, "--epochs", "3", "--no-reuse"], capsys)
+    assert code == 0, err
+    assert "reuse=false fuse_fc_relu=false" in out
+    assert json.loads((save / "last" / "config.json").read_text())["reuse"] is False
+    code, out, err = run_main(["--device", "cpu", "--model", "mlp_digits", "--epochs", "1"], capsys)
+    assert code == 0, err
+    assert "fuse_fc_relu" not in out  # the default: the pass runs
 
 
 def test_replay_script_runs_with_tr_opt(tmp_path):

@@ -145,7 +145,8 @@ class TaskCheckpoints:
             "scheduler": None if self.scheduler is None else self.scheduler.config(),
             "label_smoothing": self.loss.label_smoothing, "amp": self.amp, "fuse": self.fuse,
             "device": self.device, "seed": self.seed, "train_size": self.train_size, "val_size": self.val_size,
-            "steps": self.steps, "epochs": self.epochs, "reuse": self.reuse, "plugins": list(self.plugins),
+            "steps": self.steps, "epochs": self.epochs, "reuse": self.reuse,
+            "fuse_fc_relu": self.fuse_fc_relu, "plugins": list(self.plugins),
             "torch_naming": None if self.torch_naming is None else self.torch_naming.config(), "init": self.init,
             "loss_scaler": None if self.loss_scaler is None else self.loss_scaler.config(),
             "augment": None if self.augment is None else self.augment.config(),
@@ -281,7 +282,8 @@ class TaskCheckpoints:
             task = cls(module, tuple(cfg["input_shape"]), cfg["num_classes"], cfg["batch_size"],
                        optimizer=optimizer, scheduler=scheduler, loss=loss, amp=cfg["amp"], fuse=cfg["fuse"],
                        device=cfg["device"] if device is None else device, seed=cfg["seed"],
-                       reuse=cfg.get("reuse", True), init=cfg.get("init", "seed"), loss_scaler=scaler,
+                       reuse=cfg.get("reuse", True), fuse_fc_relu=cfg.get("fuse_fc_relu", True),
+                       init=cfg.get("init", "seed"), loss_scaler=scaler,
                        augment=aug, ema=ema, resize=cfg.get("resize"), conv_algo=cfg.get("conv_algo", "auto"),
                        plugins=plugins)
         except TaskError as e:

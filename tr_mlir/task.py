@@ -93,6 +93,9 @@ class Task(TaskCheckpoints):
         reuse: place transient DTensors by lifetime (``memplan-assign-offsets``): tensors never live
             at the same time share bytes. ``False`` keeps the seed's one-slot-per-tensor layout
             (same numerics, bit for bit; more memory).
+        fuse_fc_relu: run each FC and the ReLU next to it as one GEMM with a ReLU epilogue
+            (``memplan-fuse-fc-relu``, :mod:`tr_mlir.passes.memplan_fuse_fc_relu`). ``False`` keeps
+            the separate FC and ReLU kernels (same numerics, bit for bit).
         init: ``'seed'`` (the plan's rules: trunc-normal convs, Kaiming-uniform FC weights, zero
             biases) or ``'torch'`` (PyTorch's ``nn.Conv2d`` / ``nn.Linear`` defaults);
             :mod:`tr_mlir.inits`.
@@ -133,7 +136,7 @@ class Task(TaskCheckpoints):
                  amp: bool = False, fuse: bool = False, device: str = "cpu", seed: int = 0,
                  reuse: bool = True, init: str = "seed", loss_scaler: Any = None, augment: Any = None,
                  ema: Any = None, resize: Sequence[int] | None = None, conv_algo: str = "auto",
-                 plugins: Sequence[str | os.PathLike] = ()):
+                 plugins: Sequence[str | os.PathLike] = (), fuse_fc_relu: bool = True):
         if isinstance(input_shape, (str, bytes)) or not isinstance(input_shape, Sequence) or len(input_shape) != 3:
             raise TaskError(f"Task: input_shape must be (H, W, C), got {input_shape!r}")
         self.input_shape = tuple(_check_int("Task", f"input_shape[{i}]", d) for i, d in enumerate(input_shape))
@@ -146,7 +149,7 @@ class Task(TaskCheckpoints):
             raise TaskError(f"Task: scheduler must be None or tr_mlir.sched.CosineAnnealingLR, got {scheduler!r}")
         if not isinstance(loss, CrossEntropyLoss):
             raise TaskError(f"Task: loss must be tr_mlir.CrossEntropyLoss, got {loss!r}")
-        for name, flag in (("amp", amp), ("fuse", fuse), ("reuse", reuse)):
+        for name, flag in (("amp", amp), ("fuse", fuse), ("reuse", reuse), ("fuse_fc_relu", fuse_fc_relu)):
             if not isinstance(flag, bool):
                 raise TaskError(f"Task: {name} must be a bool, got {flag!r}")
         if isinstance(plugins, (str, bytes, os.PathLike)) or not isinstance(plugins, Sequence):
@@ -180,6 +183,7 @@ class Task(TaskCheckpoints):
         self.seed = _check_int("Task", "seed", seed, low=0)
         self.optimizer, self.scheduler, self.loss = optimizer, scheduler, loss
         self.amp, self.fuse, self.device, self.reuse = amp, fuse, device, reuse
+        self.fuse_fc_relu = fuse_fc_relu
         from tr_mlir.passes.memplan_select_conv_algo import check_value
 
         if not isinstance(conv_algo, str) or check_value(conv_algo):
@@ -221,6 +225,7 @@ class Task(TaskCheckpoints):
         self.train_size: int | None = None
         self.val_size: int | None = None
         self.exe = None
+        self._compiled_layout: tuple[bool, bool] | None = None  # (reuse, fuse_fc_relu) of self.exe
         self.runner = None
         self.steps = 0  # optimizer steps taken
         self.epochs = 0  # fit epochs completed
@@ -253,9 +258,10 @@ class Task(TaskCheckpoints):
 
     def compile(self, train_size: int | None = None, val_size: int | None = None) -> Task:
         """Compile for these dataset sizes (default: the previous ones, else one batch) and build
-        the executable. A recompile (other sizes) keeps parameters, buffers, optimizer state and
-        loss scale. Returns ``self``. Raises :class:`TaskError` for bad sizes or a model the
-        compiler rejects (the message names the op), and
+        the executable. A recompile (other sizes, or ``reuse`` / ``fuse_fc_relu`` changed since the
+        last compile) keeps parameters, buffers, optimizer state and loss scale. Returns ``self``.
+        Raises :class:`TaskError` for bad sizes or a model the compiler rejects (the message names
+        the op), and
         :class:`~tr_mlir.lowering.backend.ArenaTooLargeError` (a ``MemoryError``) before allocating
         a plan larger than the memory available (the message names the bytes and a batch size
         that fits)."""
@@ -274,7 +280,9 @@ class Task(TaskCheckpoints):
                                 else (self.train_size or self.batch_size))
         val_size = _check_int("Task.compile", "val_size", val_size if val_size is not None
                               else (self.val_size or self.batch_size))
-        if self.exe is not None and (train_size, val_size) == (self.train_size, self.val_size):
+        layout = (self.reuse, self.fuse_fc_relu)
+        if self.exe is not None and (train_size, val_size, layout) == (self.train_size, self.val_size,
+                                                                       self._compiled_layout):
             return self
         kept = self._snapshot() if self.exe is not None else None
         t0 = time.perf_counter()
@@ -284,7 +292,8 @@ class Task(TaskCheckpoints):
             TrCompilePass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, batch_size=self.batch_size,
                           train_size=train_size, val_size=val_size, optimizer=self.optimizer.kind.value,
                           target=backend.target.value, world_size=self.world_size,
-                          reuse=self.reuse, ema=self.ema is not None, conv_algo=self.conv_algo,
+                          reuse=self.reuse, fuse_fc_relu=self.fuse_fc_relu, ema=self.ema is not None,
+                          conv_algo=self.conv_algo,
                           decay_all=self.optimizer.decay_all,
                           **({} if self.resize is None else {"train_res": self.resize[0],
                                                              "train_res_end": self.resize[1]})
@@ -302,7 +311,7 @@ class Task(TaskCheckpoints):
             raise  # keeps its documented type (a MemoryError naming a batch size that fits)
         except (ExecutableError, TrMlirError) as e:
             raise TaskError(f"Task.compile: the {backend.name} backend cannot run the model: {e}") from e
-        self.exe, self.train_size, self.val_size = exe, train_size, val_size
+        self.exe, self.train_size, self.val_size, self._compiled_layout = exe, train_size, val_size, layout
         for name, value in self.optimizer.scalars().items():
             if exe.has(name):
                 exe.set_scalar(name, value)

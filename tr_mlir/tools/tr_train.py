@@ -317,6 +317,9 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     try:
         if resume_folder is not None:
             task = Task.load(resume_folder, device=device)
+            # the checkpoint's layout options unless given again (RESUMED_DEFAULTS): compile() below
+            # recompiles with the given ones, keeping the state (same numerics either way)
+            task.reuse, task.fuse_fc_relu = args.reuse, args.fuse_fc_relu
             saved_world = saved["config"].get("world_size", 1)
             if saved_world != task.world_size:
                 raise TrainError(f"--resume {resume_folder}: the checkpoint was trained by {saved_world!r} "
@@ -349,6 +352,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
                            scheduler=CosineAnnealingLR(T_max=args.epochs, warmup_epochs=args.warmup),
                            loss=CrossEntropyLoss(label_smoothing=args.label_smoothing),
                            amp=args.amp, fuse=args.fuse, device=device, seed=args.seed, reuse=args.reuse,
+                           fuse_fc_relu=args.fuse_fc_relu,
                            plugins=args.plugin, **training_options(args))
             task = (layer.task(args.batch_size, **options) if source.build_for is not None  # with its weights
                     else Task(layer, ds.input_shape, ds.num_classes, args.batch_size, **options))
@@ -377,7 +381,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         "conv_algo": task.conv_algo,
         "loss_scaler": args.loss_scaler, "scaler_init": args.scaler_init, "scaler_growth": args.scaler_growth,
         "scaler_backoff": args.scaler_backoff, "scaler_interval": args.scaler_interval, "device": args.device, "device_used": device, "seed": args.seed,
-        "reuse": task.reuse, "drop_last": args.drop_last, "plugins": list(task.plugins), "dump_ir": None if args.dump_ir is None else str(args.dump_ir),
+        "reuse": task.reuse, "fuse_fc_relu": task.fuse_fc_relu, "drop_last": args.drop_last, "plugins": list(task.plugins), "dump_ir": None if args.dump_ir is None else str(args.dump_ir),
         "report_json": None if args.report_json is None else str(args.report_json),
         "plot": None if args.plot is None else str(args.plot),
         "save_dir": None if args.save_dir is None else str(args.save_dir),
@@ -402,14 +406,16 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         spec["ema"] = True
     if task.conv_algo != "auto":
         spec["conv_algo"] = task.conv_algo
-    pipeline = TrCompilePass(fuse=task.fuse, amp=task.amp, num_classes=task.num_classes, reuse=task.reuse, **spec)
+    pipeline = TrCompilePass(fuse=task.fuse, amp=task.amp, num_classes=task.num_classes, reuse=task.reuse,
+                             fuse_fc_relu=task.fuse_fc_relu, **spec)
     say("== compile")
     say(f"pipeline: builtin.module({pipeline.pipeline_pass_spec()})")
     if args.dump_ir is not None and lead:
         t0 = time.perf_counter()
         try:
             files = dump_ir(task.config()["model"], args.dump_ir, fuse=task.fuse, amp=task.amp,
-                            num_classes=task.num_classes, spec=spec, reuse=task.reuse)
+                            num_classes=task.num_classes, spec=spec, reuse=task.reuse,
+                            fuse_fc_relu=task.fuse_fc_relu)
         except OSError as e:
             raise TrainError(f"--dump-ir {args.dump_ir}: {e}") from None
         except Exception as e:

@@ -279,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-reuse", dest="reuse", action="store_false",
                    help="give every transient DTensor its own slot (the seed's layout) instead of placing "
                         "tensors that are never live together in the same bytes (same numerics, more memory)")
+    p.add_argument("--no-fuse-fc-relu", dest="fuse_fc_relu", action="store_false",
+                   help="keep each FC and the ReLU next to it as separate kernels instead of one GEMM with a "
+                        "ReLU epilogue (memplan-fuse-fc-relu; same numerics)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
                    help="auto: the GPU when the GPU backend can run (CuPy imports and a CUDA device "
                         "answers), else the CPU; gpu without one is an error")
@@ -316,9 +319,10 @@ TRAINING_KEYS: tuple[str, ...] = ("model", "blueprint", "torch_model", "dataset"
                                   "scaler_interval", "ema", "ema_warmup", "resize_schedule", "conv_algo")
 """Options that define a run: fixed by the checkpoint on ``--resume``."""
 
-RESUMED_DEFAULTS: tuple[str, ...] = ("epochs", "device", "reuse")
+RESUMED_DEFAULTS: tuple[str, ...] = ("epochs", "device", "reuse", "fuse_fc_relu")
 """Options a resumed run takes from its checkpoint unless given again: ``--epochs`` (the cosine
-schedule's length: resuming an interrupted run must not change it), ``--device``, ``--no-reuse``."""
+schedule's length: resuming an interrupted run must not change it), ``--device``, ``--no-reuse``,
+``--no-fuse-fc-relu``."""
 
 
 def check_args(a: argparse.Namespace) -> None:
