@@ -42,9 +42,9 @@ from tr_mlir.passes.memplan_build_atlas import MemplanBuildAtlasPass
 from tr_mlir.passes.memplan_build_graph import MemplanBuildGraphPass
 from tr_mlir.passes.memplan_create_plans import MemplanCreatePlansPass
 from tr_mlir.passes.memplan_derive_shapes import CompileSpecOptions, MemplanDeriveShapesPass
+from tr_mlir.passes.memplan_fuse_fc_relu import MemplanFuseFcReluPass
 from tr_mlir.passes.memplan_max_slots import MemplanMaxSlotsPass
 from tr_mlir.passes.memplan_name_parameters import MemplanNameParametersPass
-from tr_mlir.passes.memplan_fuse_fc_relu import MemplanFuseFcReluPass
 from tr_mlir.passes.memplan_narrow_grad_clear import MemplanNarrowGradClearPass
 from tr_mlir.passes.memplan_select_conv_algo import ConvAlgoOptions, MemplanSelectConvAlgoPass
 from tr_mlir.passes.memplan_share_variants import MemplanShareVariantsPass

@@ -19,7 +19,7 @@ gate), writing a ``dx`` that is none of the FC's inputs. In both, the intermedia
 ``g``) must be dead after the ReLU: following every training step order
 (:func:`tr_mlir.dialects.lifetimes.training_step_orders`) cyclically from the ReLU (the next step
 comes round to the FC again), its next touch is a write without a read, or nothing touches it
-(reads and writes by the kernel vocabulary, :func:`.memplan_narrow_grad_clear.touches`). The
+(reads and writes by the kernel vocabulary, :func:`tr_mlir.passes._dataflow.live_after`). The
 fused node keeps the FC's param entry (its ``bias`` condition) and the FC's position.
 
 The fused kernels give the unfused pair's bits (the ReLU expressions of the unfused kernels, in
@@ -37,19 +37,18 @@ bench.profile mlp``): see bench/README.md, "FC+ReLU epilogue".
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import DictionaryAttr, ModuleOp
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from tr_mlir.dialects.kernels import K, KernelId
-from tr_mlir.dialects.lifetimes import training_step_orders
-from tr_mlir.dialects.memplan import GraphId, GraphOp, Node, NodesOp, ProgramOp
+from tr_mlir.dialects.lifetimes import region_members
+from tr_mlir.dialects.memplan import Node, NodesOp, ProgramOp
+from tr_mlir.passes._dataflow import live_after
 from tr_mlir.passes.memplan_build_graph import TRAIN_GRAPH, graph_programs
-from tr_mlir.passes.memplan_narrow_grad_clear import touches
 
 
 def _ops(kind: KernelId) -> dict[str, str]:
@@ -80,32 +79,12 @@ def _fuse_backward(fc: Node, relu: Node, prec: str) -> tuple[Node, int] | None:
     return Node(K.RELU_FC_BWD.op(prec), fc.inputs, (dx, *fc.outputs[1:]), param=fc.param), g
 
 
-def _dead_after(tid: int, gid: GraphId, index: int, graph: GraphOp, params: Sequence[DictionaryAttr],
-                by_region: Mapping[int, Sequence[int]]) -> bool:
-    """Whether DTensor ``tid``'s value after node ``index`` of bucket ``gid`` is never read (module
-    doc: every training step order, cyclically)."""
-    for order in training_step_orders():
-        if gid not in order:
-            continue
-        nodes = [n for g in order for n in graph.nodes(g)]
-        start = sum(len(graph.nodes(g)) for g in order[:order.index(gid)]) + index + 1
-        for node in nodes[start:] + nodes[:start]:
-            reads, writes = touches(node, params, by_region)
-            if tid in reads:
-                return False
-            if tid in writes:
-                break
-    return True
-
-
-def fuse(program: ProgramOp) -> int:
-    """Rewrite the fusable pairs of ``program``'s ``@train`` graph (module doc); returns how many."""
+def _fuse(program: ProgramOp) -> int:
+    """Rewrite the fusable pairs of ``program``'s ``@train`` graph (module doc); returns how many.
+    The program must have its ``@train`` graph and no atlas yet (:func:`graph_programs` checks;
+    on a compiled program the rewrite would leave the atlas and offsets naming nodes it removed)."""
     graph = next(g for g in program.graphs() if g.graph_name == TRAIN_GRAPH)
-    by_region: dict[int, list[int]] = {}
-    for t in program.plans()[0].tensors():
-        if t.slot:
-            by_region.setdefault(int(t.region), []).append(t.id)
-    params = graph.params.data
+    by_region = region_members(program.plans()[0].tensors())
     rules = ((_ops(K.FC_FWD), _ops(K.RELU_FWD), _fuse_forward),
              (_ops(K.FC_BWD), _ops(K.RELU_BWD_FROM_OUTPUT), _fuse_backward))
     count = 0
@@ -119,7 +98,7 @@ def fuse(program: ProgramOp) -> int:
                 if prec is None or relu_ops.get(relu.op) != prec:
                     continue
                 fused = rule(fc, relu, prec)
-                if fused is not None and _dead_after(fused[1], gid, i + 1, graph, params, by_region):
+                if fused is not None and not live_after(graph, gid, i + 1, (fused[1],), by_region, wrap=True):
                     nodes[i:i + 2] = [fused[0]]
                     # the next checks read the rewritten bucket
                     new = NodesOp(gid, nodes)
@@ -139,4 +118,4 @@ class MemplanFuseFcReluPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for _, program in graph_programs(op, self.name, "the atlas names the nodes it rewrites"):
-            fuse(program)
+            _fuse(program)

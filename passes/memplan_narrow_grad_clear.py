@@ -12,11 +12,9 @@ each starting with ``ZERO_GRAD``) over the program's ``@train`` graph, every DTe
 in a cleared region is followed from the clear to the end of the step (the next step starts with
 the clear again). The clear's value of the DTensor is *dead* when the DTensor's first touch after
 it is a node that writes it without reading it, or when no node touches it at all (no node reads
-it, and the arena starts zeroed). A node reads a DTensor it has as an input, inside an input span,
-or as an output its kernel accumulates into; it overwrites an output the kernel writes whole:
-the kernel vocabulary says which (:meth:`tr_mlir.dialects.kernels.Operands.overwrites` and the
-``accumulates`` field of the operand row: ``GRAD_ACCUM``, the metric sums, the EMA; an output a
-node skips, ``skip_outputs``, or binds to no argument is no write). A region stays cleared when
+it, and the arena starts zeroed). Reads and overwrites are the kernel vocabulary's
+(:mod:`tr_mlir.passes._dataflow`: an input, an input span or an accumulated output is read; an
+output the kernel writes whole is overwritten; a skipped or unbound output is neither). A region stays cleared when
 any of its DTensors' clear value is live in some step order; a region without bytes is free.
 The cleared regions are written back as the fewest spans (free regions bridge two spans)::
 
@@ -41,55 +39,19 @@ sees the narrowed bucket); no options. Diagnostics: a program without its ``@tra
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
-from tr_mlir.dialects.kernels import K, KernelIdError, operands_for
-from tr_mlir.dialects.lifetimes import training_step_orders
+from tr_mlir.dialects.kernels import K
+from tr_mlir.dialects.lifetimes import region_members
 from tr_mlir.dialects.memplan import GraphId, GraphOp, MemRegion, Node, NodesOp, PlanOp, ProgramOp
+from tr_mlir.passes._dataflow import live_after
 from tr_mlir.passes.memplan_build_graph import TRAIN_GRAPH, graph_programs
-
-
-def _flag(params: Sequence[DictionaryAttr], node: Node, cond: str) -> bool:
-    """The truth of static param ``cond`` of ``node`` (its ``when`` conditions)."""
-    if node.param < 0:
-        return False
-    value = params[node.param].data.get(cond)
-    return isinstance(value, IntegerAttr) and bool(value.value.data)
-
-
-def touches(node: Node, params: Sequence[DictionaryAttr],
-            by_region: Mapping[int, Sequence[int]]) -> tuple[frozenset[int], frozenset[int]]:
-    """(ids ``node`` reads, ids it overwrites) by the kernel vocabulary (module doc): spans expanded
-    to their DTensors; an accumulated output is read; an unbound or skipped output is neither."""
-    def expand(spans: Iterable[tuple[MemRegion, MemRegion]]) -> set[int]:
-        return {t for a, b in spans for r in range(a, b + 1) for t in by_region.get(r, ())}
-
-    reads = set(node.inputs) | expand(node.in_ranges)
-    try:
-        row = operands_for(node.op)
-    except KernelIdError:  # an op without a row: every output is read and written
-        outs = set(node.outputs) | expand(node.out_ranges)
-        return frozenset(reads | outs), frozenset()
-    writes: set[int] = set()
-    for pos, (arg, tid) in enumerate(zip(row.outs, node.outputs)):
-        if arg is None or pos in node.skipped or (arg in row.when and not _flag(params, node, row.when[arg])):
-            continue
-        (writes if row.overwrites(arg) else reads).add(tid)
-    names = list(row.out_ranges)
-    for i, span in enumerate(node.out_ranges):
-        if not names:  # spans the row does not name: count them as read (the safe side)
-            reads.update(expand((span,)))
-            continue
-        arg = names[min(i, len(names) - 1)]
-        (writes if row.overwrites(arg) else reads).update(expand((span,)))
-    writes.update(node.outputs[len(row.outs):])  # workspaces: scratch, written before read
-    return frozenset(reads), frozenset(writes - reads)
 
 
 def _clear_index(nodes: Sequence[Node]) -> int | None:
@@ -99,32 +61,15 @@ def _clear_index(nodes: Sequence[Node]) -> int | None:
 
 def needed_regions(plan: PlanOp, graph: GraphOp) -> set[MemRegion]:
     """The regions of the ``ZERO_GRAD`` clear whose cleared value some node reads (module doc)."""
-    by_region: dict[int, list[int]] = {}
-    region_of: dict[int, MemRegion] = {}
-    for t in plan.tensors():
-        if t.slot:
-            by_region.setdefault(int(t.region), []).append(t.id)
-            region_of[t.id] = t.region
-    params = graph.params.data
+    by_region = region_members(plan.tensors())
+    region_of = {t.id: t.region for t in plan.tensors() if t.slot}
     clear_nodes = graph.nodes(GraphId.ZERO_GRAD)
     k = _clear_index(clear_nodes)
     if k is None:
         return set()
     cleared = {MemRegion(r) for a, b in clear_nodes[k].out_ranges for r in range(a, b + 1)}
     ids = {t for r in cleared for t in by_region.get(int(r), ())}
-    need: set[MemRegion] = set()
-    for order in training_step_orders():
-        nodes = [n for gid in order for n in graph.nodes(gid)]
-        start = sum(len(graph.nodes(gid)) for gid in order[:order.index(GraphId.ZERO_GRAD)]) + k + 1
-        pending = set(ids)
-        for node in nodes[start:]:
-            if not pending:
-                break
-            reads, writes = touches(node, params, by_region)
-            live = pending & reads
-            need.update(region_of[t] for t in live)
-            pending -= live | writes
-    return need
+    return {region_of[t] for t in live_after(graph, GraphId.ZERO_GRAD, k, ids, by_region, wrap=False)}
 
 
 def spans(cleared: Iterable[MemRegion], need: set[MemRegion], plan: PlanOp) -> list[tuple[MemRegion, MemRegion]]:

@@ -31,11 +31,17 @@ def run(name: str, **arrays) -> None:
     spec.bind({**arrays, **ws}, {})()
 
 
-def _operands(rng, n, f, o, dt):
+def _operands(rng, n, f, o, dt, special: bool = True):
+    """x (n, 1, 1, f), w (o, 1, 1, f), b (o,) fp32, dy (n, 1, 1, o); ``special``: special values
+    (signed zeros, NaN, Inf, a subnormal) in x, w and dy, so the bit comparisons cover them."""
     x = rng.standard_normal((n, 1, 1, f)).astype(dt)
-    x.reshape(-1)[:4] = [0.0, -0.0, np.nan, 1e-30]
     w = (rng.standard_normal((o, 1, 1, f)) / np.sqrt(f)).astype(dt)
-    return x, w, rng.standard_normal(o).astype(F32), rng.standard_normal((n, 1, 1, o)).astype(dt)
+    dy = rng.standard_normal((n, 1, 1, o)).astype(dt)
+    if special:
+        x.reshape(-1)[:4] = [0.0, -0.0, np.nan, 1e-30]
+        w.reshape(-1)[-3:] = [np.inf, -0.0, 1e-30]  # the last output feature: Inf or NaN through the GEMM
+        dy.reshape(-1)[-3:] = [np.nan, -np.inf, -0.0]
+    return x, w, rng.standard_normal(o).astype(F32), dy
 
 
 def _same(a: np.ndarray, b: np.ndarray, what: str) -> None:
@@ -44,6 +50,7 @@ def _same(a: np.ndarray, b: np.ndarray, what: str) -> None:
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # NaN * 0 on a kernel thread (errstate is per thread)
 @pytest.mark.parametrize("dtype,path", [(F32, "c"), (F32, "numpy-gemm"), (F32, "no-cc"), (F16, "c")],
                          ids=["fp32", "fp32-numpy-gemm", "fp32-no-cc", "amp"])
 def test_fused_equals_unfused_to_the_bit(dtype, path, threads, shape, monkeypatch):
@@ -76,6 +83,10 @@ def test_relu_fc_bwd_refuses_a_dx_on_x():
     x, w, _, dy = _operands(np.random.default_rng(1), 4, 6, 3, F32)
     with pytest.raises(ValueError, match="needs a dx apart from x"):
         KERNELS["relu_fc_bwd"](dy=dy, w=w, x=x, dw=np.zeros((3, 1, 1, 6), F32), dx=x)
+    both = np.zeros(2 * x.size, F32)  # dx overlapping x by half
+    with pytest.raises(ValueError, match="needs a dx apart from x"):
+        KERNELS["relu_fc_bwd"](dy=dy, w=w, x=both[:x.size].reshape(x.shape), dw=np.zeros((3, 1, 1, 6), F32),
+                               dx=both[x.size // 2:x.size // 2 + x.size].reshape(x.shape))
 
 
 @pytest.mark.parametrize("dtype", [F32, F16], ids=["fp32", "amp"])
@@ -83,8 +94,7 @@ def test_fused_against_torch(dtype):
     """``relu(x @ w.T + b)`` and ``d/dx_pre`` of ``linear(relu(x_pre))`` against torch (fp32 math;
     AMP: fp16 storage, tolerance of its rounding)."""
     n, f, o = 64, 96, 80
-    x, w, b, dy = _operands(np.random.default_rng(3), n, f, o, dtype)
-    x.reshape(-1)[:4] = 0.5  # no NaN here: compare values
+    x, w, b, dy = _operands(np.random.default_rng(3), n, f, o, dtype, special=False)  # compare values
     tol = 2e-5 if dtype == F32 else 2e-2
     y = np.empty((n, 1, 1, o), dtype)
     run("fc_relu_fwd", x=x, w=w, b=b, y=y)
@@ -154,19 +164,54 @@ def test_an_fc_output_read_elsewhere_stays_unfused():
 
 
 def test_the_pass_runs_once_and_checks_its_place():
+    """The pass on the module memplan-build-graph leaves fuses the MLP's six pairs, a second run
+    changes nothing; before memplan-build-graph, and on a compiled module (its atlas and offsets
+    name the nodes), it stops with a diagnostic that names the pass to run."""
+    from xdsl.utils.exceptions import DiagnosticException
+
     from tr_mlir import zoo
-    from tr_mlir.passes.memplan_fuse_fc_relu import fuse
+    from tr_mlir.compile import arch_plan, make_context
+    from tr_mlir.lowering.executable import find_program
+    from tr_mlir.passes.memplan_compile import MemplanCompilePass
+    from tr_mlir.passes.memplan_fuse_fc_relu import MemplanFuseFcReluPass
 
-    program = _compile(zoo.mlp(), (28, 28, 1))
-    assert fuse(program) == 0  # nothing left to fuse; the program unchanged
+    ctx = make_context()
+    module = arch_plan(zoo.mlp(), (28, 28, 1), amp=False, fuse=False, num_classes=10)
+    with pytest.raises(DiagnosticException, match="memplan-fuse-fc-relu runs after memplan-derive-shapes"):
+        MemplanFuseFcReluPass().apply(ctx, module)
+    phases = MemplanCompilePass(batch_size=4, train_size=8, val_size=6, fuse_fc_relu=False).phases()
+    build = next(i for i, p in enumerate(phases) if p.name == "memplan-build-graph")
+    for phase in phases[:build]:
+        phase.apply(ctx, module)
+    with pytest.raises(DiagnosticException, match="run memplan-build-graph first"):
+        MemplanFuseFcReluPass().apply(ctx, module)
+    build += 1
+    phases[build - 1].apply(ctx, module)
+    before = _train_ops(find_program(module)[1])
+    MemplanFuseFcReluPass().apply(ctx, module)
+    once = str(module)
+    ops = _train_ops(find_program(module)[1])
+    assert len(before) - len(ops) == 6 and ops.count("FC_RELU_FP32_FWD") == 3
+    MemplanFuseFcReluPass().apply(ctx, module)
+    assert str(module) == once
+    for phase in phases[build:]:
+        phase.apply(ctx, module)
+    module.verify()
+    compiled = str(module)
+    with pytest.raises(DiagnosticException, match="already has its atlas"):
+        MemplanFuseFcReluPass().apply(ctx, module)
+    assert str(module) == compiled
 
 
-def _three_steps(amp: bool) -> tuple[list[float], list[np.ndarray]]:
+def _three_steps(amp: bool, fuse_fc_relu: bool) -> tuple[list[float], list[np.ndarray]]:
     import tr_mlir
     from tr_mlir import zoo
 
     task = tr_mlir.Task(zoo.mlp(), (28, 28, 1), 10, 16, optimizer=tr_mlir.optim.SGD(lr=0.05, momentum=0.9),
-                        amp=amp, seed=3)
+                        amp=amp, seed=3, fuse_fc_relu=fuse_fc_relu)
+    task.compile()
+    fused = [o for o in _train_ops(task.exe.program) if o.startswith(("FC_RELU", "RELU_FC"))]
+    assert len(fused) == (6 if fuse_fc_relu else 0)
     rng = np.random.default_rng(5)
     losses = [task.train_step(rng.standard_normal((16, 28, 28, 1)).astype(F32),
                               rng.integers(0, 10, 16).astype(np.int32)) for _ in range(3)]
@@ -174,15 +219,35 @@ def _three_steps(amp: bool) -> tuple[list[float], list[np.ndarray]]:
 
 
 @pytest.mark.parametrize("amp", [False, True], ids=["fp32", "amp"])
-def test_whole_steps_with_and_without_the_pass_are_bit_identical(amp, monkeypatch):
-    """Three training steps of the seed's MLP with the fused kernels and with the pass turned
-    into a no-op: the same losses and parameters to the bit (the memory plans differ: the
-    verifier of every compile checks both)."""
-    import tr_mlir.passes.memplan_fuse_fc_relu as pass_module
-
-    on = _three_steps(amp)
-    monkeypatch.setattr(pass_module, "fuse", lambda program: 0)
-    off = _three_steps(amp)
+def test_whole_steps_with_and_without_the_pass_are_bit_identical(amp):
+    """Three training steps of the seed's MLP with the fused kernels and with
+    ``Task(fuse_fc_relu=False)``: the same losses and parameters to the bit (the memory plans
+    differ: the verifier of every compile checks both)."""
+    on = _three_steps(amp, True)
+    off = _three_steps(amp, False)
     assert on[0] == off[0]
     for i, (a, b) in enumerate(zip(on[1], off[1])):
         assert a.tobytes() == b.tobytes(), f"parameter #{i}"
+
+
+def test_the_task_option_is_checked_saved_and_recompiles_with_the_state(tmp_path):
+    """``Task(fuse_fc_relu=...)``: a bool (else TaskError), kept by ``Task.save`` / ``Task.load``;
+    changing it (or ``reuse``) before ``compile()`` recompiles, keeping the parameters."""
+    import tr_mlir
+    from tr_mlir import zoo
+
+    with pytest.raises(tr_mlir.TaskError, match="fuse_fc_relu must be a bool"):
+        tr_mlir.Task(zoo.mlp(), (28, 28, 1), 10, 4, fuse_fc_relu=1)
+    task = tr_mlir.Task(zoo.mlp(), (28, 28, 1), 10, 4, fuse_fc_relu=False).compile()
+    fused = lambda t: [o for o in _train_ops(t.exe.program) if o.startswith(("FC_RELU", "RELU_FC"))]  # noqa: E731
+    assert fused(task) == []
+    rng = np.random.default_rng(0)
+    task.train_step(rng.standard_normal((4, 28, 28, 1)).astype(F32), rng.integers(0, 10, 4).astype(np.int32))
+    task.save(tmp_path / "t")
+    loaded = tr_mlir.Task.load(tmp_path / "t")
+    assert loaded.fuse_fc_relu is False and fused(loaded) == []
+    before = [a.copy() for _, a in loaded.parameters()]
+    loaded.fuse_fc_relu = True
+    assert len(fused(loaded.compile())) == 6
+    for a, (_, b) in zip(before, loaded.parameters()):
+        assert a.tobytes() == b.tobytes()

@@ -204,6 +204,21 @@ def test_fc_relu_epilogues_are_bit_identical_to_the_unfused_kernels_on_the_devic
     assert _on_device(backend, "relu_fc_bwd", big)["dx"].tobytes() == g.tobytes()
 
 
+def test_relu_fc_bwd_refuses_a_dx_overlapping_x_on_the_device(backend):
+    """A dx sharing any byte with x (not only the same pointer) is refused: the gate reads x
+    while the GEMM writes dx."""
+    x = np.ones((6, 1, 1, 70), np.float32)
+    arena = backend.allocate(4 * x.nbytes)
+    views = {"x": backend.view(arena, 0, np.float32, x.shape), "dx": backend.view(arena, 256, np.float32, x.shape),
+             "dy": backend.view(arena, 2 * x.nbytes, np.float32, (6, 1, 1, 3)),
+             "w": backend.view(arena, 2 * x.nbytes + 256, np.float32, (3, 1, 1, 70)),
+             "dw": backend.view(arena, 3 * x.nbytes, np.float32, (3, 1, 1, 70))}
+    with pytest.raises(ValueError, match="needs a dx apart from x"):
+        backend.kernels["relu_fc_bwd"].bind(views, {})()
+    views["dx"] = backend.view(arena, x.nbytes, np.float32, x.shape)  # adjacent: fine
+    backend.kernels["relu_fc_bwd"].bind(views, {})()
+
+
 def test_error_measure():
     a = np.array([1.0, np.inf, np.nan], np.float32)
     assert error(a, a.copy()) == 0.0

@@ -186,8 +186,9 @@ def _db_epilogue(dy2: np.ndarray, db: np.ndarray):
 def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int, gate: bool = False) -> bool:
     """The concurrent fp32 path of :func:`fc_backward`; False (nothing done) when it does not
     apply. ``gate``: each dx block times ``x > 0`` of its columns right after its GEMM
-    (:func:`fc_backward`'s ``gate_input``; dx apart from x). Column blocks ``c`` of the ``f`` inputs: each thread computes ``dw[:, c] = dy.T @
-    x[:, c]`` and then ``dx[:, c] = dy @ w[:, c]``, so when dx is x's buffer a thread overwrites
+    (:func:`fc_backward`'s ``gate_input``; dx apart from x). Column blocks ``c`` of the ``f``
+    inputs: each thread computes ``dw[:, c] = dy.T @ x[:, c]`` and then
+    ``dx[:, c] = dy @ w[:, c]``, so when dx is x's buffer a thread overwrites
     only the columns of x it has itself finished reading; the db sums are split by blocks of
     the ``o`` outputs, one block with each dw block."""
     arrays = (dy, w, x, dw, dx) if db is None else (dy, w, x, dw, db, dx)
@@ -271,7 +272,12 @@ def fc_bwd(dy, w, x, dw, db=None, dx=None, xbuf=None, wbuf=None, ybuf=None) -> N
 def fc_relu_fwd(x, w, y, b=None, xbuf=None, wbuf=None, ybuf=None) -> None:
     """An FC and the ReLU after it (output form): ``y = relu(x_flat @ w.T + b)``, the ReLU in the
     GEMM epilogue (:func:`fc_forward`); the bits of ``fc_fwd`` then ``relu_fwd``. Written by
-    ``memplan-fuse-fc-relu``."""
+    ``memplan-fuse-fc-relu``.
+
+    Shapes (NHWC): x (N, H, W, C) or (N, 1, 1, F) with F = H*W*C, flattened per sample; w
+    (O, 1, 1, F) or (O, F); b (O,) fp32 or None; y (N, 1, 1, O). x, w, y fp32, or fp16 under AMP
+    (fp32 accumulation; xbuf, wbuf, ybuf: the fp32 workspaces). Raises ValueError for a y of
+    another size than N x O."""
     fc_forward(x, w, b, y, {k: v for k, v in (("xbuf", xbuf), ("wbuf", wbuf), ("ybuf", ybuf)) if v is not None},
                relu=True)
 
@@ -282,7 +288,11 @@ def relu_fc_bwd(dy, w, x, dw, dx, db=None, xbuf=None, wbuf=None, ybuf=None) -> N
     """The backward of an FC whose input ``x`` is a ReLU's output, through that ReLU: dw and db as
     ``fc_bwd``, ``dx = (dy @ w) * (x > 0)``, the gradient of the ReLU's input (dx apart from x),
     the gate in the GEMM epilogue (:func:`fc_backward`); the bits of ``fc_bwd`` then
-    ``relu_bwd_from_output``. Written by ``memplan-fuse-fc-relu``."""
+    ``relu_bwd_from_output``. Written by ``memplan-fuse-fc-relu``.
+
+    Shapes (NHWC): dy (N, 1, 1, O); w (O, 1, 1, F); x and dx (N, 1, 1, F) (or (N, H, W, C) with
+    F = H*W*C); dw (O, 1, 1, F) and db (O,) fp32 even under AMP, overwritten; dy, w, x, dx fp32
+    or fp16 (AMP). Raises ValueError when dx shares x's memory."""
     fc_backward(dy, w, x, dw, db, dx,
                 {k: v for k, v in (("xbuf", xbuf), ("wbuf", wbuf), ("ybuf", ybuf)) if v is not None},
                 gate_input=True)

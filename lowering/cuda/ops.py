@@ -273,11 +273,17 @@ class GpuOps:
             raise ValueError(f"expected fc output of {n} x {o} elements, got shape {y.shape}")
         self.gemm(x, (f, 1, 0), w, (1, f, 0), y, (o, 1, 0), n, o, f, bias=b, relu=relu)
 
+    def _overlap(self, a: Any, b: Any) -> bool:
+        """Whether device arrays ``a`` and ``b`` share a byte (their [pointer, pointer + nbytes)
+        ranges intersect; the arrays of a plan are contiguous views of one arena)."""
+        pa, pb = self.dev.ptr(a), self.dev.ptr(b)
+        return pa < pb + b.nbytes and pb < pa + a.nbytes
+
     def fc_backward(self, dy: Any, w: Any, x: Any, dw: Any, db: Any, dx: Any, gate_input: bool = False) -> None:
         """dw, db, then dx = dy @ w; ``gate_input``: ``dx *= x > 0`` in the GEMM epilogue (x a ReLU's
         output, ``relu_fc_bwd``; dx must not share x's memory: ValueError)."""
         n, f, o = self.fc_dims(x.shape, w.shape)
-        if gate_input and (dx is None or self.dev.ptr(dx) == self.dev.ptr(x)):
+        if gate_input and (dx is None or self._overlap(dx, x)):
             raise ValueError("an FC backward gated by its input's ReLU needs a dx apart from x")
         self.gemm(dy, (1, o, 0), x, (f, 1, 0), dw, (f, 1, 0), o, f, n, a_kfast=False, b_kfast=False)
         if db is not None:
