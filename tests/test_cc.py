@@ -139,10 +139,10 @@ def test_private_dir_survives_a_forked_child(tmp_path):
     """A child forked after the private directory was made (a data loader, a launcher) and
     exiting normally must not remove the parent's directory."""
     script = tmp_path / "fork.py"
-    script.write_text(f"""
+    script.write_text("""
 import ctypes, os, sys
 from tr_mlir.lowering.cpu import _cc
-src = "int f(int a) {{ return a + 2; }}\\n"
+src = "int f(int a) { return a + 2; }\\n"
 _cc.function(src, "f", [ctypes.c_int])
 d = _cc._private[0]
 pid = os.fork()

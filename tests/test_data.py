@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import http.server
-import io
 import pickle
 import socket
 import tarfile

@@ -26,7 +26,6 @@ below the fuzz test.
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Any

@@ -24,7 +24,6 @@ import numpy as np
 import pytest
 
 import tr_mlir
-from tr_mlir import zoo
 from tr_mlir.blueprint import Dropout, Fc, Relu, Seq
 from tr_mlir.lowering.cuda import emulator as emu
 

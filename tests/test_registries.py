@@ -25,7 +25,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from xdsl.ir import Dialect
 from xdsl.passes import ModulePass
 from xdsl.universe import Universe
 
