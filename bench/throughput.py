@@ -87,11 +87,11 @@ def step_flops(net, input_shape: tuple[int, int, int], batch: int) -> float:
 
 
 class _Ours:
-    def __init__(self, m: BenchModel, x: np.ndarray, y: np.ndarray, fuse: bool):
+    def __init__(self, m: BenchModel, x: np.ndarray, y: np.ndarray, fuse: bool, **options):
         import tr_mlir
 
         self.task = tr_mlir.Task(m.blueprint(), m.input_shape, m.num_classes, m.batch,
-                                 optimizer=tr_mlir.optim.SGD(lr=LR, momentum=MOMENTUM), fuse=fuse, seed=0)
+                                 optimizer=tr_mlir.optim.SGD(lr=LR, momentum=MOMENTUM), fuse=fuse, seed=0, **options)
         t0 = time.perf_counter()
         self.task.compile(train_size=m.batch * 100, val_size=m.batch)
         self.build_s = time.perf_counter() - t0
