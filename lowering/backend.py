@@ -23,7 +23,7 @@ import numpy as np
 
 from tr_mlir.dialects.memplan import Target
 from tr_mlir.errors import TrMlirError
-from tr_mlir.lowering.cpu import KERNELS, KernelSpec
+from tr_mlir.lowering.cpu import KERNELS, KernelSpec, outside_kernels
 
 Launch = Callable[[], None]
 """One bound kernel call: a zero-argument closure over fixed views."""
@@ -110,6 +110,7 @@ class ClosureGraph:
     launches: tuple[Launch, ...]
 
     def replay(self) -> None:
+        outside_kernels()  # a replay runs outside any kernel (heals what a Ctrl-C inside one left)
         for launch in self.launches:
             launch()
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from tr_mlir.lowering.cpu import KERNELS, _blas_libs, _cc, _parallel, dense, optim, ranges
+from tr_mlir.lowering.cpu import KERNELS, _blas_libs, _cc, _parallel, _threads, dense, optim, ranges
 
 F32 = np.float32
-two_threads = pytest.mark.skipif(not _parallel._controller(), reason="needs OpenBLAS + threadpoolctl for 2 threads")
+two_threads = pytest.mark.skipif(not _threads.controller(), reason="needs OpenBLAS + threadpoolctl for 2 threads")
 
 
 def rnd(rng, shape, dtype=F32):
@@ -78,9 +78,9 @@ def test_run_waits_for_the_helper_when_interrupted():
 INTERRUPT_STRESS = r"""
 import random, signal, sys, threading, time
 from threadpoolctl import threadpool_limits
-from tr_mlir.lowering.cpu import _parallel
+from tr_mlir.lowering.cpu import _parallel, _threads
 
-class Interrupted(Exception):
+class Interrupted(BaseException):  # as KeyboardInterrupt: no `except Exception` takes it
     pass
 
 armed = [False]
@@ -124,6 +124,12 @@ with threadpool_limits(2):
             interrupted += 1
             assert helper_running[0] == 0, "run() raised while the helper's piece was running"
 stop.set()
+time.sleep(0.01)
+_parallel.outside_kernels()  # as a graph replay does: the holds an interrupted exit left are given back
+hold = _threads.hold
+assert (_threads.inside.depth, _threads.inside.holds, hold.count, hold.forced) == (0, 0, 0, False)
+assert _parallel.workers() == 2 and not _threads.lock.locked()
+assert _threads.controller()[0]() == 2, "OpenBLAS left at one thread"
 print("runs", runs, "interrupted", interrupted)
 """
 
@@ -132,11 +138,13 @@ print("runs", runs, "interrupted", interrupted)
 def test_run_survives_signals_at_every_point_of_a_hand_off():
     """SIGINT sent to the calling thread every few hundred microseconds while it hands pieces to
     the kernel thread, so the handler's exception comes out between every pair of bytecodes of
-    :func:`_parallel.run` and :meth:`_Worker.wait` (in a subprocess: a hang fails the test by
+    :func:`_threads.run` and :meth:`_threads.Worker.wait` (in a subprocess: a hang fails the test by
     its timeout instead of stopping the suite). Every run either returns or raises the
-    interrupt after the helper's piece finished, and none hangs: before the fix, an interrupt
-    right after ``done.acquire()`` succeeded made the retry wait forever (tr-train hung on
-    Ctrl-C, tests/test_faults.py in CI)."""
+    interrupt after the helper's piece finished, none hangs (an interrupt right after
+    ``done.acquire()`` succeeded made the retry wait forever: tr-train hung on Ctrl-C,
+    tests/test_faults.py in CI), and afterwards the thread state is whole: no hold or split
+    depth left over, OpenBLAS back at two threads (an interrupt inside the hold's enter or exit
+    left it at one, so later kernels ran single-threaded)."""
     try:
         out = subprocess.run([sys.executable, "-c", INTERRUPT_STRESS, "3", "0"], capture_output=True, text=True,
                              timeout=60)
@@ -266,7 +274,7 @@ def test_concurrent_callers_give_openblas_its_thread_count_back():
             t.start()
         for t in threads:
             t.join()
-        blas = _parallel._controller()
+        blas = _threads.controller()
         if not blas:
             pytest.skip("no OpenBLAS under NumPy: kernels run on one thread")
         assert int(blas[0]()) == 2
@@ -758,8 +766,8 @@ def test_numpy_openblas_haswell_kernels_split_with_the_serial_bits():
     code = """
 import numpy as np
 from threadpoolctl import threadpool_limits
-from tr_mlir.lowering.cpu import KERNELS, _parallel as P
-lib = P.numpy_openblas()
+from tr_mlir.lowering.cpu import KERNELS, _blas_libs, _parallel as P
+lib = _blas_libs.numpy_openblas()
 if lib is None or str(lib.architecture).lower() != "haswell":
     print("SKIP", None if lib is None else lib.architecture); raise SystemExit
 assert P.numpy_cut_align() == P.OWN_ROW_ALIGN, P.numpy_cut_align()

@@ -28,6 +28,7 @@ from tr_mlir.lowering.cpu import (  # noqa: F401  (each module registers its ker
     pool,
     ranges,
 )
+from tr_mlir.lowering.cpu._parallel import outside_kernels
 from tr_mlir.lowering.cpu.registry import (
     CPU,
     CUDA,
@@ -42,4 +43,4 @@ from tr_mlir.lowering.cpu.registry import (
 )
 
 __all__ = ["CPU", "CUDA", "KERNELS", "TARGETS", "ArrayInfo", "KernelSpec", "kernel", "kernel_name", "lookup",
-           "register"]
+           "outside_kernels", "register"]

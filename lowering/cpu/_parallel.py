@@ -48,262 +48,20 @@ BLAS that keeps its bits under neither runs every GEMM whole.
 from __future__ import annotations
 
 import ctypes
-import itertools
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
 from importlib import resources
 
 import numpy as np
 
-from ._blas_libs import find_sgemm, load_own_blas, numpy_openblas
-
-MAX_WORKERS = 2
-"""Most threads a kernel uses (and per-worker workspace slots the planner reserves): the cores of
-the machines this runs on."""
+from . import _threads
+from ._blas_libs import find_sgemm, load_own_blas
+from ._threads import MAX_WORKERS, outside_kernels, run, run_dynamic, workers  # noqa: F401 - the module's API
 
 MIN_SPLIT_FLOPS = 4e6
 """Smallest GEMM (2*m*n*k) worth splitting across threads: below it the hand-off costs more
 (tens of microseconds) than the second core saves."""
-
-_lock = threading.Lock()
-_workers: list[_Worker] | None = None
-_blas = None  # (get_num_threads, set_num_threads) of OpenBLAS, False when there is none
-
-
-class _Worker:
-    """One persistent kernel thread, handed a task through two locks used as wake-up hints
-    (``go``: a task may be ready, ``done``: a task may have finished) over two counters that
-    hold the state (``posted``: tasks handed over, ``finished``: tasks run). A hand-off is a
-    lock release and a lock acquire on each side: about half the latency of a
-    ``ThreadPoolExecutor`` submit and ``Future.result`` (which build a future, a queue entry and
-    a condition per call).
-
-    The counters make the hand-off safe against a signal handler that raises (Ctrl-C) between
-    any two bytecodes of the calling thread: a lock acquire that succeeded just before the
-    exception came out is not lost (the waiter re-reads ``finished`` instead of waiting for a
-    second release that never comes, the hang seen under SIGINT in tests/test_faults.py), and a
-    release finding the lock already released (an unconsumed hint) is harmless."""
-
-    IDLE_POLL_S = 0.1
-    """Seconds the idle thread waits for ``go`` before it re-reads ``posted`` (a hand-off whose
-    release of ``go`` was cut off by an exception still runs)."""
-
-    def __init__(self, index: int):
-        self._go = threading.Lock()
-        self._go.acquire()
-        self._done = threading.Lock()
-        self._done.acquire()
-        self._task: Callable[[], None] | None = None
-        self._error: BaseException | None = None
-        self._posted = 0
-        self._finished = 0
-        threading.Thread(target=self._loop, name=f"tr-mlir-kernel-{index}", daemon=True).start()
-
-    @staticmethod
-    def _hint(lock: threading.Lock) -> None:
-        try:
-            lock.release()
-        except RuntimeError:  # already released: a hint not consumed yet is as good
-            pass
-
-    def _loop(self) -> None:
-        _inside.depth = 1  # a kernel thread only ever runs pieces of a split
-        while True:
-            if self._finished == self._posted:
-                self._go.acquire(timeout=self.IDLE_POLL_S)
-                continue
-            task, self._task = self._task, None
-            try:
-                task()
-            except BaseException as e:  # noqa: BLE001 - handed back to the caller by wait()
-                self._error = e
-            self._finished += 1
-            self._hint(self._done)
-
-    def start(self, task: Callable[[], None]) -> None:
-        """Hand ``task`` to the thread (it must not hold one: :meth:`wait` came first)."""
-        self._task = task
-        self._posted += 1
-        try:  # inline, not _hint(): no Python call (where a pending signal's handler runs) before the release
-            self._go.release()
-        except RuntimeError:
-            pass
-
-    def wait(self) -> BaseException | None:
-        """Block until every task handed over has finished (at once when none is pending);
-        returns the task's exception (or None). An exception raised while waiting (a signal
-        handler's: Ctrl-C) is re-raised only once the task has finished: the task uses the
-        caller's arrays (raw pointers in C kernels)."""
-        interrupted: BaseException | None = None
-        while self._finished != self._posted:
-            try:
-                self._done.acquire()
-            except BaseException as e:  # noqa: BLE001 - re-raised below, after the task
-                interrupted = interrupted or e
-        err, self._error = self._error, None
-        if interrupted is not None:
-            raise interrupted
-        return err
-
-
-class _BlasHold:
-    """OpenBLAS held at one thread while any kernel is inside ``with _one_thread:``.
-
-    Nested and concurrent holders share one save and one restore of the thread count, so two
-    Python threads running kernels at once (data-parallel ranks in one process) cannot leave
-    OpenBLAS at one thread for good, as a save/restore per call did (the second caller saved the
-    first's 1). While held, :meth:`user_threads` is the saved count, so :func:`workers` (and with
-    it every split) does not depend on whether another thread is inside a kernel."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.count = 0
-        self.saved = 1
-
-    def __enter__(self) -> "_BlasHold":
-        _inside.depth = getattr(_inside, "depth", 0) + 1
-        blas = _controller()
-        if blas:
-            with self.lock:
-                if self.count == 0:
-                    self.saved = int(blas[0]())
-                    if self.saved > 1:
-                        blas[1](1)
-                self.count += 1
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        _inside.depth -= 1
-        blas = _controller()
-        if blas:
-            with self.lock:
-                self.count -= 1
-                if self.count == 0 and self.saved > 1:
-                    blas[1](self.saved)
-
-    def user_threads(self, blas) -> int:
-        """The OpenBLAS thread count the user set (the saved one while held)."""
-        with self.lock:
-            return self.saved if self.count else int(blas[0]())
-
-
-_one_thread = _BlasHold()
-
-_inside = threading.local()
-"""``depth`` > 0 on a thread that is running a piece of a split (the caller inside
-``_one_thread``, and every kernel thread): :func:`workers` is then 1, so a piece never splits
-again (nested splits would wait on each other)."""
-
-
-def _after_fork() -> None:
-    """A forked child has none of the parent's threads: make it start its own (and give
-    OpenBLAS back the user's thread count if the fork came while a kernel held it at one)."""
-    global _lock, _workers, _one_thread
-    _lock = threading.Lock()
-    _workers = None
-    held, _one_thread = _one_thread, _BlasHold()
-    blas = _controller() if held.count else None
-    if blas and held.saved > 1:
-        blas[1](held.saved)
-    if _cgemm:
-        _cgemm[1]()  # the C worker thread is gone too
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
-
-
-def _controller():
-    """OpenBLAS's ``openblas_get_num_threads`` / ``openblas_set_num_threads``, found once through
-    threadpoolctl (the C functions themselves: a call allocates nothing and costs ~1 us)."""
-    global _blas
-    if _blas is None:
-        try:
-            lib = numpy_openblas()
-            if lib is not None:
-                get, put = lib._get_symbol("openblas_get_num_threads"), lib._get_symbol("openblas_set_num_threads")
-                _blas = (get, put) if get is not None and put is not None else (lib.get_num_threads,
-                                                                                  lib.set_num_threads)
-            else:
-                _blas = False
-        except Exception:  # noqa: BLE001 - no threadpoolctl or an unknown BLAS: serial kernels
-            _blas = False
-    return _blas
-
-
-def workers() -> int:
-    """Threads a kernel may use now: the OpenBLAS thread count the user set, at most
-    :data:`MAX_WORKERS`; 1 without OpenBLAS or threadpoolctl, and 1 inside a piece of a split
-    (``_inside``: pieces do not split again)."""
-    blas = _controller()
-    if not blas:
-        return 1
-    if getattr(_inside, "depth", 0):
-        return 1
-    return max(1, min(MAX_WORKERS, _one_thread.user_threads(blas)))
-
-
-def run(tasks: Sequence[Callable[[], None]]) -> None:
-    """Run ``tasks`` concurrently, OpenBLAS held at one thread; the first runs on the calling
-    thread, the others on persistent kernel threads (more than :data:`MAX_WORKERS` tasks: each
-    thread takes the next one, :func:`run_dynamic`). Returns when all have finished; the first
-    exception raised (calling thread first) then propagates."""
-    global _workers
-    if len(tasks) <= 1:
-        for t in tasks:
-            t()
-        return
-    if len(tasks) > MAX_WORKERS:  # more tasks than threads: each thread takes the next one
-        run_dynamic(tasks)
-        return
-    with _lock, _one_thread:
-        if _workers is None:
-            _workers = [_Worker(i + 1) for i in range(MAX_WORKERS - 1)]
-        helpers = _workers[:len(tasks) - 1]
-        error: BaseException | None = None
-        try:
-            for w, t in zip(helpers, tasks[1:]):
-                w.start(t)
-            tasks[0]()
-        except BaseException as e:  # noqa: BLE001 - raised once the helpers are done
-            error = e
-        for w in helpers:  # always wait (at once for a helper not started): its task uses the caller's arrays
-            try:
-                err = w.wait()
-            except BaseException as e:  # noqa: BLE001 - interrupted (after its task): the rest too
-                err = e
-            error = error or err
-        if error is not None:
-            raise error
-
-
-def run_dynamic(tasks: Sequence[Callable[[], None]]) -> None:
-    """Run any number of independent ``tasks`` on up to :func:`workers` threads (the calling
-    thread and the kernel threads, OpenBLAS held at one thread), each thread taking the next
-    task not yet started: a thread slowed down by another process on its core simply does
-    fewer of them, where a fixed share per thread would make everyone wait for it. Which thread
-    runs a task varies; what a task computes must not depend on that. Exceptions propagate as
-    in :func:`run` (the other thread finishes the remaining tasks first)."""
-    t = min(workers(), len(tasks))
-    if t <= 1:
-        with _one_thread:
-            for task in tasks:
-                task()
-        return
-    counter = itertools.count()  # next() is atomic under the GIL
-    n = len(tasks)
-
-    def loop() -> None:
-        while True:
-            i = next(counter)
-            if i >= n:
-                return
-            tasks[i]()
-
-    run([loop] * t)
-
 
 BLOCK_FLOPS = 60e6
 """While the kernel threads run unequally fast (:func:`contended`), split GEMMs of at least this
@@ -389,6 +147,17 @@ class _Job(ctypes.Structure):
 
 
 _cgemm: tuple | None | bool = None  # (tr_run_list, tr_after_fork) once loaded, False when unavailable
+
+
+def _after_fork() -> None:
+    """A forked child has no C worker thread: the next split starts one (the kernel threads and
+    the OpenBLAS hold are :mod:`._threads`' own fork hook)."""
+    if _cgemm:
+        _cgemm[1]()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 _jobs_cache: dict = {}
 
 
@@ -399,13 +168,13 @@ def sgemm_address() -> tuple[int, bool] | None:
     """:func:`find_sgemm` once per process, for kernels calling ``cblas_sgemm`` themselves
     (:mod:`._cwinograd`) inside :func:`run` or :func:`one_thread` (OpenBLAS at one thread)."""
     if not _sgemm_found:
-        _sgemm_found.append(find_sgemm() if _controller() else None)
+        _sgemm_found.append(find_sgemm() if _threads.controller() else None)
     return _sgemm_found[0]
 
 
-def one_thread() -> _BlasHold:
+def one_thread() -> _threads.BlasHold:
     """A context manager holding OpenBLAS at one thread, as :func:`run` does around a split."""
-    return _one_thread
+    return _threads.hold
 
 
 def c_gemm() -> bool:
@@ -422,7 +191,7 @@ def c_gemm() -> bool:
         if not _cc.available():  # no compiler, or switched off for now: asked again next call
             return False
         _cgemm = False
-        if _controller():
+        if _threads.controller():
             found = find_sgemm()
             if found is not None:
                 try:
@@ -581,7 +350,7 @@ def run_jobs(*jobs: _Job) -> tuple[float, ...]:
     refused by :func:`gemm_job`.)"""
     run_list = _cgemm[0]
     arr = (_Job * len(jobs))(*jobs)
-    with _lock, _one_thread:
+    with _threads.lock, _threads.hold:
         if run_list(ctypes.addressof(arr), len(jobs)) != 0:
             raise RuntimeError("could not start the C kernel thread (pthread_create failed)")
     return tuple(j.seconds for j in arr)
@@ -593,7 +362,7 @@ def run_here(job: _Job) -> None:
     if job.own:  # the kernels' own OpenBLAS instance runs at one thread anyway
         _cgemm[2](ctypes.addressof(job))
         return
-    with _one_thread:
+    with _threads.hold:
         _cgemm[2](ctypes.addressof(job))
 
 
@@ -616,7 +385,7 @@ def array_key(*arrays: np.ndarray | None) -> tuple:
 def serial_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """``np.matmul(a, b, out=out)`` on the calling thread with OpenBLAS at one thread (module
     doc: a threaded OpenBLAS call leaves its threads spinning)."""
-    with _one_thread:
+    with _threads.hold:
         np.matmul(a, b, out=out)
 
 
