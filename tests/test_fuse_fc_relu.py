@@ -231,8 +231,9 @@ def test_whole_steps_with_and_without_the_pass_are_bit_identical(amp):
 
 
 def test_the_task_option_is_checked_saved_and_recompiles_with_the_state(tmp_path):
-    """``Task(fuse_fc_relu=...)``: a bool (else TaskError), kept by ``Task.save`` / ``Task.load``;
-    changing it (or ``reuse``) before ``compile()`` recompiles, keeping the parameters."""
+    """``Task(fuse_fc_relu=...)``: a bool (else TaskError), kept by ``Task.save`` / ``Task.load``
+    (which can override it); changing it (or ``reuse``) before ``compile()`` recompiles, keeping
+    the parameters, and a non-bool is refused there."""
     import tr_mlir
     from tr_mlir import zoo
 
@@ -251,3 +252,9 @@ def test_the_task_option_is_checked_saved_and_recompiles_with_the_state(tmp_path
     assert len(fused(loaded.compile())) == 6
     for a, (_, b) in zip(before, loaded.parameters()):
         assert a.tobytes() == b.tobytes()
+    loaded.fuse_fc_relu = 0
+    with pytest.raises(tr_mlir.TaskError, match="Task.compile: fuse_fc_relu must be a bool, got 0"):
+        loaded.compile(train_size=8)
+    # Task.load with the options given compiles once, with them
+    again = tr_mlir.Task.load(tmp_path / "t", fuse_fc_relu=True, reuse=False)
+    assert (again.fuse_fc_relu, again.reuse) == (True, False) and len(fused(again)) == 6

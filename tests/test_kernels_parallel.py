@@ -76,7 +76,7 @@ def test_run_waits_for_the_helper_when_interrupted():
 
 
 INTERRUPT_STRESS = r"""
-import random, signal, sys, threading, time
+import signal, sys, threading, time
 from threadpoolctl import threadpool_limits
 from tr_mlir.lowering.cpu import _parallel, _threads
 
@@ -85,48 +85,45 @@ class Interrupted(BaseException):  # as KeyboardInterrupt: no `except Exception`
 
 armed = [False]
 
-def handler(signum, frame):  # raises once per arming: only inside the run() call below
+def handler(signum, frame):  # raises once per arming: once per run() call below, as one Ctrl-C
     if armed[0]:
         armed[0] = False
         raise Interrupted()
 
-signal.signal(signal.SIGINT, handler)
 main = threading.main_thread().ident
-stop = threading.Event()
-rng = random.Random(int(sys.argv[2]))
-
-def sender():
-    while not stop.is_set():
-        time.sleep(rng.uniform(0, 0.0005))
-        signal.pthread_kill(main, signal.SIGINT)
-
-helper_running = [0]
+running = [0]
 
 def piece():
     if threading.get_ident() == main:
-        return sum(range(200))
-    helper_running[0] += 1
-    sum(range(200))
-    helper_running[0] -= 1
+        return
+    running[0] += 1
+    time.sleep(2e-4)  # releases the GIL: the caller goes on (and takes its signals) meanwhile
+    running[0] -= 1
 
-threading.Thread(target=sender, daemon=True).start()
-runs = interrupted = 0
-end = time.monotonic() + float(sys.argv[1])
+runs = interrupted = early = 0
 with threadpool_limits(2):
     assert _parallel.workers() == 2
+    _threads.run([piece, piece])
+    worker = _threads._workers[0]
+    signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, 3e-5, 3e-5)  # from the kernel: lands at any point the handler can run
+    end = time.monotonic() + float(sys.argv[1])
+    i = 0
     while time.monotonic() < end:
+        i += 1
         try:
-            armed[0] = True
-            _parallel.run([piece, piece])
+            armed[0] = i % 2 == 1  # every other run: the others must come back normally
+            _threads.run([piece, piece])
             armed[0] = False
             runs += 1
         except Interrupted:
             interrupted += 1
-            assert helper_running[0] == 0, "run() raised while the helper's piece was running"
-stop.set()
-time.sleep(0.01)
+            early += worker._finished != worker._posted or running[0] > 0
+    signal.setitimer(signal.ITIMER_REAL, 0, 0)
+    armed[0] = False
 _parallel.outside_kernels()  # as a graph replay does: the holds an interrupted exit left are given back
 hold = _threads.hold
+assert early == 0, f"{early} of {interrupted} interrupted runs returned while the helper's piece ran"
 assert (_threads.inside.depth, _threads.inside.holds, hold.count, hold.forced) == (0, 0, 0, False)
 assert _parallel.workers() == 2 and not _threads.lock.locked()
 assert _threads.controller()[0]() == 2, "OpenBLAS left at one thread"
@@ -136,20 +133,22 @@ print("runs", runs, "interrupted", interrupted)
 
 @two_threads
 def test_run_survives_signals_at_every_point_of_a_hand_off():
-    """SIGINT sent to the calling thread every few hundred microseconds while it hands pieces to
-    the kernel thread, so the handler's exception comes out between every pair of bytecodes of
-    :func:`_threads.run` and :meth:`_threads.Worker.wait` (in a subprocess: a hang fails the test by
-    its timeout instead of stopping the suite). Every run either returns or raises the
-    interrupt after the helper's piece finished, none hangs (an interrupt right after
+    """A signal every 30 microseconds from the kernel timer (``setitimer``, so it lands at
+    whatever point the calling thread's handler can run next, not only where a sender thread
+    got the GIL), its handler raising once per :func:`_threads.run` call (one Ctrl-C), while the
+    calling thread hands pieces that release the GIL to the kernel thread; in a subprocess, so a
+    hang fails the test by its timeout instead of stopping the suite. No run hangs or comes back
+    (returning or raising) while the helper's piece still runs (an interrupt right after
     ``done.acquire()`` succeeded made the retry wait forever: tr-train hung on Ctrl-C,
-    tests/test_faults.py in CI), and afterwards the thread state is whole: no hold or split
-    depth left over, OpenBLAS back at two threads (an interrupt inside the hold's enter or exit
-    left it at one, so later kernels ran single-threaded)."""
+    tests/test_faults.py in CI; one at the start of ``wait()`` returned early), and afterwards
+    the thread state is whole: no hold or split depth left over, OpenBLAS back at two threads
+    (an interrupt inside the hold's enter or exit left the depth up: every later kernel ran on
+    one thread)."""
     try:
-        out = subprocess.run([sys.executable, "-c", INTERRUPT_STRESS, "3", "0"], capture_output=True, text=True,
+        out = subprocess.run([sys.executable, "-c", INTERRUPT_STRESS, "3"], capture_output=True, text=True,
                              timeout=60)
     except subprocess.TimeoutExpired:
-        pytest.fail("a _parallel.run hand-off hung under SIGINT")
+        pytest.fail("a _threads.run hand-off hung under signals")
     assert out.returncode == 0, out.stderr[-3000:]
     runs, interrupted = map(int, out.stdout.split()[1::2])
     assert interrupted > 100 and runs > 100, out.stdout

@@ -185,9 +185,11 @@ class TaskCheckpoints:
         return folder
 
     @classmethod
-    def load(cls, path: str | os.PathLike, device: Any = None) -> Task:
+    def load(cls, path: str | os.PathLike, device: Any = None, *, reuse: bool | None = None,
+             fuse_fc_relu: bool | None = None) -> Task:
         """The Task saved in folder ``path`` (:meth:`save`), compiled, with its state restored;
-        ``device``: where to run it (default: the saved device).
+        ``device``: where to run it (default: the saved device); ``reuse``, ``fuse_fc_relu``: the
+        memory-plan options to compile with (default: the saved ones; the same numerics either way).
 
         Raises:
             TaskError: a missing or unreadable folder or file; a ``config.json`` that is no JSON,
@@ -228,6 +230,10 @@ class TaskCheckpoints:
         if problem:
             raise TaskError(f"Task.load: {config_path} does not describe a task: {problem}")
         task = cls._from_config(cfg, config_path, device)
+        if reuse is not None:
+            task.reuse = reuse
+        if fuse_fc_relu is not None:
+            task.fuse_fc_relu = fuse_fc_relu
         try:
             task.compile(cfg["train_size"], cfg["val_size"])
         except (ValueError, TypeError) as e:  # TaskError (a ValueError): sizes, a model the compiler rejects

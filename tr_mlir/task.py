@@ -280,6 +280,9 @@ class Task(TaskCheckpoints):
                                 else (self.train_size or self.batch_size))
         val_size = _check_int("Task.compile", "val_size", val_size if val_size is not None
                               else (self.val_size or self.batch_size))
+        for name in ("reuse", "fuse_fc_relu"):
+            if not isinstance(getattr(self, name), bool):
+                raise TaskError(f"Task.compile: {name} must be a bool, got {getattr(self, name)!r}")
         layout = (self.reuse, self.fuse_fc_relu)
         if self.exe is not None and (train_size, val_size, layout) == (self.train_size, self.val_size,
                                                                        self._compiled_layout):

@@ -3,11 +3,14 @@ calling thread and a small pool of persistent threads, while :data:`hold` keeps 
 thread (:mod:`._parallel` explains why the kernels split their work themselves, and the C worker
 thread its GEMMs use instead).
 
-Everything here is safe against a signal handler that raises between any two bytecodes of the
-calling thread (Ctrl-C: ``KeyboardInterrupt``): a hand-off never hangs and never returns while
-its piece still runs, and no hold or split depth stays behind once :func:`outside_kernels` ran
-(every CPU graph replay starts with it). tests/test_kernels_parallel.py sends SIGINT every few
-hundred microseconds through thousands of hand-offs to check it.
+Everything here is safe against a signal handler that raises (Ctrl-C: ``KeyboardInterrupt``)
+at any point where CPython runs it (a function's start, a backward jump, the return of a call),
+once per split: a hand-off never hangs and never comes back while its piece still runs, and no
+hold or split depth stays behind once :func:`outside_kernels` ran (every CPU graph replay starts
+with it). tests/test_kernels_parallel.py checks it with a kernel timer signal every 30
+microseconds through thousands of hand-offs. (Pure Python cannot be safe against handlers that
+raise again and again without end: a second Ctrl-C within microseconds of the first may still
+leave a split early.)
 """
 
 from __future__ import annotations
@@ -43,10 +46,6 @@ class Worker:
     second release that never comes, the hang seen under SIGINT in tests/test_faults.py), and a
     release finding the lock already released (an unconsumed hint) is harmless."""
 
-    IDLE_POLL_S = 0.1
-    """Seconds the idle thread waits for ``go`` before it re-reads ``posted`` (a hand-off whose
-    release of ``go`` was cut off by an exception still runs)."""
-
     def __init__(self, index: int):
         self._go = threading.Lock()
         self._go.acquire()
@@ -69,7 +68,7 @@ class Worker:
         inside.depth = 1  # a kernel thread only ever runs pieces of a split
         while True:
             if self._finished == self._posted:
-                self._go.acquire(timeout=self.IDLE_POLL_S)
+                self._go.acquire()
                 continue
             task, self._task = self._task, None
             try:
@@ -81,10 +80,10 @@ class Worker:
 
     def start(self, task: Callable[[], None]) -> None:
         """Hand ``task`` to the thread (after waiting for the one it holds, if an interrupted
-        :meth:`wait` left it running)."""
+        :func:`run` left it running)."""
         if self._finished != self._posted:
             self.wait()
-        self._task = task
+        self._task, self._error = task, None
         self._posted += 1
         try:  # inline, not _hint(): no Python call (where a pending signal's handler runs) before the release
             self._go.release()
@@ -135,6 +134,7 @@ class BlasHold:
 
     def __enter__(self) -> "BlasHold":
         blas = controller()
+        inside.depth  # noqa: B018 - a thread's first touch builds its state here, outside the lock
         with self.lock:
             if blas and self.count == 0 and not self.forced:
                 self.saved = int(blas[0]())
@@ -189,10 +189,12 @@ def outside_kernels() -> None:
     exception raised inside ``hold``'s exit (a signal handler's, Ctrl-C) left behind:
     OpenBLAS held at one thread for the user's own NumPy calls, and :func:`workers` 1 on this
     thread for good. Never call it from inside a kernel."""
-    if inside.holds:
-        hold.release(inside.holds)
-    hold.release(0)  # restores the count if a restore was cut off (nobody holds it)
-    inside.depth = 0
+    state = inside
+    if state.holds:
+        hold.release(state.holds)
+    if hold.forced and not hold.count:  # a restore was cut off (nobody holds it): finish it
+        hold.release(0)
+    state.depth = 0
 
 
 def _after_fork() -> None:
@@ -266,12 +268,20 @@ def run(tasks: Sequence[Callable[[], None]]) -> None:
             tasks[0]()
         except BaseException as e:  # noqa: BLE001 - raised once the helpers are done
             error = e
+        if error is not None:  # a hand-off cut off before its release of `go`: wake the thread anyway
+            for w in helpers:
+                w._hint(w._go)
         for w in helpers:  # always wait (at once for a helper not started): its task uses the caller's arrays
-            try:
-                err = w.wait()
-            except BaseException as e:  # noqa: BLE001 - interrupted (after its task): the rest too
-                err = e
-            error = error or err
+            stop: BaseException | None = None
+            err: BaseException | None = None
+            while True:
+                try:
+                    err = w.wait()
+                except BaseException as e:  # noqa: BLE001 - an interrupt, re-raised below
+                    stop = stop or e
+                if w._finished == w._posted:  # not a call: wait() may have been left before it began
+                    break
+            error = error or stop or err
         if error is not None:
             raise error
 

@@ -316,10 +316,8 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     start_epoch = 0
     try:
         if resume_folder is not None:
-            task = Task.load(resume_folder, device=device)
-            # the checkpoint's layout options unless given again (RESUMED_DEFAULTS): compile() below
-            # recompiles with the given ones, keeping the state (same numerics either way)
-            task.reuse, task.fuse_fc_relu = args.reuse, args.fuse_fc_relu
+            # the checkpoint's layout options unless given again (RESUMED_DEFAULTS; same numerics)
+            task = Task.load(resume_folder, device=device, reuse=args.reuse, fuse_fc_relu=args.fuse_fc_relu)
             saved_world = saved["config"].get("world_size", 1)
             if saved_world != task.world_size:
                 raise TrainError(f"--resume {resume_folder}: the checkpoint was trained by {saved_world!r} "
