@@ -633,6 +633,75 @@ def test_run_jobs_runs_a_list_of_call_jobs(count):
         _parallel.call_job(zero, range(9))
 
 
+ARGS_C = r"""
+#define _GNU_SOURCE
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <time.h>
+/* Twelve arguments of the kinds the kernels take (pointers, long, int): writes each one back and
+   the id of the thread that ran it, so a test sees every argument arrive where the ABI puts it.
+   p2 non-null: a counter both calls increment, each then waiting (at most a second) for the
+   other, so a quick first piece cannot let one thread take both. */
+void tr_args12(long *out, const float *p1, int *p2, long a3, int a4, long a5, long a6, long a7, long a8,
+               long a9, long a10, long a11) {
+    long v[12] = {(long)out, (long)p1, (long)p2, a3, a4, a5, a6, a7, a8, a9, a10, a11};
+    for (int i = 0; i < 12; i++) out[i] = v[i];
+    out[12] = (long)syscall(SYS_gettid);
+    if (p2) {
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        __atomic_add_fetch(p2, 1, __ATOMIC_SEQ_CST);
+        do clock_gettime(CLOCK_MONOTONIC, &t);
+        while (__atomic_load_n(p2, __ATOMIC_SEQ_CST) < 2 && t.tv_sec - t0.tv_sec < 2);
+    }
+}
+"""
+
+
+@needs_cc
+@two_threads
+@pytest.mark.parametrize("c_worker,contended", [(True, False), (True, True), (False, False)])
+def test_run_c_passes_every_argument_and_uses_the_second_thread(monkeypatch, c_worker, contended):
+    """run_c's pieces get every argument and run on two threads: on the C worker, or on the Python
+    kernel threads without it or while a split measured the worker slowed (contended)."""
+    import ctypes
+
+    if c_worker and not _parallel.c_gemm():
+        pytest.skip("no C worker here")
+    if not c_worker:
+        monkeypatch.setattr(_parallel, "_cgemm", False)
+    monkeypatch.setattr(_parallel, "_contended", 10 ** 6 if contended else 0)
+    fn = _cc.function(ARGS_C, "tr_args12", [ctypes.c_void_p] * 3 + [ctypes.c_long, ctypes.c_int] + [ctypes.c_long] * 7)
+    out = np.zeros((2, 13), np.int64)
+    counter = np.zeros(1, np.int32)
+    pieces = [(out[w].ctypes.data, 1 << 40, counter.ctypes.data, -3 - w, 7 * w - 5, *range(100 * w, 100 * w + 7))
+              for w in range(2)]
+    _parallel._jobs_cache.clear()
+    with threadpool_limits(2):
+        for _ in range(2):  # the second call replays the kept job pair
+            counter[0] = 0
+            t0 = time.perf_counter()
+            _parallel.run_c(fn, pieces)
+            assert time.perf_counter() - t0 < 1.0 and counter[0] == 2  # neither piece waited for its timeout
+    for w in range(2):
+        assert out[w, :12].tolist() == list(pieces[w])
+    assert out[0, 12] != out[1, 12]  # two threads ran the two pieces
+    kept = [k for k in _parallel._jobs_cache if k[0] == "kernel"]
+    assert len(kept) == (1 if c_worker and not contended else 0)
+    with pytest.raises(ValueError, match="1 to 12"):
+        _parallel.kernel_job(fn, range(13))
+
+
+@needs_cc
+def test_run_c_with_one_piece_calls_on_this_thread():
+    import ctypes
+
+    fn = _cc.function(ARGS_C, "tr_args12", [ctypes.c_void_p] * 3 + [ctypes.c_long, ctypes.c_int] + [ctypes.c_long] * 7)
+    out = np.zeros(13, np.int64)
+    _parallel.run_c(fn, [(out.ctypes.data, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9)])
+    assert out[3:12].tolist() == list(range(1, 10)) and out[12] == threading.get_native_id()
+
+
 @two_threads
 def test_fc_backward_dx_overlapping_x_another_way_gets_the_serial_result():
     """dx a shifted window of x's buffer: the one-section path must not run (it would overwrite

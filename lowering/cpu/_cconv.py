@@ -50,7 +50,8 @@ gradients read only dy and w, so dx may be x's own buffer (the caller computes t
 gradient first) and dx is overwritten.
 
 Threads: the batch is split into :func:`~._parallel.workers` contiguous image ranges, one per
-thread (``ctypes`` releases the GIL), each with its own scratch slot of :func:`slot_elements`
+thread (:func:`~._parallel.run_c`: the calling thread and the C worker thread, no GIL), each
+with its own scratch slot of :func:`slot_elements`
 floats in the caller's ``tmp`` workspace (:func:`workspace_elements` for all slots). Nothing is
 allocated per call beyond Python argument objects.
 
@@ -774,8 +775,7 @@ def forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g, tmp: np.ndarray) -> 
     kern = kernels(plan(g))
     ranges, size, flat = _split(g, tmp)
     px, pw, py, pt = _addr(x), _addr(w), _addr(y), _addr(flat)
-    _parallel.run([lambda s=s, lo=lo, hi=hi: kern.fwd(px, pw, py, pt + 4 * s * size, lo, hi)
-                   for s, (lo, hi) in enumerate(ranges)])
+    _parallel.run_c(kern.fwd, [(px, pw, py, pt + 4 * s * size, lo, hi) for s, (lo, hi) in enumerate(ranges)])
 
 
 def wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, tmp: np.ndarray) -> None:
@@ -785,8 +785,7 @@ def wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, tmp: np.ndarray) -> 
     kern = kernels(plan(g))
     ranges, size, flat = _split(g, tmp)
     pdy, px, pt = _addr(dy), _addr(x), _addr(flat)
-    _parallel.run([lambda s=s, lo=lo, hi=hi: kern.wgrad(pdy, px, pt + 4 * s * size, lo, hi)
-                   for s, (lo, hi) in enumerate(ranges)])
+    _parallel.run_c(kern.wgrad, [(pdy, px, pt + 4 * s * size, lo, hi) for s, (lo, hi) in enumerate(ranges)])
     base = (pt + 63) & ~63  # tr_wgrad aligns each slot's start to 64 bytes (slots are 64-byte multiples)
     kern.wfold(base + 4 * kern.plan.xe_size, size, len(ranges), _addr(dw))
 
@@ -798,5 +797,4 @@ def dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g, tmp: np.ndarray) -> 
     kern = kernels(plan(g))
     ranges, size, flat = _split(g, tmp)
     pdy, pw, pdx, pt = _addr(dy), _addr(w), _addr(dx), _addr(flat)
-    _parallel.run([lambda s=s, lo=lo, hi=hi: kern.dgrad(pdy, pw, pdx, pt + 4 * s * size, lo, hi)
-                   for s, (lo, hi) in enumerate(ranges)])
+    _parallel.run_c(kern.dgrad, [(pdy, pw, pdx, pt + 4 * s * size, lo, hi) for s, (lo, hi) in enumerate(ranges)])

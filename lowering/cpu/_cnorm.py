@@ -7,7 +7,7 @@ then normalize) and the backward two (the two sums, then the input gradient), ea
 streaming read per operand and at most one write, vectorized over the channel axis (contiguous
 in NHWC; ``C`` is a compile-time constant). Rows ``M = N*H*W`` are a run-time range ``[r0, r1)``,
 which is how :func:`batch_stats`, :func:`apply` and the backward functions split a large activation among the
-kernel threads (:func:`._parallel.run`; ``ctypes`` releases the GIL during a call).
+kernel threads (:func:`._parallel.run_c`: the calling thread and the C worker, no GIL).
 
 Statistics accumulate in float64 per channel (PyTorch's CPU batch norm also accumulates fp32
 input in double, in two passes: the mean, then the centered squares). Here one pass sums the
@@ -199,12 +199,10 @@ def _bounds(m: int, c: int) -> list[int]:
     return [m * i // t for i in range(t + 1)]
 
 
-def _rows(bounds: list[int], call) -> None:
-    """``call(w, r0, r1)`` for each row block ``w``, on the kernel threads when there are several."""
-    if len(bounds) == 2:
-        call(0, bounds[0], bounds[1])
-        return
-    _parallel.run([lambda w=w: call(w, bounds[w], bounds[w + 1]) for w in range(len(bounds) - 1)])
+def _rows(fn, bounds: list[int], args) -> None:
+    """``fn(*args(w), r0, r1)`` for each row block ``w``, on the kernel threads when there are
+    several (:func:`._parallel.run_c`)."""
+    _parallel.run_c(fn, [(*args(w), r0, r1) for w, (r0, r1) in enumerate(zip(bounds, bounds[1:]))])
 
 
 def _sums(name: str, arrays: tuple[np.ndarray, ...], m: int, c: int) -> tuple[np.ndarray, np.ndarray]:
@@ -214,7 +212,7 @@ def _sums(name: str, arrays: tuple[np.ndarray, ...], m: int, c: int) -> tuple[np
     parts = np.empty((len(bounds) - 1, 2, c), dtype=np.float64)
     fn = _fn(name, c)
     ptrs = tuple(_ptr(a) for a in arrays)
-    _rows(bounds, lambda w, r0, r1: fn(*ptrs, _ptr(parts[w, 0]), _ptr(parts[w, 1]), r0, r1))
+    _rows(fn, bounds, lambda w: (*ptrs, _ptr(parts[w, 0]), _ptr(parts[w, 1])))
     total = parts[0].copy()
     for w in range(1, parts.shape[0]):
         total += parts[w]
@@ -242,7 +240,7 @@ def apply(x: np.ndarray, y: np.ndarray, scale: np.ndarray, shift: np.ndarray, re
                                        f"{'_mask' if mask is not None else ''}"
     fn = _fn(name, c)
     ptrs = tuple(_ptr(v) for v in (x, skip, y, mask, scale, shift) if v is not None)
-    _rows(_bounds(m, c), lambda w, r0, r1: fn(*ptrs, r0, r1))
+    _rows(fn, _bounds(m, c), lambda w: ptrs)
 
 
 def backward_sums(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, gate: tuple[str, np.ndarray] | None = None,
@@ -269,4 +267,4 @@ def input_grad(dy: np.ndarray, x: np.ndarray, dx: np.ndarray, a: np.ndarray, b: 
     else:
         fn, arrays = _fn(f"bn_bwd_dx_{gate[0]}", c), (dy, gate[1], x, dx)
     ptrs = tuple(_ptr(v) for v in (*arrays, a, b, mu, c0))
-    _rows(_bounds(m, c), lambda w, r0, r1: fn(*ptrs, r0, r1))
+    _rows(fn, _bounds(m, c), lambda w: ptrs)

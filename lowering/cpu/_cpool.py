@@ -4,7 +4,7 @@ One library per geometry ``(H, W, C, k, s, p)``: the image size, channel count, 
 and padding are compile-time constants, so loop bounds and strides are constants and the
 compiler vectorizes. The batch is a run-time range ``[n0, n1)`` of images, which is how
 :func:`maxpool_fwd` and the others split a batch among the kernel threads
-(:func:`._parallel.run`; ``ctypes`` releases the GIL during a call; :data:`MIN_SPLIT_FWD`,
+(:func:`._parallel.run_c`: the calling thread and the C worker, no GIL; :data:`MIN_SPLIT_FWD`,
 :data:`MIN_SPLIT_BWD`).
 
 Few channels (LeNet's 6) make per-pixel channel loops too short to vectorize (GCC 12 produced
@@ -309,15 +309,13 @@ def _fn(name: str, h: int, w: int, c: int, k: int, s: int, p: int) -> ctypes._CF
     return _cc.function(source(h, w, c, k, s, p), name, _ARGS_AVG if name.startswith("avg") else _ARGS)
 
 
-def _by_images(n: int, split: bool, call) -> None:
-    """``call(n0, n1)`` over image blocks: one per kernel thread when ``split``, else one call."""
+def _by_images(n: int, split: bool, fn, *ptrs: int) -> None:
+    """``fn(*ptrs, n0, n1)`` over image blocks: one per kernel thread when ``split``
+    (:func:`._parallel.run_c`), else one call."""
     t = _parallel.workers() if split else 1
     t = max(1, min(t, n))
-    if t == 1:
-        call(0, n)
-        return
     bounds = [n * i // t for i in range(t + 1)]
-    _parallel.run([lambda w=w: call(bounds[w], bounds[w + 1]) for w in range(t)])
+    _parallel.run_c(fn, [(*ptrs, lo, hi) for lo, hi in zip(bounds, bounds[1:])])
 
 
 def maxpool_fwd(x: np.ndarray, y: np.ndarray, mask: np.ndarray, k: int, s: int, p: int) -> None:
@@ -326,7 +324,7 @@ def maxpool_fwd(x: np.ndarray, y: np.ndarray, mask: np.ndarray, k: int, s: int, 
     n, h, w, c = x.shape
     fn = _fn("maxpool_fwd", h, w, c, k, s, p)
     px, py, pm = x.ctypes.data, y.ctypes.data, mask.ctypes.data
-    _by_images(n, x.size >= MIN_SPLIT_FWD, lambda n0, n1: fn(px, py, pm, n0, n1))
+    _by_images(n, x.size >= MIN_SPLIT_FWD, fn, px, py, pm)
 
 
 def maxpool_bwd(dy: np.ndarray, mask: np.ndarray, dx: np.ndarray, k: int, s: int, p: int) -> None:
@@ -335,7 +333,7 @@ def maxpool_bwd(dy: np.ndarray, mask: np.ndarray, dx: np.ndarray, k: int, s: int
     n, h, w, c = dx.shape
     fn = _fn("maxpool_bwd", h, w, c, k, s, p)
     pdy, pm, pdx = dy.ctypes.data, mask.ctypes.data, dx.ctypes.data
-    _by_images(n, dx.size >= MIN_SPLIT_BWD, lambda n0, n1: fn(pdy, pm, pdx, n0, n1))
+    _by_images(n, dx.size >= MIN_SPLIT_BWD, fn, pdy, pm, pdx)
 
 
 def avgpool_fwd(x: np.ndarray, y: np.ndarray, k: int, s: int, p: int) -> None:
@@ -343,7 +341,7 @@ def avgpool_fwd(x: np.ndarray, y: np.ndarray, k: int, s: int, p: int) -> None:
     n, h, w, c = x.shape
     fn = _fn("avgpool_fwd", h, w, c, k, s, p)
     px, py = x.ctypes.data, y.ctypes.data
-    _by_images(n, x.size >= MIN_SPLIT_FWD, lambda n0, n1: fn(px, py, n0, n1))
+    _by_images(n, x.size >= MIN_SPLIT_FWD, fn, px, py)
 
 
 def avgpool_bwd(dy: np.ndarray, dx: np.ndarray, k: int, s: int, p: int) -> None:
@@ -351,4 +349,4 @@ def avgpool_bwd(dy: np.ndarray, dx: np.ndarray, k: int, s: int, p: int) -> None:
     n, h, w, c = dx.shape
     fn = _fn("avgpool_bwd", h, w, c, k, s, p)
     pdy, pdx = dy.ctypes.data, dx.ctypes.data
-    _by_images(n, dx.size >= MIN_SPLIT_BWD, lambda n0, n1: fn(pdy, pdx, n0, n1))
+    _by_images(n, dx.size >= MIN_SPLIT_BWD, fn, pdy, pdx)

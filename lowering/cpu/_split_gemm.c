@@ -31,7 +31,7 @@ typedef struct tr_job_s {
     int64_t sum_ld, sum_n, sum_rows;
     double seconds;              /* out: how long the job took */
     void (*call)(const int64_t *, const double *);  /* optional: call(iargs, fargs) instead */
-    int64_t iargs[8];
+    int64_t iargs[12];
     double fargs[8];
     struct tr_job_s *next;       /* optional: run right after, on the same thread */
     int64_t own;                 /* 1: the GEMM with the kernels' own OpenBLAS instance (tr_setup_own) */
@@ -39,6 +39,8 @@ typedef struct tr_job_s {
     const float *gate;           /* optional: c[i, j] *= (gate[i * gate_ld + j] > 0), a ReLU backward from
                                     its output (an FC backward whose input is a ReLU's output) */
     int64_t gate_ld;
+    int64_t nargs;               /* 1-12: call is a kernel taking iargs[0..nargs) as its own arguments (all pointers
+                                    or integers), called as fn(iargs[0], ..., iargs[nargs - 1]) */
 } tr_job;
 
 static void *g_sgemm, *g_sgemm_own;
@@ -65,8 +67,50 @@ static void run_job(tr_job *j) {
     for (; j; j = j->next) run_one(j);
 }
 
+/* A compiled kernel of the CPU backend called with its own arguments. Its parameters are pointers and
+   integers (long or int), each passed in a general-purpose register or stack slot of 8 bytes on the LP64
+   ABIs this runs on (x86-64 System V, AArch64), where an int64_t argument is received the same way. */
+typedef void (*k1_t)(int64_t);
+typedef void (*k2_t)(int64_t, int64_t);
+typedef void (*k3_t)(int64_t, int64_t, int64_t);
+typedef void (*k4_t)(int64_t, int64_t, int64_t, int64_t);
+typedef void (*k5_t)(int64_t, int64_t, int64_t, int64_t, int64_t);
+typedef void (*k6_t)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+typedef void (*k7_t)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+typedef void (*k8_t)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+typedef void (*k9_t)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+typedef void (*k10_t)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+typedef void (*k11_t)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                      int64_t);
+typedef void (*k12_t)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                      int64_t, int64_t);
+
+static void call_kernel(tr_job *j) {
+    const int64_t *a = j->iargs;
+    void *f = (void *)j->call;
+    switch (j->nargs) {
+    case 1: ((k1_t)f)(a[0]); break;
+    case 2: ((k2_t)f)(a[0], a[1]); break;
+    case 3: ((k3_t)f)(a[0], a[1], a[2]); break;
+    case 4: ((k4_t)f)(a[0], a[1], a[2], a[3]); break;
+    case 5: ((k5_t)f)(a[0], a[1], a[2], a[3], a[4]); break;
+    case 6: ((k6_t)f)(a[0], a[1], a[2], a[3], a[4], a[5]); break;
+    case 7: ((k7_t)f)(a[0], a[1], a[2], a[3], a[4], a[5], a[6]); break;
+    case 8: ((k8_t)f)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]); break;
+    case 9: ((k9_t)f)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8]); break;
+    case 10: ((k10_t)f)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9]); break;
+    case 11: ((k11_t)f)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10]); break;
+    default: ((k12_t)f)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11]); break;
+    }
+}
+
 static void run_one(tr_job *j) {
     double t0 = now();
+    if (j->call && j->nargs) {
+        call_kernel(j);
+        j->seconds = now() - t0;
+        return;
+    }
     if (j->call) {
         j->call(j->iargs, j->fargs);
         j->seconds = now() - t0;

@@ -239,11 +239,8 @@ def tanh_backward_c(dy: np.ndarray, x: np.ndarray, dx: np.ndarray) -> None:
         raise ValueError(f"expected dy, x, dx of one size, got {dy.size}, {n}, {dx.size}")
     pdy, px, pdx = dy.ctypes.data, x.ctypes.data, dx.ctypes.data
     t = _parallel.workers() if n >= C_SPLIT_ELEMENTS else 1
-    if t == 1:
-        fn(pdy, px, pdx, 0, n)
-        return
     bounds = [n * i // t for i in range(t + 1)]
-    _parallel.run([lambda w=w: fn(pdy, px, pdx, bounds[w], bounds[w + 1]) for w in range(t)])
+    _parallel.run_c(fn, [(pdy, px, pdx, lo, hi) for lo, hi in zip(bounds, bounds[1:])])
 
 
 _C_BACKWARD = {"tanh": (use_c_tanh, tanh_backward_c)}
@@ -335,9 +332,13 @@ def _relu_fn(name: str, *arrays: np.ndarray):
 
 
 def _relu_c_call(fn, *arrays: np.ndarray) -> None:
-    """``fn(*pointers, lo, hi)`` over element blocks, one per kernel thread for a large array."""
+    """``fn(*pointers, lo, hi)`` over element blocks, one per kernel thread for a large array
+    (:func:`._parallel.run_c`)."""
     ptrs = [a.ctypes.data for a in arrays]
-    _halves(arrays[0].size, lambda lo, hi: fn(*ptrs, lo, hi))
+    size = arrays[0].size
+    t = _parallel.workers() if size >= _parallel.MIN_SPLIT_ELEMENTS else 1
+    bounds = [size * i // t for i in range(t + 1)]
+    _parallel.run_c(fn, [(*ptrs, lo, hi) for lo, hi in zip(bounds, bounds[1:])])
 
 
 def _same_size(what: str, *arrays: np.ndarray) -> None:
