@@ -655,6 +655,7 @@ void tr_args12(long *out, const float *p1, int *p2, long a3, int a4, long a5, lo
         while (__atomic_load_n(p2, __ATOMIC_SEQ_CST) < 2 && t.tv_sec - t0.tv_sec < 2);
     }
 }
+void tr_float_arg(float *out, float v, long lo, long hi) { for (long i = lo; i < hi; i++) out[i] = v; }
 """
 
 
@@ -690,6 +691,31 @@ def test_run_c_passes_every_argument_and_uses_the_second_thread(monkeypatch, c_w
     assert len(kept) == (1 if c_worker and not contended else 0)
     with pytest.raises(ValueError, match="1 to 12"):
         _parallel.kernel_job(fn, range(13))
+
+
+@needs_cc
+@two_threads
+def test_run_c_keeps_no_pair_for_temporaries_and_refuses_float_parameters(monkeypatch):
+    import ctypes
+
+    if not _parallel.c_gemm():
+        pytest.skip("no C worker here")
+    monkeypatch.setattr(_parallel, "_contended", 0)
+    fn = _cc.function(ARGS_C, "tr_args12", [ctypes.c_void_p] * 3 + [ctypes.c_long, ctypes.c_int] + [ctypes.c_long] * 7)
+    out = np.zeros((2, 13), np.int64)
+    pieces = [(out[w].ctypes.data, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8 * w, 8 * w + 8) for w in range(2)]
+    _parallel._jobs_cache.clear()
+    with threadpool_limits(2):
+        _parallel.run_c(fn, pieces, keep=False)
+    assert out[:, :12].tolist() == [list(p) for p in pieces] and not _parallel._jobs_cache
+    assert _parallel._callable_as_job(fn) is not None
+    # a float parameter cannot travel in a job's integer slots: the Python threads call it
+    ffn = _cc.function(ARGS_C, "tr_float_arg", [ctypes.c_void_p, ctypes.c_float, ctypes.c_long, ctypes.c_long])
+    assert _parallel._callable_as_job(ffn) is None
+    y = np.zeros(8, F32)
+    with threadpool_limits(2):
+        _parallel.run_c(ffn, [(y.ctypes.data, 2.5, 0, 4), (y.ctypes.data, 2.5, 4, 8)])
+    assert (y == 2.5).all() and not _parallel._jobs_cache
 
 
 @needs_cc

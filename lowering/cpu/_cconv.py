@@ -50,7 +50,8 @@ gradients read only dy and w, so dx may be x's own buffer (the caller computes t
 gradient first) and dx is overwritten.
 
 Threads: the batch is split into :func:`~._parallel.workers` contiguous image ranges, one per
-thread (:func:`~._parallel.run_c`: the calling thread and the C worker thread, no GIL), each
+thread (:func:`~._parallel.run_c`: the calling thread and the C worker thread, no GIL, or the
+Python kernel threads without it), each
 with its own scratch slot of :func:`slot_elements`
 floats in the caller's ``tmp`` workspace (:func:`workspace_elements` for all slots). Nothing is
 allocated per call beyond Python argument objects.

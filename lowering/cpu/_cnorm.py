@@ -7,7 +7,8 @@ then normalize) and the backward two (the two sums, then the input gradient), ea
 streaming read per operand and at most one write, vectorized over the channel axis (contiguous
 in NHWC; ``C`` is a compile-time constant). Rows ``M = N*H*W`` are a run-time range ``[r0, r1)``,
 which is how :func:`batch_stats`, :func:`apply` and the backward functions split a large activation among the
-kernel threads (:func:`._parallel.run_c`: the calling thread and the C worker, no GIL).
+kernel threads (:func:`._parallel.run_c`: the calling thread and the C worker, no GIL, or the
+Python kernel threads without it).
 
 Statistics accumulate in float64 per channel (PyTorch's CPU batch norm also accumulates fp32
 input in double, in two passes: the mean, then the centered squares). Here one pass sums the
@@ -201,8 +202,9 @@ def _bounds(m: int, c: int) -> list[int]:
 
 def _rows(fn, bounds: list[int], args) -> None:
     """``fn(*args(w), r0, r1)`` for each row block ``w``, on the kernel threads when there are
-    several (:func:`._parallel.run_c`)."""
-    _parallel.run_c(fn, [(*args(w), r0, r1) for w, (r0, r1) in enumerate(zip(bounds, bounds[1:]))])
+    several (:func:`._parallel.run_c`; no job pair is kept: the pointers include per-call
+    temporaries, the partial sums and the folded scale and shift)."""
+    _parallel.run_c(fn, [(*args(w), r0, r1) for w, (r0, r1) in enumerate(zip(bounds, bounds[1:]))], keep=False)
 
 
 def _sums(name: str, arrays: tuple[np.ndarray, ...], m: int, c: int) -> tuple[np.ndarray, np.ndarray]:

@@ -4,7 +4,8 @@ One library per geometry ``(H, W, C, k, s, p)``: the image size, channel count, 
 and padding are compile-time constants, so loop bounds and strides are constants and the
 compiler vectorizes. The batch is a run-time range ``[n0, n1)`` of images, which is how
 :func:`maxpool_fwd` and the others split a batch among the kernel threads
-(:func:`._parallel.run_c`: the calling thread and the C worker, no GIL; :data:`MIN_SPLIT_FWD`,
+(:func:`._parallel.run_c`: the calling thread and the C worker, no GIL, or the Python kernel
+threads without it; :data:`MIN_SPLIT_FWD`,
 :data:`MIN_SPLIT_BWD`).
 
 Few channels (LeNet's 6) make per-pixel channel loops too short to vectorize (GCC 12 produced

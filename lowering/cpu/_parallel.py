@@ -5,8 +5,8 @@ shared with other processes that goes badly wrong for the medium GEMMs of a trai
 200x784 @ 784x1024 FC GEMM measured 8x *slower* on 2 threads than on 1 while other processes
 kept the cores busy; only multi-GFLOP GEMMs kept their 2x), and it leaves everything around the
 GEMM (im2col copies, col2im adds) on one core. The kernels therefore split their work
-themselves: :func:`run` hands ``T`` independent pieces (row blocks of a GEMM, image chunks of a
-conv) to ``T`` threads (the calling thread and a small pool) while OpenBLAS is held at one thread;
+themselves: :func:`run` (and :func:`run_jobs`, :func:`run_c` on a C worker thread) hands ``T``
+independent pieces (row blocks of a GEMM, image chunks of a conv) to ``T`` threads (the calling thread and a small pool) while OpenBLAS is held at one thread;
 NumPy releases the GIL inside copies, ufuncs and BLAS calls, so the pieces run in parallel.
 
 ``T`` is the OpenBLAS thread count in force when the kernel runs (what
@@ -76,16 +76,17 @@ many FLOPs per thread are cut into two blocks per thread and scheduled dynamical
 
 IMBALANCE = 1.3
 """A static split whose slowest piece took this many times its fastest (pieces of at least
-:data:`PROBE_SECONDS`) marks the threads as contended for :data:`CONTENDED_CALLS` GEMMs."""
+:data:`PROBE_SECONDS`; per element of work for :func:`run_c`) marks the threads as contended for
+:data:`CONTENDED_CALLS` splits."""
 
 PROBE_SECONDS = 2e-4
 """Shortest piece of a static split that counts as a measurement for :data:`IMBALANCE`."""
 
 CONTENDED_CALLS = 32
-"""Split GEMMs run with dynamic blocks after an unbalanced static split, before the next static
-split measures again."""
+"""Splits run the contended way (split GEMMs with dynamic blocks, :func:`run_c` on the Python
+threads) after an unbalanced static split, before the next static split measures again."""
 
-_contended = 0  # split GEMMs left to run with dynamic blocks
+_contended = 0  # splits left to run the contended way
 
 
 def contended() -> bool:
@@ -103,7 +104,7 @@ def contended() -> bool:
 
 
 def note_dynamic_call() -> None:
-    """Count one split GEMM run with dynamic blocks (towards the next static measurement)."""
+    """Count one split run the contended way (towards the next static measurement)."""
     global _contended
     if _contended > 0:
         _contended -= 1
@@ -132,7 +133,8 @@ WAIT_SPIN_NS = 1_000_000
 (the two halves of a split take about the same time)."""
 
 ENV_C_GEMM = "TR_MLIR_C_GEMM"
-"""Environment variable: ``0`` keeps split GEMMs on the Python kernel threads (no C worker)."""
+"""Environment variable: ``0`` keeps split GEMMs and the compiled kernels' splits (:func:`run_c`)
+on the Python kernel threads (no C worker)."""
 
 _NO_TRANS, _TRANS = 111, 112  # CBLAS_TRANSPOSE
 
@@ -184,8 +186,9 @@ def one_thread() -> _threads.BlasHold:
 
 
 def c_gemm() -> bool:
-    """Whether split GEMMs can run on the C worker (:func:`run_jobs`): a C compiler
-    (:func:`._cc.available`), NumPy's OpenBLAS ``cblas_sgemm`` found, ``TR_MLIR_C_GEMM`` not ``0``.
+    """Whether split GEMMs and :func:`run_c` splits can run on the C worker (:func:`run_jobs`): a C
+    compiler (:func:`._cc.available`), NumPy's OpenBLAS ``cblas_sgemm`` found (the worker is set up
+    with it; without NumPy's OpenBLAS the kernels run on one thread anyway), ``TR_MLIR_C_GEMM`` not ``0``.
     The two switches are read on every call; the worker is set up once, at the first call with
     both on (a first call under ``TR_MLIR_CC=0`` used to turn it off for the whole process)."""
     global _cgemm
@@ -380,29 +383,64 @@ def kernel_job(fn: ctypes._CFuncPtr, args: Sequence[int]) -> _Job:
     return job
 
 
-def run_c(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]]) -> None:
+_KERNEL_ARGTYPES = {ctypes.c_void_p, ctypes.c_long, ctypes.c_int64, ctypes.c_longlong, ctypes.c_size_t, ctypes.c_int,
+                    ctypes.c_ssize_t, ctypes.c_ulong}
+"""The parameter types a :func:`kernel_job` may pass (each received from an ``int64_t`` in an
+8-byte register or stack slot on the LP64 ABIs of x86-64 System V and Linux AArch64)."""
+
+_job_form: dict[int, bool] = {}  # kernel address -> whether run_c may call it as a kernel_job
+
+
+def _callable_as_job(fn: ctypes._CFuncPtr) -> int | None:
+    """``fn``'s address when :func:`kernel_job` may call it (8-byte pointers; at most 12
+    parameters, all of :data:`_KERNEL_ARGTYPES`), else None."""
+    addr = ctypes.cast(fn, ctypes.c_void_p).value
+    ok = _job_form.get(addr)
+    if ok is None:
+        types = getattr(fn, "argtypes", None) or ()
+        ok = _job_form[addr] = (ctypes.sizeof(ctypes.c_void_p) == 8 and 1 <= len(types) <= 12
+                                and all(t in _KERNEL_ARGTYPES for t in types))
+    return addr if ok else None
+
+
+def run_c(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *, keep: bool = True) -> None:
     """Call the compiled kernel ``fn`` once per piece, ``fn(*piece)``, the pieces concurrently
-    (independent parts of one kernel's work, e.g. image ranges; ``fn``'s parameters all pointers
-    and integers). Two pieces with the C worker (:func:`c_gemm`): one on the calling thread and
-    one on the C worker, as a :func:`kernel_job` pair kept per argument list (a hand-off of a few
-    microseconds and no GIL; the Python kernel threads of :func:`run` need about 40 us per split
-    here, measured with empty pieces); the pair's piece times feed :func:`note_split`.
-    Otherwise, and while :func:`contended` (another process slows a thread: the caller's
-    spin-wait for the C worker would keep a core busy that the slowed worker could move to;
-    LeNet-5 with a CPU hog measured 0.86-0.90x the Python threads that way), :func:`run`. The
-    pieces' results do not depend on the thread that runs them."""
+    (independent parts of one kernel's work; each piece's last two arguments are its range
+    ``[lo, hi)`` of images, rows or elements; ``fn``'s parameters pointers and integers, the
+    pieces' values Python ints).
+
+    Two pieces with the C worker (:func:`c_gemm`): one on the calling thread and one on the C
+    worker, as a :func:`kernel_job` pair (a hand-off of a few microseconds and no GIL; the Python
+    kernel threads of :func:`run` need about 40 us per split here, measured with empty pieces).
+    ``keep``: the pair is kept per argument list (:func:`cached_jobs`), for call sites whose
+    pointers are the same every step (the bound arrays of a captured graph); False for pointers
+    to per-call temporaries. The pieces' times per range element feed :func:`note_split`.
+    Otherwise :func:`run`: without the C worker, for a kernel whose parameters a job cannot pass
+    (:func:`_callable_as_job`), if the C thread cannot start, and while :func:`contended`
+    (another process slows a thread: the caller's spin-wait for the C worker would keep a core
+    busy that the slowed worker could move to; LeNet-5 with a CPU hog measured 0.86-0.90x the
+    Python threads that way). The pieces' results do not depend on the thread that runs them."""
+    global _cgemm
     if len(pieces) == 1:
         fn(*pieces[0])
         return
-    if len(pieces) == 2 and c_gemm():
+    if len(pieces) == 2 and c_gemm() and _callable_as_job(fn) is not None:
         if _contended > 0:  # the worker is slowed: the Python threads block instead of spinning
             note_dynamic_call()
         else:
-            key = ("kernel", ctypes.cast(fn, ctypes.c_void_p).value, tuple(pieces))
-            arr = cached_jobs(key, lambda: (_Job * 2)(*(kernel_job(fn, p) for p in pieces)))
-            _run_array(arr)
-            note_split((arr[0].seconds, arr[1].seconds))
-            return
+            if keep:
+                key = ("kernel", ctypes.cast(fn, ctypes.c_void_p).value, tuple(pieces))
+                arr = cached_jobs(key, lambda: (_Job * 2)(*(kernel_job(fn, p) for p in pieces)))
+            else:
+                arr = (_Job * 2)(*(kernel_job(fn, p) for p in pieces))
+            try:
+                _run_array(arr)
+            except RuntimeError:  # pthread_create failed (nothing ran): the Python threads from now on
+                _cgemm = False
+            else:
+                sizes = [max(1, p[-1] - p[-2]) for p in pieces]
+                note_split([arr[i].seconds / sizes[i] * max(sizes) for i in range(2)])
+                return
     run([lambda p=p: fn(*p) for p in pieces])
 
 

@@ -87,7 +87,7 @@ typedef void (*k12_t)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int6
 
 static void call_kernel(tr_job *j) {
     const int64_t *a = j->iargs;
-    void *f = (void *)j->call;
+    void (*f)(const int64_t *, const double *) = j->call;
     switch (j->nargs) {
     case 1: ((k1_t)f)(a[0]); break;
     case 2: ((k2_t)f)(a[0], a[1]); break;
