@@ -6,8 +6,9 @@ shared with other processes that goes badly wrong for the medium GEMMs of a trai
 kept the cores busy; only multi-GFLOP GEMMs kept their 2x), and it leaves everything around the
 GEMM (im2col copies, col2im adds) on one core. The kernels therefore split their work
 themselves: :func:`run` (and :func:`run_jobs`, :func:`run_c` on a C worker thread) hands ``T``
-independent pieces (row blocks of a GEMM, image chunks of a conv) to ``T`` threads (the calling thread and a small pool) while OpenBLAS is held at one thread;
-NumPy releases the GIL inside copies, ufuncs and BLAS calls, so the pieces run in parallel.
+independent pieces (row blocks of a GEMM, image chunks of a conv) to ``T`` threads (the calling
+thread and a small pool) while OpenBLAS is held at one thread; NumPy releases the GIL inside
+copies, ufuncs and BLAS calls, so the pieces run in parallel.
 
 ``T`` is the OpenBLAS thread count in force when the kernel runs (what
 ``threadpoolctl.threadpool_limits`` or ``OPENBLAS_NUM_THREADS`` set), capped at :data:`MAX_WORKERS`
@@ -424,12 +425,13 @@ def run_c(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *, keep: bool
     if len(pieces) == 1:
         fn(*pieces[0])
         return
-    if len(pieces) == 2 and c_gemm() and _callable_as_job(fn) is not None:
+    addr = _callable_as_job(fn) if len(pieces) == 2 and c_gemm() else None
+    if addr is not None:
         if _contended > 0:  # the worker is slowed: the Python threads block instead of spinning
             note_dynamic_call()
         else:
             if keep:
-                key = ("kernel", ctypes.cast(fn, ctypes.c_void_p).value, tuple(pieces))
+                key = ("kernel", addr, tuple(pieces))
                 arr = cached_jobs(key, lambda: (_Job * 2)(*(kernel_job(fn, p) for p in pieces)))
             else:
                 arr = (_Job * 2)(*(kernel_job(fn, p) for p in pieces))
