@@ -21,13 +21,15 @@ fewer than 5 logits strictly above it (``top5 = top1`` when K < 5). The gradient
 
 carries the loss scale (1.0 in fp32, the AMP scale otherwise). Rows are processed in chunks
 (fp32), so fp16 logits are exact up to the final rounding and nothing of logits' size is
-allocated.
+allocated. fp32 logits run the C kernels of :mod:`._closs` where a C compiler is available (one
+call instead of about 25 NumPy calls in the forward; the same formulas, see there for the rounding).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import _closs
 from ._util import F32, row_chunks, scalar
 from .registry import kernel
 
@@ -67,6 +69,25 @@ def softmax_ce_fwd(logits, labels, probs, loss, top1, top5, pred=None, batch_siz
     b = _rows(n, batch_size)
     ls = 0.0 if label_smoothing is None else scalar(label_smoothing)
     pr = None if pred is None else pred.reshape(-1)
+    if _closs.usable(z2, lab, p2, pr):
+        loss_sum, correct1, correct5, bad = _closs.forward(z2, lab, p2, pr, b, ls)
+        if bad >= 0:
+            _check_range(lab[:b], k)
+    else:
+        loss_sum, correct1, correct5 = _numpy_forward(z2, lab, p2, pr, b, ls)
+    inv = 1.0 / b if b else 0.0
+    if inv_batch is not None:
+        inv_batch.reshape(-1)[0] = inv
+    loss.reshape(-1)[0] = loss_sum * inv
+    top1.reshape(-1)[0] = correct1 * inv
+    top5.reshape(-1)[0] = correct5 * inv
+
+
+def _numpy_forward(z2: np.ndarray, lab: np.ndarray, p2: np.ndarray, pr: np.ndarray | None, b: int, ls: float
+                   ) -> tuple[float, float, float]:
+    """The NumPy forward of :func:`softmax_ce_fwd` over row chunks: writes ``p2`` and ``pr``,
+    returns the float64 loss sum and the top-1 / top-5 hit counts of the first ``b`` rows."""
+    n, k = z2.shape
     loss_sum = correct1 = correct5 = 0.0
     for rc in row_chunks(n, k):
         z = z2[rc].astype(F32, copy=False)
@@ -99,12 +120,7 @@ def softmax_ce_fwd(logits, labels, probs, loss, top1, top5, pred=None, batch_siz
             correct5 += float((((zv > zy[:, None]).sum(axis=1) < 5) & finite).sum())
         else:
             correct5 += float(hit1.sum())
-    inv = 1.0 / b if b else 0.0
-    if inv_batch is not None:
-        inv_batch.reshape(-1)[0] = inv
-    loss.reshape(-1)[0] = loss_sum * inv
-    top1.reshape(-1)[0] = correct1 * inv
-    top5.reshape(-1)[0] = correct5 * inv
+    return loss_sum, correct1, correct5
 
 
 @kernel("softmax_ce_bwd", writes=("dlogits",))
