@@ -15,7 +15,14 @@ medians and the load average printed, on ``--threads`` kernel threads (default 2
   ``mm``, ``mm``, ``sum`` and ``threshold_backward`` its autograd runs), ``--repeats`` rounds;
 * ``fc-relu-step``: whole training steps of the MLP compiled without ``memplan-fuse-fc-relu``
   ("before"), with it ("after") and PyTorch eager's step (bench.throughput's), three sides
-  interleaved; the tr-mlir losses must agree to the bit.
+  interleaved; the tr-mlir losses must agree to the bit;
+* ``bn-stats``: what computing BN's statistics in the pass that writes the conv output could
+  save at most, per CIFAR ResNet-18 activation shape (one thread, the compiled statistics kernel
+  of ``lowering/cpu/_cnorm.py`` called directly): the output written whole and then the
+  statistics over it (today's sequence: the conv, then BN's first pass), against each im2col
+  chunk (``lowering/cpu/conv.py`` ``chunk_images``) written and its statistics taken at once,
+  while it is in cache (the best a fused epilogue can do; the write stands in for the GEMM's).
+  The difference is the bound; the statistics' own arithmetic stays in both.
 
 Each prints the load average and the steal time (:mod:`bench.cpu_time`) around it.
 """
@@ -237,13 +244,68 @@ def fc_relu_step(rounds: int, steps: int) -> None:
           f"tr-mlir losses bit-identical: {losses['before'] == losses['after']}")
 
 
+def bn_stats_sides(shape: tuple[int, ...]) -> tuple:
+    """``(separate, per chunk, chunk images)`` for activation ``shape`` (N, H, W, C): the two calls
+    the ``bn-stats`` measurement compares (module doc), on random fp32 arrays."""
+    from tr_mlir.lowering.cpu import _cnorm
+    from tr_mlir.lowering.cpu.conv import chunk_images, conv_geom
+
+    n, h, w, c = shape
+    per = chunk_images(conv_geom(shape, (c, 3, 3, c), 3, 1, 1, 1))
+    rng = np.random.default_rng(0)
+    src = rng.standard_normal(shape).astype(np.float32)
+    y = np.empty_like(src)  # the conv output
+    y2, s2 = y.reshape(-1, c), src.reshape(-1, c)
+    pivot = np.ascontiguousarray(s2[0])
+    sums = np.zeros((2, c), np.float64)
+    fn = _cnorm.function("bn_stats", c)
+    ptr = {id(a): a.__array_interface__["data"][0] for a in (y2, pivot, sums)}
+    rows = per * h * w
+
+    def stats(r0: int, r1: int) -> None:
+        fn(ptr[id(y2)], ptr[id(pivot)], ptr[id(sums)], ptr[id(sums)] + 8 * c, r0, r1)
+
+    spans = [(r0, min(r0 + rows, y2.shape[0])) for r0 in range(0, y2.shape[0], rows)]
+
+    def separate() -> None:  # the same calls as chunked(), in two passes over the whole output
+        for r0, r1 in spans:
+            np.copyto(y2[r0:r1], s2[r0:r1])
+        for r0, r1 in spans:
+            stats(r0, r1)
+
+    def chunked() -> None:
+        for r0, r1 in spans:
+            np.copyto(y2[r0:r1], s2[r0:r1])
+            stats(r0, r1)
+
+    return separate, chunked, per
+
+
+def bn_stats(repeats: int) -> None:
+    """Print, per CIFAR ResNet-18 activation shape (N, H, W, C), fp32, the median ms of the two
+    ``bn_stats_sides`` calls over ``repeats`` interleaved rounds and their difference, the most a
+    BN-statistics epilogue in the conv could save there (module doc); load and steal around it."""
+    from bench.cpu_time import describe, quietness, sample
+
+    before = sample()
+    print(f"load {os.getloadavg()[0]:.2f}")
+    print(f"{'shape':<16} {'chunk images':>12} {'separate ms':>11} {'in-cache ms':>11} {'bound ms':>8} {'bound':>6}")
+    for shape in SHAPES:
+        separate, chunked, per = bn_stats_sides(shape)
+        separate(), chunked()
+        ts, tc = _interleaved(separate, chunked, repeats)
+        print(f"{'x'.join(map(str, shape)):<16} {per:>12} {ts * 1e3:>11.3f} {tc * 1e3:>11.3f} "
+              f"{(ts - tc) * 1e3:>8.3f} {(ts - tc) / ts:>6.1%}")
+    print(f"load {os.getloadavg()[0]:.2f}; {describe(quietness(before, sample()))}")
+
+
 def main(argv: list[str] | None = None) -> int:
     from threadpoolctl import threadpool_limits
 
     ap = argparse.ArgumentParser(prog="python -m bench.epilogues", description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("kernels", "step", "fc-relu-kernels", "fc-relu-step"))
+    ap.add_argument("what", choices=("kernels", "step", "fc-relu-kernels", "fc-relu-step", "bn-stats"))
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=41, help="kernels, fc-relu-kernels: rounds per case")
+    ap.add_argument("--repeats", type=int, default=41, help="kernels, fc-relu-kernels, bn-stats: rounds per case")
     ap.add_argument("--rounds", type=int, default=9, help="step, fc-relu-step: rounds (each every side)")
     ap.add_argument("--steps", type=int, default=2, help="step, fc-relu-step: steps per side per round")
     args = ap.parse_args(argv)
@@ -253,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     with threadpool_limits(args.threads):
         {"kernels": lambda: kernels(args.repeats), "step": lambda: step(args.rounds, args.steps),
          "fc-relu-kernels": lambda: fc_relu_kernels(args.repeats),
-         "fc-relu-step": lambda: fc_relu_step(args.rounds, args.steps)}[args.what]()
+         "fc-relu-step": lambda: fc_relu_step(args.rounds, args.steps),
+         "bn-stats": lambda: bn_stats(args.repeats)}[args.what]()
     return 0
 
 

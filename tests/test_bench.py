@@ -402,3 +402,18 @@ def test_fc_relu_epilogue_benchmarks_run(capsys):
     fc_relu_step(1, 1)
     out = capsys.readouterr().out
     assert "before / after" in out and "tr-mlir losses bit-identical: True" in out
+
+
+def test_bn_stats_bound_benchmark_runs(capsys):
+    """``python -m bench.epilogues bn-stats``, one round: a row per ResNet-18 shape, the load and
+    the steal time printed."""
+    import numpy as np
+    from bench.epilogues import SHAPES, bn_stats
+
+    from tr_mlir.lowering.cpu import _cnorm
+
+    if not _cnorm.usable(np.zeros(1, np.float32)):
+        pytest.skip("no C compiler: the compiled statistics kernel is what this mode times")
+    bn_stats(1)
+    out = capsys.readouterr().out
+    assert all("x".join(map(str, s)) in out for s in SHAPES) and "steal" in out
