@@ -25,7 +25,7 @@ DOC = ROOT / "docs" / "tr-train.md"
 FLAGS = ["--model", "--blueprint", "--dataset", "--data-dir", "--download", "--epochs", "--batch-size",
          "--optimizer", "--lr", "--weight-decay", "--label-smoothing", "--warmup", "--amp", "--fuse",
          "--device", "--seed", "--dump-ir", "--report-json", "--plot", "--save-dir", "--resume", "--no-reuse",
-         "--no-fuse-fc-relu"]
+         "--no-fuse-fc-relu", "--reuse", "--fuse-fc-relu"]
 
 
 def run_main(args: list[str], capsys) -> tuple[int, str, str]:
@@ -418,7 +418,8 @@ def test_short_run_writes_report_plot_checkpoints_and_ir(tmp_path, capsys):
 
 def test_no_fuse_fc_relu_keeps_the_fc_and_relu_kernels_and_is_resumed(tmp_path, capsys):
     """``--no-fuse-fc-relu`` compiles without memplan-fuse-fc-relu (the pipeline line, the IR
-    dump, the checkpoint's Task config) and a resumed run keeps it unless the flag is given."""
+    dump, the checkpoint's Task config) and a resumed run keeps it unless the flag (or its positive
+    form) is given."""
     save, ir = tmp_path / "ckpt", tmp_path / "ir"
     code, out, err = run_main(["--device", "cpu", "--model", "mlp_digits", "--epochs", "1", "--no-fuse-fc-relu",
                                "--save-dir", save, "--dump-ir", ir], capsys)
@@ -438,6 +439,13 @@ def test_no_fuse_fc_relu_keeps_the_fc_and_relu_kernels_and_is_resumed(tmp_path, 
     assert code == 0, err
     assert "reuse=false fuse_fc_relu=false" in out
     assert json.loads((save / "last" / "config.json").read_text())["reuse"] is False
+    # and the positive flags turn both back on for a resumed run saved without them
+    code, out, err = run_main(["--device", "cpu", "--resume", save, "--epochs", "4", "--reuse", "--fuse-fc-relu"],
+                              capsys)
+    assert code == 0, err
+    assert "reuse=false" not in out and "fuse_fc_relu=false" not in out
+    config = json.loads((save / "last" / "config.json").read_text())
+    assert config["reuse"] is True and config["fuse_fc_relu"] is True
     code, out, err = run_main(["--device", "cpu", "--model", "mlp_digits", "--epochs", "1"], capsys)
     assert code == 0, err
     assert "fuse_fc_relu" not in out  # the default: the pass runs

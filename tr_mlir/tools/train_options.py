@@ -276,12 +276,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="conv algorithms (memplan-select-conv-algo): auto (cost rule), im2col (the rule before it, "
                         "same numerics), numpy, or one algorithm (direct, pointwise, depthwise, winograd_2x2_3x3, "
                         "winograd_4x4_3x3) where it applies")
-    p.add_argument("--no-reuse", dest="reuse", action="store_false",
-                   help="give every transient DTensor its own slot (the seed's layout) instead of placing "
-                        "tensors that are never live together in the same bytes (same numerics, more memory)")
-    p.add_argument("--no-fuse-fc-relu", dest="fuse_fc_relu", action="store_false",
-                   help="keep each FC and the ReLU next to it as separate kernels instead of one GEMM with a "
-                        "ReLU epilogue (memplan-fuse-fc-relu; same numerics)")
+    p.add_argument("--reuse", action=argparse.BooleanOptionalAction, default=True,
+                   help="place transient DTensors that are never live together in the same bytes; --no-reuse "
+                        "gives each its own slot (the seed's layout: same numerics, more memory); on --resume, "
+                        "the checkpoint's setting unless given (default: on)")
+    p.add_argument("--fuse-fc-relu", action=argparse.BooleanOptionalAction, default=True,
+                   help="run each FC and the ReLU next to it as one GEMM with a ReLU epilogue "
+                        "(memplan-fuse-fc-relu); --no-fuse-fc-relu keeps them separate kernels (same numerics); "
+                        "on --resume, the checkpoint's setting unless given (default: on)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
                    help="auto: the GPU when the GPU backend can run (CuPy imports and a CUDA device "
                         "answers), else the CPU; gpu without one is an error")
@@ -321,8 +323,8 @@ TRAINING_KEYS: tuple[str, ...] = ("model", "blueprint", "torch_model", "dataset"
 
 RESUMED_DEFAULTS: tuple[str, ...] = ("epochs", "device", "reuse", "fuse_fc_relu")
 """Options a resumed run takes from its checkpoint unless given again: ``--epochs`` (the cosine
-schedule's length: resuming an interrupted run must not change it), ``--device``, ``--no-reuse``,
-``--no-fuse-fc-relu``."""
+schedule's length: resuming an interrupted run must not change it), ``--device``,
+``--[no-]reuse``, ``--[no-]fuse-fc-relu``."""
 
 
 def check_args(a: argparse.Namespace) -> None:
