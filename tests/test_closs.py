@@ -12,27 +12,33 @@ from tr_mlir.lowering.cpu import KERNELS, _cc, _closs
 
 F32 = np.float32
 
-pytestmark = pytest.mark.skipif(not _cc.available(),
-                                reason="no C compiler on this machine: the compiled softmax-CE is untested")
-
 
 @pytest.fixture(autouse=True)
 def _compiled_kernels_on(monkeypatch):
     """These tests test the compiled kernel: a ``TR_MLIR_CC=0`` in the environment (the suite's
-    NumPy-path run) must not switch it off; the NumPy side sets it itself."""
+    NumPy-path run) must not switch it off; the NumPy side sets it itself. Skipped only where no
+    C compiler works."""
     monkeypatch.delenv(_cc.ENV_SWITCH, raising=False)
+    if not _cc.available():
+        pytest.skip(f"no usable C compiler ({_cc.reason()}): the compiled softmax-CE is untested")
 
 
 def _forward(logits, labels, b, ls, numpy_path, monkeypatch, pred=True):
     n, k = labels.size, logits.shape[-1]
     out = dict(probs=np.full((n, k), 7.0, F32), loss=np.zeros(1, F32), top1=np.zeros(1, F32),
                top5=np.zeros(1, F32), pred=np.full(n, -1, np.int32) if pred else None, inv_batch=np.zeros(1, F32))
+    calls = []
+    compiled = _closs.forward
     with monkeypatch.context() as m:
         if numpy_path:
             m.setenv(_cc.ENV_SWITCH, "0")
-        with np.errstate(invalid="ignore", over="ignore"):
-            KERNELS["softmax_ce_fwd"](logits=logits, labels=labels, batch_size=np.array([b], np.int32),
-                                      label_smoothing=np.array([ls], F32), **out)
+        m.setattr(_closs, "forward", lambda *a: calls.append(1) or compiled(*a))
+        try:
+            with np.errstate(invalid="ignore", over="ignore"):
+                KERNELS["softmax_ce_fwd"](logits=logits, labels=labels, batch_size=np.array([b], np.int32),
+                                          label_smoothing=np.array([ls], F32), **out)
+        finally:
+            assert len(calls) == (0 if numpy_path else 1), "the path under test did not run"
     return out
 
 
@@ -92,6 +98,8 @@ def test_compiled_forward_bad_label_names_the_range(monkeypatch):
     logits = np.zeros((3, 4), F32)
     with pytest.raises(ValueError, match=r"expected labels in \[0, 4\), got values in \[0, 4\]"):
         _forward(logits, np.array([0, 4, 1], np.int32), 3, 0.0, False, monkeypatch)
+    with pytest.raises(ValueError, match=r"expected labels in \[0, 4\), got values in \[-2, 1\]"):
+        _forward(logits, np.array([0, -2, 1], np.int32), 3, 0.0, False, monkeypatch)
     # a bad label in a padding row (past B) is not read
     out = _forward(logits, np.array([0, 1, 9], np.int32), 2, 0.0, False, monkeypatch)
     assert out["loss"][0] == pytest.approx(np.log(4))
@@ -104,3 +112,18 @@ def test_usable_only_for_fp32_logits_and_int32_labels():
     assert not _closs.usable(z.astype(np.float16), lab, p, None)
     assert not _closs.usable(z, lab.astype(np.int64), p, None)
     assert not _closs.usable(np.zeros((3, 2), F32).T, lab, p, None)
+
+
+@pytest.mark.parametrize("ls", [0.0, 0.1])
+def test_compiled_forward_minus_inf_logits_as_torch(ls, monkeypatch):
+    """A -inf logit (a masked class) is probability 0: the loss stays torch's, finite without
+    label smoothing (no 0 * -inf) and +inf with it (torch's smoothing term is -log 0 there)."""
+    logits = np.array([[0.0, 1.0, -np.inf, 2.0], [3.0, -np.inf, -np.inf, 0.5]], F32)
+    labels = np.array([1, 0], np.int32)
+    c = _both(logits, labels, 2, ls, monkeypatch)
+    want = torch.nn.CrossEntropyLoss(label_smoothing=ls)(torch.tensor(logits), torch.tensor(labels, dtype=torch.long))
+    if ls == 0.0:
+        assert np.isfinite(c["loss"][0]) and c["loss"][0] == pytest.approx(float(want), rel=1e-6)
+    else:
+        assert c["loss"][0] == float(want) == np.inf
+    np.testing.assert_array_equal(c["probs"][:, 2], 0.0)

@@ -254,6 +254,13 @@ def reason() -> str:
     return str(_state.get("reason", ""))
 
 
+def address(a) -> int:
+    """The data address of NumPy array ``a``, through the array interface (``a.ctypes`` builds
+    helper objects that outlive the call, which a replayed step must not leave behind; this is
+    also the faster lookup)."""
+    return a.__array_interface__["data"][0]
+
+
 def ptr(a) -> ctypes.c_void_p:
     """The data pointer of a NumPy array, for a ``ctypes.c_void_p`` argument."""
     return ctypes.c_void_p(a.ctypes.data)

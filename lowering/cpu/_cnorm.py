@@ -181,10 +181,7 @@ def function(name: str, c: int) -> ctypes._CFuncPtr:
     return _cc.function(source(c), name, _ARGS[name])
 
 
-def _ptr(a: np.ndarray) -> int:
-    """The data address of ``a`` (through the array interface: ``a.ctypes`` builds helper objects
-    that outlive the call, which a replayed step must not leave behind)."""
-    return a.__array_interface__["data"][0]
+_ptr = _cc.address
 
 
 def usable(*arrays: np.ndarray | None) -> bool:

@@ -9,7 +9,8 @@ Loss (PyTorch ``CrossEntropyLoss(label_smoothing=ls)``, mean over the batch)::
     loss_b = (1 - ls) * (-log p_y) + (ls / K) * sum_c (-log p_c)
            = lse_b - (1 - ls) * z_y - ls * mean_c z_c,        lse_b = log sum_c exp z_c
 
-computed from the log-sum-exp, exactly as torch's ``log_softmax``. The facts sheet's kernel
+computed from the log-sum-exp, exactly as torch's ``log_softmax`` (the mean term only where
+ls != 0, so a -inf logit leaves the loss finite, as in torch). The facts sheet's kernel
 (section 12.4) computes ``p = e / (sum e + 1e-8)`` and ``log(p + 1e-8)``: the same formula up to
 those epsilons, which shift the loss by up to ~1e-8/p_c per class (visible only for classes of
 probability near 1e-8, where the seed clamps -log p at ~18.4 and torch does not). We match torch.
@@ -21,8 +22,10 @@ fewer than 5 logits strictly above it (``top5 = top1`` when K < 5). The gradient
 
 carries the loss scale (1.0 in fp32, the AMP scale otherwise). Rows are processed in chunks
 (fp32), so fp16 logits are exact up to the final rounding and nothing of logits' size is
-allocated. fp32 logits run the C kernels of :mod:`._closs` where a C compiler is available (one
-call instead of about 25 NumPy calls in the forward; the same formulas, see there for the rounding).
+allocated. The forward runs the C kernel of :mod:`._closs` for fp32 logits and probabilities,
+int32 labels and predictions, all C-contiguous, where a C compiler is available (one call
+instead of about 25 NumPy calls; the same formulas, see there for the rounding); the backward
+is NumPy's.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ def softmax_ce_fwd(logits, labels, probs, loss, top1, top5, pred=None, batch_siz
         loss_sum, correct1, correct5, bad = _closs.forward(z2, lab, p2, pr, b, ls)
         if bad >= 0:
             _check_range(lab[:b], k)
+            raise ValueError(f"expected labels in [0, {k}), got {int(lab[bad])} in row {bad}")
     else:
         loss_sum, correct1, correct5 = _numpy_forward(z2, lab, p2, pr, b, ls)
     inv = 1.0 / b if b else 0.0
@@ -109,7 +113,9 @@ def _numpy_forward(z2: np.ndarray, lab: np.ndarray, p2: np.ndarray, pr: np.ndarr
         zv = z[v]
         zy = zv[np.arange(zv.shape[0]), y]
         lse = mx[v] + np.log(s[v])
-        lb = lse - (1.0 - ls) * zy - ls * zv.mean(axis=1)
+        lb = lse - (1.0 - ls) * zy
+        if ls:  # not 0 * mean(z): a -inf logit would make it NaN
+            lb = lb - ls * zv.mean(axis=1)
         loss_sum += float(lb.sum(dtype=np.float64))
         # a row with a NaN/Inf logit is a miss: comparisons with NaN are False, so without
         # this guard a diverged run would count every row as a top-5 hit

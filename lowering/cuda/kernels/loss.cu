@@ -92,7 +92,8 @@ TR_GLOBAL void tr_softmax_ce_fwd(const void* z, int dtz, const void* labels, int
           bad_label[gi] = 1;
         } else {
           float lse = zmax + logf(esum);
-          float lb = lse - (1.0f - lsm) * zy - lsm * (zsum / (float)K);
+          float lb = lse - (1.0f - lsm) * zy;
+          if (lsm != 0.0f) lb = lb - lsm * (zsum / (float)K);  /* not 0 * -inf for a -inf logit */
           acc_loss[gi] += (double)lb;
           float hit1 = argmax == y ? 1.0f : 0.0f;
           acc_1[gi] += hit1;
