@@ -287,6 +287,11 @@ def bn_stats(repeats: int) -> None:
     BN-statistics epilogue in the conv could save there (module doc); load and steal around it."""
     from bench.cpu_time import describe, quietness, sample
 
+    from tr_mlir.lowering.cpu import _cnorm
+
+    if not _cnorm.usable(np.zeros(1, np.float32)):
+        print("bn-stats times the compiled statistics kernel: no usable C compiler here (or TR_MLIR_CC=0)")
+        return
     before = sample()
     print(f"load {os.getloadavg()[0]:.2f}")
     print(f"{'shape':<16} {'chunk images':>12} {'separate ms':>11} {'in-cache ms':>11} {'bound ms':>8} {'bound':>6}")

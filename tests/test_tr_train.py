@@ -72,6 +72,8 @@ def test_help_lists_every_flag_and_its_default(capsys):
 
 def test_parser_defaults():
     a = build_parser().parse_args([])
+    assert a.reuse is True and a.fuse_fc_relu is True
+    assert build_parser().parse_args(["--no-reuse", "--reuse", "--no-fuse-fc-relu"]).reuse is True
     assert (a.model, a.blueprint, a.dataset, a.data_dir, a.download) == ("resnet_tiny", None, "digits", None, False)
     assert (a.epochs, a.batch_size, a.optimizer, a.lr, a.weight_decay) == (30, 32, "momentum", None, 5e-4)
     assert (a.label_smoothing, a.warmup, a.amp, a.fuse, a.device, a.seed) == (0.0, 0.0, False, False, "auto", 0)
