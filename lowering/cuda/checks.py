@@ -260,6 +260,17 @@ def cases(seed: int = 0) -> list[Case]:
             add(Case(f"softmax_ce_fwd plain {n}x{k} {dt.name}", "softmax_ce_fwd", {
                 "logits": z.copy(), "labels": lab.copy(), "probs": _r(rng, (n, k)), "loss": _s(7.0),
                 "top1": _s(7.0), "top5": _s(7.0)}, tol=max(_tol(dt), 1e-4)))
+        # rows with a NaN or an Inf logit at the label (the arg-max there): misses on every backend
+        own = np.random.default_rng(7)  # its own draws: the other cases keep their data
+        z = _r(own, (6, 1, 1, 7), dt, -4.0, 4.0)
+        lab = np.array([1, 2, 3, 4, 5, 6], I32)
+        z[0, 0, 0, 1], z[1, 0, 0, 2], z[2, 0, 0, 3], z[3, 0, 0, 0] = np.nan, np.inf, -np.inf, np.nan
+        add(Case(f"softmax_ce_fwd non-finite rows {dt.name}", "softmax_ce_fwd", {
+            "logits": z, "labels": lab, "probs": _r(own, (6, 7)), "loss": _s(7.0), "top1": _s(7.0),
+            "top5": _s(7.0), "pred": np.zeros(6, I32)}, tol=max(_tol(dt), 1e-4)))
+        for n, k in ((13, 10), (5, 3), (20, 70)):
+            z = _r(rng, (n, 1, 1, k), dt, -4.0, 4.0)
+            lab = rng.integers(0, k, (n,)).astype(I32)
             p = np.exp(z.astype(F32).reshape(n, k))
             p /= p.sum(1, keepdims=True)
             add(Case(f"softmax_ce_bwd {n}x{k} {dt.name}", "softmax_ce_bwd", {

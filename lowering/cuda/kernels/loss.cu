@@ -41,13 +41,14 @@ TR_GLOBAL void tr_softmax_ce_fwd(const void* z, int dtz, const void* labels, int
     int r = base + gi;
     bool live = r < n;
     const i64 off = (i64)r * K;
-    /* pass 1: max and first arg-max, sum of z */
-    float mx = -tr_inf(), sz = 0.0f;
+    /* pass 1: max and first arg-max, sum of z, count of NaN / Inf logits */
+    float mx = -tr_inf(), sz = 0.0f, nf = 0.0f;
     int am = K;
     if (live)
       for (int c = lane; c < K; c += SM_LANES) {
         float v = ldf(z, dtz, off + c);
         sz += v;
+        if (tr_isnan(v) || fabsf(v) == tr_inf()) nf += 1.0f;
         if (v > mx || (tr_isnan(v) && !tr_isnan(mx))) { mx = v; am = c; }
       }
     /* (max, index) reduction: larger value, then smaller index */
@@ -69,6 +70,7 @@ TR_GLOBAL void tr_softmax_ce_fwd(const void* z, int dtz, const void* labels, int
     int argmax = irow[0];
     __syncthreads();
     float zsum = group_reduce(sz, red, 0);
+    bool finite = group_reduce(nf, red, 0) == 0.0f;  /* a row with a NaN / Inf logit is a miss (CPU's rule) */
     /* pass 2: sum of exp, count of logits above the label's */
     i64 y = live ? ldi(labels, dtl, r) : 0;
     bool ylive = live && y >= 0 && y < K;
@@ -95,9 +97,9 @@ TR_GLOBAL void tr_softmax_ce_fwd(const void* z, int dtz, const void* labels, int
           float lb = lse - (1.0f - lsm) * zy;
           if (lsm != 0.0f) lb = lb - lsm * (zsum / (float)K);  /* not 0 * -inf for a -inf logit */
           acc_loss[gi] += (double)lb;
-          float hit1 = argmax == y ? 1.0f : 0.0f;
+          float hit1 = finite && argmax == y ? 1.0f : 0.0f;
           acc_1[gi] += hit1;
-          acc_5[gi] += K >= 5 ? (above < 5.0f ? 1.0f : 0.0f) : hit1;
+          acc_5[gi] += K >= 5 ? (finite && above < 5.0f ? 1.0f : 0.0f) : hit1;
         }
       }
     }
