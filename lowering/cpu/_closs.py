@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 
 import numpy as np
 
@@ -48,7 +49,7 @@ static inline int finite_bits(float v) { uint32_t u; memcpy(&u, &v, 4); return (
 void softmax_ce_fwd(const float *z, const int32_t *lab, float *p, int32_t *pred, double *out, i64 n, i64 k, i64 b,
                     float a, float ls) {
   double loss = 0.0, c1 = 0.0, c5 = 0.0;
-  out[3] = 0.0;
+  out[0] = out[1] = out[2] = out[3] = 0.0;
   for (i64 r = 0; r < n; r++) {
     const float *zr = z + r * k;
     float *pr = p + r * k;
@@ -109,6 +110,18 @@ def usable(z: np.ndarray, lab: np.ndarray, p: np.ndarray, pred: np.ndarray | Non
     return _cc.available() and all(a is None or (a.dtype == t and a.flags.c_contiguous) for a, t in want)
 
 
+_local = threading.local()
+
+
+def _results() -> np.ndarray:
+    """This thread's 4-double result buffer of :func:`forward` (made once: a replayed step
+    allocates nothing here; per thread, as two tasks may step in two threads)."""
+    out = getattr(_local, "out", None)
+    if out is None:
+        out = _local.out = np.zeros(4, np.float64)
+    return out
+
+
 def forward(z: np.ndarray, lab: np.ndarray, p: np.ndarray, pred: np.ndarray | None, b: int, ls: float
             ) -> tuple[float, float, float, int]:
     """Softmax and the loss terms of fp32 logits ``z`` (N, K) with int32 labels ``lab`` (N,):
@@ -118,7 +131,7 @@ def forward(z: np.ndarray, lab: np.ndarray, p: np.ndarray, pred: np.ndarray | No
     ``[0, K)``, zeros and the index of the first such row (``p`` and ``pred`` are then written
     only up to that row)."""
     n, k = z.shape
-    out = np.zeros(4, np.float64)
+    out = _results()
     addr = _cc.address
     function("softmax_ce_fwd")(addr(z), addr(lab), addr(p), None if pred is None else addr(pred), addr(out), n, k, b,
                                float(np.float32(1.0 - ls)), float(np.float32(ls)))
