@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -782,10 +783,36 @@ def test_own_blas_rule(monkeypatch):
     monkeypatch.delenv(_blas_libs.ENV_OWN_BLAS)
     core = _blas_libs.own_blas_core()
     assert core in (None, "Haswell")
+    vendor, family = _blas_libs._cpu_vendor_family()
+    if core == "Haswell":
+        assert (vendor, family) == ("AuthenticAMD", _blas_libs.ZEN4_FAMILY)
     if _parallel.own_blas():  # the instance is not one threadpoolctl finds (and re-threads)
         from threadpoolctl import threadpool_info
 
         assert not any("tr-mlir-blas" in d["filepath"] for d in threadpool_info())
+
+
+@pytest.mark.parametrize("vendor, family, arch, want", [
+    ("AuthenticAMD", 0x19, "SkylakeX", "Haswell"),  # Zen 4: AVX-512 in 256-bit halves
+    ("AuthenticAMD", 0x1A, "SkylakeX", None),  # Zen 5: full 512-bit units, NumPy's kernels faster
+    ("AuthenticAMD", 0x19, "Haswell", None),  # NumPy's OpenBLAS already on AVX2 kernels
+    ("AuthenticAMD", None, "SkylakeX", None),  # /proc/cpuinfo unreadable
+    ("GenuineIntel", 6, "SkylakeX", None),
+])
+def test_own_blas_rule_by_cpu(monkeypatch, vendor, family, arch, want):
+    """The private Haswell instance only on Zen 4 (cpu family 0x19) with an AVX-512 NumPy OpenBLAS."""
+    monkeypatch.delenv(_blas_libs.ENV_OWN_BLAS, raising=False)
+    monkeypatch.setattr(_blas_libs, "_cpu_vendor_family", lambda: (vendor, family))
+    monkeypatch.setattr(_blas_libs, "numpy_openblas", lambda: types.SimpleNamespace(architecture=arch))
+    assert _blas_libs.own_blas_core() == want
+
+
+def test_cpu_vendor_family_reads_proc_cpuinfo():
+    vendor, family = _blas_libs._cpu_vendor_family()
+    if not os.path.exists("/proc/cpuinfo"):
+        assert (vendor, family) == ("", None)
+    else:
+        assert isinstance(vendor, str) and (family is None or family >= 0)
 
 
 def test_own_blas_without_a_writable_cache(monkeypatch, tmp_path):

@@ -44,18 +44,47 @@ ENV_OWN_BLAS = "TR_MLIR_OWN_BLAS_CORETYPE"
 _AVX512_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
 
 
+ZEN4_FAMILY = 0x19
+"""``cpu family`` of AMD's Zen 3 and Zen 4 CPUs (/proc/cpuinfo; AMD's family/model tables). Of
+these only Zen 4 has AVX-512, and it executes each 512-bit instruction in two 256-bit halves."""
+
+
+def _cpu_vendor_family() -> tuple[str, int | None]:
+    """(``vendor_id``, ``cpu family``) of the first CPU in /proc/cpuinfo; ("", None) where it cannot
+    be read (no /proc: not Linux)."""
+    vendor, family = "", None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "vendor_id" and not vendor:
+                    vendor = value.strip()
+                elif key == "cpu family" and family is None:
+                    family = int(value.strip())
+                if vendor and family is not None:
+                    break
+    except (OSError, ValueError):
+        return "", None
+    return vendor, family
+
+
 def own_blas_core() -> str | None:
     """The OpenBLAS core type whose kernels the FC GEMMs use (through :func:`._parallel.matmul` with
     ``own_blas=True``), or None for NumPy's OpenBLAS as it is.
 
-    ``TR_MLIR_OWN_BLAS_CORETYPE`` when set; otherwise ``Haswell`` (AVX2 kernels) on an AMD CPU
-    where NumPy's OpenBLAS chose one of Intel's AVX-512 core types: on this project's AMD EPYC
-    (Zen 4, AVX-512 executed in two 256-bit halves) OpenBLAS 0.3.31 picks SkylakeX, and its
-    Haswell kernels ran the MLP's GEMMs 10-14% faster on one thread (200x784 @ 784x512:
-    1.52 vs 1.68 ms, 200x1024 @ 1024x256: 0.99 vs 1.14, 200x512 @ 512x128: 0.25 vs 0.28;
-    OPENBLAS_CORETYPE=Zen gave the same as Haswell, Cooperlake and SapphireRapids the same as
-    SkylakeX). A fixed rule on the machine, not a timing, so a process's results do not depend
-    on a measurement."""
+    ``TR_MLIR_OWN_BLAS_CORETYPE`` when set; otherwise ``Haswell`` (AVX2 kernels) on an AMD Zen 4
+    CPU (vendor AuthenticAMD, cpu family 0x19, :data:`ZEN4_FAMILY`) where NumPy's OpenBLAS chose
+    one of Intel's AVX-512 core types. Zen 4 executes AVX-512 in two 256-bit halves: on this
+    project's Zen 4 EPYC, OpenBLAS 0.3.31 picks SkylakeX, and its Haswell kernels ran the MLP's
+    GEMMs 10-14% faster on one thread (200x784 @ 784x512: 1.52 vs 1.68 ms, 200x1024 @ 1024x256:
+    0.99 vs 1.14, 200x512 @ 512x128: 0.25 vs 0.28; OPENBLAS_CORETYPE=Zen gave the same as
+    Haswell, Cooperlake and SapphireRapids the same as SkylakeX). Zen 5 (family 0x1A) server and
+    desktop parts have full 512-bit data paths and the rule does not apply: on a Zen 5 EPYC
+    (2026-12-07, one thread) SkylakeX ran the same GEMMs at 207-245 GFLOP/s and Haswell at
+    121-128, 1.7-1.9x slower (200x784 @ 784x1024: 1.52 vs 2.65 ms). Zen 5 parts with a 256-bit
+    data path (the mobile ones) may set ``TR_MLIR_OWN_BLAS_CORETYPE=Haswell``. A fixed rule on
+    the machine, not a timing, so a process's results do not depend on a measurement."""
     env = os.environ.get(ENV_OWN_BLAS)
     if env is not None:
         env = env.strip()
@@ -63,11 +92,10 @@ def own_blas_core() -> str | None:
     try:
         lib = numpy_openblas()
         arch = str(lib.architecture or "").lower() if lib is not None else ""
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            vendor = next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), "")
-    except (OSError, IndexError, AttributeError):
+    except (OSError, AttributeError):
         return None
-    return "Haswell" if vendor == "AuthenticAMD" and arch in _AVX512_CORES else None
+    vendor, family = _cpu_vendor_family()
+    return "Haswell" if (vendor == "AuthenticAMD" and family == ZEN4_FAMILY and arch in _AVX512_CORES) else None
 
 
 def load_own_blas() -> tuple[int, bool, str] | bool:

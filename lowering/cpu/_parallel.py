@@ -40,8 +40,8 @@ OpenBLAS call over all of ``k``; element-wise pieces are independent):
   0.52, max pool forward 0.55 -> 0.27; all kernels of the step 8.0 -> 6.6 ms.
 
 :func:`matmul` with ``own_blas=True`` (the FC layers) runs its GEMMs with the kernels' own
-OpenBLAS instance when :func:`._blas_libs.own_blas_core` names a core type (Haswell kernels on AMD CPUs
-where NumPy's OpenBLAS picked an Intel AVX-512 type: 10-14% faster here), cut only where that
+OpenBLAS instance when :func:`._blas_libs.own_blas_core` names a core type (Haswell kernels on AMD Zen 4
+CPUs where NumPy's OpenBLAS picked an Intel AVX-512 type: 10-14% faster there), cut only where that
 instance gives the same bits (:data:`OWN_ROW_ALIGN`), so one and two threads agree.
 
 "The same bits" holds only where the BLAS kernels give each output element the same sums
