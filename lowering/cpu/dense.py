@@ -332,7 +332,23 @@ def channel_padding_bwd(dy, dx) -> None:
 @kernel("add_fwd", writes=("y",))
 def add_fwd(a, b, y) -> None:
     """Residual join ``y = a + b`` (same shapes); y may be a's or b's buffer."""
-    np.add(a, b, out=y)
+    _add(a, b, y)
+
+
+def _add(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out = a + b`` element-wise (``casting="same_kind"``; ``out`` may be ``a``'s or ``b``'s
+    buffer). Same-shaped contiguous arrays of at least :data:`._parallel.MIN_SPLIT_ELEMENTS`
+    elements are split into one flat block per kernel thread (:func:`._parallel.split`): each
+    element's sum is the same wherever the cut falls, so the bits are those of one NumPy call.
+    Before, the residual joins' adds ran on one thread (CIFAR ResNet-18's eight ``grad_acc``
+    calls: 3.46 ms on 1 thread, 3.34 ms on 2)."""
+    if (a.shape == b.shape == out.shape and a.flags.c_contiguous and b.flags.c_contiguous
+            and out.flags.c_contiguous and out.size >= _parallel.MIN_SPLIT_ELEMENTS):
+        af, bf, of = flat(a), flat(b), flat(out)
+        _parallel.split(of.size, lambda lo, hi, _t: np.add(af[lo:hi], bf[lo:hi], out=of[lo:hi],
+                                                            casting="same_kind"))
+        return
+    np.add(a, b, out=out, casting="same_kind")
 
 
 @kernel("add_bwd", writes=("da", "db"))
@@ -349,13 +365,14 @@ def add_bwd_acc(dy, da=None, db=None) -> None:
     """Gradient of ``a + b`` accumulated: ``da += dy``, ``db += dy`` (slots summing several uses)."""
     for d in (da, db):
         if d is not None:
-            np.add(d, dy, out=d, casting="same_kind")
+            _add(d, dy, d)
 
 
 @kernel("grad_acc", writes=("dx",), also=("grad_accum",))
 def grad_acc(dy, dx) -> None:
-    """``dx += dy``: add one use's gradient into a value's gradient slot."""
-    np.add(dx, dy, out=dx, casting="same_kind")
+    """``dx += dy``: add one use's gradient into a value's gradient slot (split by threads as
+    :func:`_add`)."""
+    _add(dx, dy, dx)
 
 
 @kernel("identity_fwd", writes=("y",), also=("identity_bwd", "identity_inf", "dtensor_copy", "dropout_inf"))
