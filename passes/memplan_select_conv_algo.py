@@ -39,7 +39,9 @@ Values:
   existed: im2col, pointwise or depthwise by geometry and, for few channels in fp32, the direct C
   kernels (:func:`tr_mlir.lowering.cpu.conv.rule_algorithm`); never Winograd. Its numerics are
   those of a kernel run with ``auto`` and no Winograd, bit for bit;
-* ``numpy``: the NumPy method of each geometry, never the C kernels (what ``TR_MLIR_CC=0`` runs);
+* ``numpy``: the NumPy method of each geometry, never the direct C kernels: the numerics of
+  ``TR_MLIR_CC=0``, bit for bit (the depthwise method runs compiled where it can,
+  :mod:`tr_mlir.lowering.cpu._cdepthwise`, with the NumPy code's bits);
 * an algorithm of :data:`tr_mlir.lowering.cpu.conv.ALGORITHMS` (``im2col`` aside: ``pointwise``,
   ``depthwise``, ``direct``) or a Winograd name (:data:`~tr_mlir.lowering.cpu.conv.WINOGRAD`,
   refused while those kernels are not in the build): that algorithm for every conv it applies to in

@@ -66,7 +66,7 @@ from typing import Any
 import numpy as np
 from tr_mlir.dialects.kernels import AlgorithmTable
 
-from . import _cc, _cconv, _parallel, winograd
+from . import _cc, _cconv, _cdepthwise, _parallel, winograd
 from ._util import F32, nhwc, take
 from ._util import as32 as _as32
 from ._util import finish as _finish
@@ -405,7 +405,7 @@ def conv_workspace_sizes(g: ConvGeom, *, x16: bool, w16: bool, y16: bool, dw16: 
             if ph == "dgrad" and (x16 or y16 or w16 or accumulate):
                 need("col", mc)
         elif meth == "depthwise":
-            need("tmp", mk)
+            need("tmp", max(mk, _cdepthwise.scratch_elements(g)))  # NumPy's products, or the C kernels' k*k*C
             if ph == "dgrad" and x16:
                 need("xbuf", xs)
         else:
@@ -552,6 +552,9 @@ def conv_forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g: ConvGeom, ws: d
         _parallel.matmul(x2, w2.T, out=y2)
         _finish(y, y2)
     elif meth == "depthwise":
+        if _cdepthwise.usable(g, ws.get("tmp"), x, w, y):
+            _cdepthwise.forward(x, w, y, g, ws["tmp"])
+            return
         win = g.win
         acc = _out32(y, ws, "ybuf", g.y_shape)
         tmp = take(ws.get("tmp"), g.y_shape)
@@ -596,6 +599,9 @@ def conv_wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: d
     meth = _method(g, algo, dy, x, dw)
     if meth == "direct":
         _cconv.wgrad(dy, x, dw, g, ws.get("tmp"))
+        return
+    if meth == "depthwise" and _cdepthwise.usable(g, ws.get("tmp"), dy, x, dw):
+        _cdepthwise.wgrad(dy, x, dw, g, ws["tmp"])
         return
     dy2 = _as32(dy, ws, "ybuf", (g.m, g.k_out))
     if meth == "pointwise":
@@ -703,6 +709,9 @@ def conv_dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g: ConvGeom, ws: d
     meth = _method(g, algo, dy, w, dx, accumulate=accumulate)
     if meth == "direct":
         _cconv.dgrad(dy, w, dx, g, ws.get("tmp"))
+        return
+    if meth == "depthwise" and _cdepthwise.usable(g, ws.get("tmp"), dy, w, dx):
+        _cdepthwise.dgrad(dy, w, dx, g, ws["tmp"], accumulate)
         return
     dy2 = _as32(dy, ws, "ybuf", (g.m, g.k_out))
     if meth == "pointwise":
