@@ -56,7 +56,17 @@ def throughput_table(t: dict[str, Any]) -> str:
     parts = [_throughput_one(t)]
     for th, sub in (t.get("by_threads") or {}).items():
         parts.append(f"The same on {th} thread(s):\n\n" + _throughput_one(sub))
+    if t.get("scaling"):
+        parts.append(_scaling_table(t["scaling"]))
     return "\n\n".join(parts)
+
+
+def _scaling_table(scaling: list[dict[str, Any]]) -> str:
+    """Each side's step speed-up between thread counts (:func:`bench.throughput.thread_scaling`)."""
+    rows = [[s["model"], f"{s['from_threads']} -> {s['threads']}", f"**{s['tr_mlir']:.2f}x**", f"{s['torch']:.2f}x",
+             "yes" if s["tr_mlir"] >= s["torch"] else "no"] for s in scaling]
+    return ("Thread scaling (each side's median step on the first thread count / on the second):\n\n"
+            + _t(rows, ["model", "threads", "tr-mlir", "PyTorch", "tr-mlir scales at least as well"]))
 
 
 def _pairs(m: dict[str, Any]) -> str:

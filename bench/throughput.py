@@ -219,5 +219,24 @@ def run(names: list[str], *, warmup: int, rounds: int, steps: int | dict[str, in
 
     out = one(threads)
     out["by_threads"] = {str(th): one(th) for th in also_threads}
+    out["scaling"] = thread_scaling(out)
     torch.set_num_threads(threads)
+    return out
+
+
+def thread_scaling(t: dict[str, Any]) -> list[dict[str, Any]]:
+    """How each side's step speeds up from another thread count to ``t["threads"]``: per model
+    measured on both, ``{"model", "from_threads", "threads", "tr_mlir", "torch"}`` where each side
+    is its median step on ``from_threads`` / its median step on ``threads`` (issue 13's "both
+    threads busy": tr-mlir's speed-up at least PyTorch's). Empty without ``by_threads``."""
+    out = []
+    mine = {m["model"]: m for m in t["models"]}
+    for th, sub in (t.get("by_threads") or {}).items():
+        for m in sub["models"]:
+            main = mine.get(m["model"])
+            if main is None or int(th) == t["threads"]:
+                continue
+            out.append({"model": m["model"], "from_threads": int(th), "threads": t["threads"],
+                        "tr_mlir": m["tr_mlir_step_s"] / main["tr_mlir_step_s"],
+                        "torch": m["torch_step_s"] / main["torch_step_s"]})
     return out

@@ -419,3 +419,30 @@ def test_bn_stats_bound_benchmark_runs(capsys):
     bn_stats(1)
     out = capsys.readouterr().out
     assert all("x".join(map(str, s)) in out for s in SHAPES) and "steal" in out
+
+
+def test_thread_scaling_compares_each_side_with_itself():
+    """Issue 13's "both threads busy": each side's median step on 1 thread over its median on 2,
+    rendered with whether tr-mlir scales at least as well."""
+    from bench.report import throughput_table
+    from bench.throughput import thread_scaling
+
+    def model(name, ours, torch):
+        return {"model": name, "tr_mlir_step_s": ours, "torch_step_s": torch}
+
+    t = {"threads": 2, "models": [model("mlp", 0.005, 0.009), model("lenet5", 0.002, 0.004)],
+         "by_threads": {"1": {"threads": 1, "models": [model("mlp", 0.009, 0.016), model("lenet5", 0.0025, 0.008)]}}}
+    got = {s["model"]: s for s in thread_scaling(t)}
+    assert got["mlp"]["tr_mlir"] == pytest.approx(1.8) and got["mlp"]["torch"] == pytest.approx(16 / 9)
+    assert got["lenet5"]["tr_mlir"] == pytest.approx(1.25) and got["lenet5"]["torch"] == pytest.approx(2.0)
+    assert got["mlp"]["from_threads"] == 1 and got["mlp"]["threads"] == 2
+    assert thread_scaling({"threads": 2, "models": t["models"]}) == []
+
+    from bench.report import _scaling_table
+
+    table = _scaling_table(thread_scaling(t))
+    assert "| mlp | 1 -> 2 | **1.80x** | 1.78x | yes |" in table
+    assert "| lenet5 | 1 -> 2 | **1.25x** | 2.00x | no |" in table
+    t["scaling"] = thread_scaling(t)
+    assert table in throughput_table({**t, "gemm_peak": {"n": 8, "numpy_flops": 1.0, "torch_flops": 1.0}, "blas": [],
+                                      "models": [], "by_threads": {}})

@@ -123,11 +123,17 @@ GEMM_C_SOURCE = resources.files(__package__).joinpath("_split_gemm.c").read_byte
 """C source of the split-GEMM worker (:func:`run_jobs`): ``_split_gemm.c`` next to this module
 (package data); compiled through :mod:`._cc`."""
 
-IDLE_SPIN_NS = 20_000
+IDLE_SPIN_NS = 300_000
 """How long (ns) the C worker spins for its next job before sleeping on a condition variable.
-A spinning thread takes a core another process could use, and waking the sleeping C thread
-(no GIL involved) measured no slower in the MLP step: idle spins of 0, 50 and 200 us gave the
-same step time (10.2, 10.2, 10.1 ms, interleaved), all below the Python threads' 10.6."""
+Between two kernels of a step the main thread runs the next launch's Python code (tens of
+microseconds); a worker that went to sleep in that gap is woken through the kernel, which on a
+KVM guest costs about as much as a small kernel's half. On the Zen 5 host (2026-12-07, 2
+threads, medians of 80 steps, two rounds): CIFAR MobileNetV2 24.9 / 24.9 ms at 20 us, 23.3 /
+23.4 at 100 us, 22.5 / 21.8 at 300 us, 21.9 / 22.5 at 1 ms; LeNet-5 2.22 / 2.27, 2.25 / 2.41,
+2.08 / 2.00, 2.04 / 2.11 ms. (On the Zen 4 host 0, 50 and 200 us had given the MLP the same
+step.) The spin only runs after a job, so an idle process sleeps within 0.3 ms (OpenMP runtimes
+spin-wait likewise: Intel's ``KMP_BLOCKTIME`` defaults to 200 ms); while another process slows a
+thread, the compiled kernels' splits go to the Python threads, which block (:func:`contended`)."""
 
 WAIT_SPIN_NS = 1_000_000
 """How long (ns) the calling thread, its own job done, spins for the worker's before sleeping
