@@ -968,3 +968,32 @@ def test_numpy_openblas_is_picked_whatever_the_import_order():
     assert "numpy" in os.path.basename(os.path.dirname(lib.filepath))
     if _cc.compiler() is not None:
         assert _blas_libs.find_sgemm() is not None
+
+
+@pytest.mark.parametrize("dtypes", [("float32", "float32"), ("float32", "float16")], ids=["fp32", "fp32+fp16"])
+def test_residual_adds_split_by_threads_with_numpys_bits(dtypes, monkeypatch):
+    """add_fwd / add_bwd_acc / grad_acc on a large activation: one flat block per thread, the
+    bits of one np.add; a partly overlapping output keeps the single call."""
+    calls = []
+    real = _parallel.split
+    monkeypatch.setattr(_parallel, "split", lambda n, fn, **kw: (calls.append(n), real(n, fn, **kw)))
+    rng = np.random.default_rng(0)
+    shape = (8, 64, 64, 16)  # 524,288 elements
+    acc = rng.standard_normal(shape).astype(dtypes[0])
+    d = rng.standard_normal(shape).astype(dtypes[1])
+    want = acc.copy()
+    np.add(want, d, out=want, casting="same_kind")
+    with threadpool_limits(limits=2):
+        got = acc.copy()
+        KERNELS["grad_acc"].fn(dy=d, dx=got)
+        da, db = acc.copy(), acc.copy()
+        KERNELS["add_bwd_acc"].fn(dy=d, da=da, db=db)
+        y = np.empty(shape, dtypes[0])
+        KERNELS["add_fwd"].fn(a=acc, b=d, y=y)
+        assert len(calls) == 4 and calls[0] == acc.size
+        buf = np.concatenate([acc.ravel(), acc.ravel()[:1]])  # out one element past a: overlapping
+        KERNELS["add_fwd"].fn(a=buf[:acc.size].reshape(shape), b=d, y=buf[1:].reshape(shape))
+        assert len(calls) == 4  # not split
+    for out in (got, da, db, y):
+        assert out.tobytes() == want.tobytes()
+    assert buf[1:].tobytes() == np.add(acc, d, casting="same_kind").astype(dtypes[0]).tobytes()
