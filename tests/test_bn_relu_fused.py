@@ -22,7 +22,7 @@ from tr_mlir.lowering.cpu import KERNELS
 
 F32, F16 = np.float32, np.float16
 TOL = {F32: 2e-5, F16: 2e-2}
-SHAPES = [(2, 5, 5, 8), (16, 16, 16, 64)]  # the second is past _cnorm.SPLIT_ELEMENTS (rows on 2 threads)
+SHAPES = [(2, 5, 5, 8), (16, 16, 16, 128)]  # the second is past _cnorm.SPLIT_ELEMENTS (rows on 2 threads)
 
 
 def run(name: str, **arrays) -> None:

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from threadpoolctl import threadpool_limits
 
-from tr_mlir.lowering.cpu import _cc, _cdepthwise
+from tr_mlir.lowering.cpu import _cc, _cdepthwise, _parallel
 from tr_mlir.lowering.cpu import conv as C
 
 needs_cc = pytest.mark.skipif(_cc.compiler() is None,
@@ -29,9 +29,13 @@ GEOMS = [  # n, h, w, c, k, s, p
     (2, 6, 6, 17, 3, 2, 0),      # a channel count that is no multiple of 16, no padding
     (2, 3, 3, 40, 7, 1, 3),      # window larger than the input: taps no output reads
     (1, 1, 1, 96, 3, 1, 1),      # a 1x1 map: only the centre tap
-    (3, 16, 16, 64, 3, 1, 1),    # large enough to split among threads in every phase
-    (2, 12, 12, 144, 3, 2, 1),   # strided, large
+    (3, 16, 16, 64, 3, 1, 1),    # 49,152 outputs: below both split thresholds, one piece
+    (2, 12, 12, 144, 3, 2, 1),   # strided
+    (8, 32, 32, 40, 3, 1, 1),    # 327,680 outputs: every phase split; channel cut at 16 of 40
+    (40, 8, 8, 1000, 3, 2, 1),   # many channels, strided: every phase split
 ]
+
+SPLIT = {(8, 32, 32, 40, 3, 1, 1), (40, 8, 8, 1000, 3, 2, 1)}
 
 
 @pytest.fixture(autouse=True)
@@ -90,12 +94,17 @@ def test_compiled_depthwise_gives_the_numpy_bits_on_one_and_two_threads(geom, mo
     want = _run(x, wgt, dy, g, ws)
     monkeypatch.delenv(_cc.ENV_SWITCH)
     calls = _Calls(monkeypatch)
+    pieces = []
+    real_run_c = _parallel.run_c
+    monkeypatch.setattr(_parallel, "run_c", lambda fn, p, **kw: (pieces.append(len(p)), real_run_c(fn, p, **kw)))
     for threads in (1, 2):
         with threadpool_limits(limits=threads):
             got = _run(x, wgt, dy, g, ws)
         for name, a, b in zip(("y", "dw", "dx", "dx accumulated"), want, got):
             assert a.tobytes() == b.tobytes(), f"{name} on {threads} thread(s) differs from the NumPy code"
     assert calls.n == {"forward": 2, "wgrad": 2, "dgrad": 4}
+    # 1 thread: one piece per call; 2 threads: every phase split where the geometry is large enough
+    assert pieces == [1] * 4 + ([2] * 4 if geom in SPLIT else [1] * 4)
 
 
 @needs_cc
@@ -134,6 +143,21 @@ def test_usable_is_the_dispatch_rule(monkeypatch):
     assert not _cdepthwise.usable(grouped, tmp, x, wgt, y)
     monkeypatch.setenv(_cc.ENV_SWITCH, "0")
     assert not _cdepthwise.usable(g, tmp, x, wgt, y)
+
+
+@needs_cc
+def test_wgrad_writes_only_inside_its_scratch():
+    """The weight gradient's per-thread sums stay inside :func:`scratch_elements` of an exactly
+    sized, misaligned ``tmp`` (guard values after it are untouched) on 2 threads."""
+    x, wgt, dy, g, _ = _case((8, 32, 32, 40, 3, 1, 1))
+    n = _cdepthwise.scratch_elements(g)
+    buf = np.full(n + 1 + 64, 7.0, np.float32)
+    tmp = buf[1:n + 1]  # 4 bytes past the allocation's alignment
+    dw = np.empty(wgt.shape, np.float32)
+    with threadpool_limits(limits=2):
+        _cdepthwise.wgrad(dy, x, dw, g, tmp)
+        _cdepthwise.forward(x, wgt, np.empty(g.y_shape, np.float32), g, tmp)
+    assert buf[0] == 7.0 and (buf[n + 1:] == 7.0).all()
 
 
 def test_workspace_has_room_for_the_compiled_scratch():

@@ -808,11 +808,54 @@ def test_own_blas_rule_by_cpu(monkeypatch, vendor, family, arch, want):
 
 
 def test_cpu_vendor_family_reads_proc_cpuinfo():
+    import platform
+
     vendor, family = _blas_libs._cpu_vendor_family()
     if not os.path.exists("/proc/cpuinfo"):
         assert (vendor, family) == ("", None)
-    else:
-        assert isinstance(vendor, str) and (family is None or family >= 0)
+    elif platform.machine() in ("x86_64", "AMD64", "i686"):  # x86 Linux lists both for every CPU
+        assert vendor in ("AuthenticAMD", "GenuineIntel", "HygonGenuine") and isinstance(family, int) and family > 0
+
+
+def test_cpu_vendor_family_of_a_cpuinfo_text(monkeypatch, tmp_path):
+    """The first CPU's ``vendor_id`` and ``cpu family``; an unreadable file gives ("", None)."""
+    import builtins
+
+    text = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n\nprocessor\t: 1\n"
+    real_open = builtins.open
+
+    def fake_open(path, *a, **kw):
+        if path == "/proc/cpuinfo":
+            f = tmp_path / "cpuinfo"
+            f.write_text(text)
+            return real_open(f, *a, **kw)
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    assert _blas_libs._cpu_vendor_family() == ("AuthenticAMD", 26)
+    text = "vendor_id : GenuineIntel\ncpu family : six\n"
+    assert _blas_libs._cpu_vendor_family() == ("", None)
+
+
+def test_matrix_vector_products_keep_their_bits_on_two_threads():
+    """m or n = 1 (NumPy's gemv) is never split: a split's cblas_sgemm blocks would sum otherwise."""
+    rng = np.random.default_rng(5)
+    for a_shape, b_shape in (((2048, 2048), (2048, 1)), ((1, 512, 4096), (1, 4096, 1)), ((1, 8192), (8192, 2048))):
+        a = rng.standard_normal(a_shape).astype(np.float32)
+        b = rng.standard_normal(b_shape).astype(np.float32)
+        outs = []
+        for threads in (1, 2):
+            out = np.empty(np.matmul(a, b).shape, np.float32)
+            with threadpool_limits(limits=threads):
+                _parallel.matmul(a, b, out=out)
+            outs.append(out)
+        assert outs[0].tobytes() == outs[1].tobytes() == _serial(a, b).tobytes()
+
+
+def _serial(a, b):
+    out = np.empty(np.matmul(a, b).shape, np.float32)
+    _parallel.serial_matmul(a, b, out)
+    return out
 
 
 def test_own_blas_without_a_writable_cache(monkeypatch, tmp_path):

@@ -81,8 +81,8 @@ def own_blas_core() -> str | None:
     0.99 vs 1.14, 200x512 @ 512x128: 0.25 vs 0.28; OPENBLAS_CORETYPE=Zen gave the same as
     Haswell, Cooperlake and SapphireRapids the same as SkylakeX). Zen 5 (family 0x1A) server and
     desktop parts have full 512-bit data paths and the rule does not apply: on a Zen 5 EPYC
-    (2026-12-07, one thread) SkylakeX ran the same GEMMs at 207-245 GFLOP/s and Haswell at
-    121-128, 1.7-1.9x slower (200x784 @ 784x1024: 1.52 vs 2.65 ms). Zen 5 parts with a 256-bit
+    (2026-12-07, one thread) SkylakeX ran the MLP's whole forward and weight-gradient GEMMs at
+    207-245 GFLOP/s and Haswell at 121-128, 1.7-1.9x slower (200x784 @ 784x1024: 1.52 vs 2.65 ms). Zen 5 parts with a 256-bit
     data path (the mobile ones) may set ``TR_MLIR_OWN_BLAS_CORETYPE=Haswell``. A fixed rule on
     the machine, not a timing, so a process's results do not depend on a measurement."""
     env = os.environ.get(ENV_OWN_BLAS)

@@ -9,8 +9,10 @@ ran at about 3 GFLOP/s and, as whole-batch NumPy calls, on one thread only (CIFA
 batch 32, 2026-12-07: the step took 43 ms on 1 thread and 48 ms on 2).
 
 These kernels compute the same expression per element, in the same order, with the products
-rounded before the adds (separate statements, ``FP_CONTRACT OFF``: no fused multiply-add), with
-the channel axis (contiguous in NHWC) as the vectorised inner loop:
+rounded before the adds, with the channel axis (contiguous in NHWC) as the vectorised inner loop.
+No multiply-add is fused: each product is its own statement, GCC contracts nothing under the
+``-std=c99`` of :data:`._cc.FLAGS` (its ISO mode implies ``-ffp-contract=off``), and Clang
+honours the source's ``#pragma STDC FP_CONTRACT OFF``.
 
 * ``tr_dw_fwd``: per output pixel, the row of C outputs is zeroed and then gets each valid
   tap's products added; images split among the threads (each output element is computed by
@@ -141,9 +143,10 @@ void tr_dw_wgrad(const float* restrict dy, const float* restrict x, float* restr
 """C source of the three depthwise kernels (module doc)."""
 
 SPLIT_ELEMENTS = 1 << 16
-"""Smallest forward output / input gradient (elements) split among the threads by images: below
-it the hand-off costs what the second thread saves (MobileNetV2's 2x2x576 maps, 73,728 elements:
-input gradient 0.037 ms on 1 thread, 0.045 on 2; 4x4x192, 98,304: 0.062 and 0.042)."""
+"""Smallest forward output / input gradient (elements) split among the threads by images: near
+it the hand-off costs about what the second thread saves (batch 32, 1 thread / 2 threads:
+MobileNetV2's 2x2x576 maps, 73,728 elements, input gradient 0.036 / 0.030 ms, forward 0.033 /
+0.028; 4x4x192, 98,304: 0.062 / 0.042 and 0.061 / 0.042)."""
 
 WGRAD_SPLIT_ELEMENTS = 1 << 18
 """Smallest output (elements) whose weight gradient is split among the threads by channels
@@ -220,8 +223,10 @@ def _image_pieces(g, head: tuple[int, ...], elements: int) -> list[tuple[int, ..
 
 
 def forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g, tmp: np.ndarray) -> None:
-    """y (N, Ho, Wo, C) = depthwise conv of x (N, H, W, C) with w (C, k, k, 1), fp32 (checked by
-    :func:`usable`); the NumPy depthwise forward's bits."""
+    """y (N, Ho, Wo, C) = depthwise conv of x (N, H, W, C) with w (C, k, k, 1), fp32; the NumPy
+    depthwise forward's bits. No layout checks here: the caller gates on :func:`usable` (the
+    kernels index raw pointers with ``g``'s sizes). Raises ``ValueError`` (:func:`._util.take`)
+    when ``tmp`` is too small."""
     wt = _tap_major(w, g, tmp)
     fn = _fn("tr_dw_fwd", 4, 2)
     _parallel.run_c(fn, _image_pieces(g, (x.ctypes.data, wt.ctypes.data, y.ctypes.data, _dims(g)), y.size))
@@ -229,7 +234,7 @@ def forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g, tmp: np.ndarray) -> 
 
 def dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g, tmp: np.ndarray, accumulate: bool = False) -> None:
     """dx (N, H, W, C) = dL/dx from dy (N, Ho, Wo, C) and w, fp32; ``accumulate``: dx += dL/dx.
-    The NumPy depthwise input gradient's bits."""
+    The NumPy depthwise input gradient's bits. Gated and raising as :func:`forward`."""
     wt = _tap_major(w, g, tmp)
     fn = _fn("tr_dw_dgrad", 4, 3)
     head = (dy.ctypes.data, wt.ctypes.data, dx.ctypes.data, _dims(g), int(accumulate))
@@ -238,7 +243,8 @@ def dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g, tmp: np.ndarray, acc
 
 def wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, tmp: np.ndarray) -> None:
     """dw (C, k, k, 1) = dL/dw (overwritten) from dy (N, Ho, Wo, C) and x (N, H, W, C), fp32; the
-    NumPy depthwise weight gradient's bits on any number of threads (channel blocks per thread)."""
+    NumPy depthwise weight gradient's bits on any number of threads (channel blocks per thread).
+    Gated and raising as :func:`forward`."""
     flat = take(tmp, (scratch_elements(g),))
     base = flat.ctypes.data + (-flat.ctypes.data % 64)  # 64-byte aligned (fp32 arrays are 4-byte aligned)
     fn = _fn("tr_dw_wgrad", 5, 3)

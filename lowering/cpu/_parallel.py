@@ -550,7 +550,11 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
     A stack of one GEMM (3-D operands with a leading axis of 1: a convolution with one group)
     runs as its 2-D GEMM, so a split takes the C worker, not the Python threads: the same
     ``cblas_sgemm`` calls on the same blocks (MobileNetV2's pointwise weight gradients, 3-6 MFLOP
-    each, took 0.13-0.15 ms on 2 threads against 0.09 ms on 1 through the Python threads)."""
+    each, took 0.13-0.15 ms on 2 threads against 0.09 ms on 1 through the Python threads).
+
+    A matrix-vector product (``m`` or ``n`` = 1) is never split: NumPy runs it as a ``gemv``,
+    whose sums are not those of ``cblas_sgemm`` on blocks, so a split would change its bits
+    between one and two threads."""
     if (a.ndim == b.ndim == out.ndim == 3 and a.shape[0] == b.shape[0] == out.shape[0] == 1
             and (gate is None or gate.ndim == 3)):
         a, b, out = a[0], b[0], out[0]
@@ -618,7 +622,7 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
         align = numpy_cut_align()  # 0: no cut keeps NumPy's bits, the GEMM runs whole
     if align != 1:  # row blocks at multiples of align: the only other cuts that keep the bits
         axis, size = -2, m // align if align else 0
-    if t == 1 or flops < MIN_SPLIT_FLOPS or size < 2 * t:
+    if t == 1 or flops < MIN_SPLIT_FLOPS or size < 2 * t or min(m, n) == 1:
         if own:
             job = cached_jobs(("one", relu) + array_key(a, b, out, bias, gate),
                               lambda: gemm_job(a, b, out, bias=None if bias is None else bias.reshape(-1), own=True,

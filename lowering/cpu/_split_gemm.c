@@ -53,7 +53,7 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t g_cv_done = PTHREAD_COND_INITIALIZER;
 static int g_started;
-static int64_t g_idle_spin_ns = 20000, g_wait_spin_ns = 1000000;
+static int64_t g_idle_spin_ns = 300000, g_wait_spin_ns = 1000000;  /* tr_setup sets both (_parallel.IDLE_SPIN_NS, WAIT_SPIN_NS) */
 
 static double now(void) {
     struct timespec ts;

@@ -3,13 +3,15 @@
 Convolutions with few channels (LeNet's, a 3 -> 64 stem; the rule and its measured basis are
 :func:`compiled` / :func:`cc_geometry`) run as C kernels generated for their exact shapes
 (:mod:`._cconv`, through :mod:`._cc`; ``TR_MLIR_CC=0`` or no C compiler: the NumPy code below).
-Everything else, and AMP's fp16 operands, use the NumPy methods.
+Depthwise convolutions in fp32 run as the compiled kernels of :mod:`._cdepthwise`, which give the
+``depthwise`` NumPy method's bits. Everything else, and AMP's fp16 operands, use the NumPy methods.
 
 Three NumPy methods, chosen from the geometry:
 
 * ``pointwise`` (1x1, stride 1, no padding, dense): one GEMM on the NHWC matrix, no im2col;
 * ``depthwise`` (``groups = C = K``): a multiply-add per tap over the output, using a ``tmp``
-  workspace of the output's size instead of a k*k times larger im2col matrix;
+  workspace of the output's size instead of a k*k times larger im2col matrix (fp32: the compiled
+  kernels of :mod:`._cdepthwise`, the same bits, whose scratch in ``tmp`` is k*k*C per thread);
 * ``im2col`` (everything else, grouped included): the windows are copied into ``col`` laid out
   ``(G, n, Ho, Wo, k, k, C/G)`` by one NumPy copy from a strided window view of the input (of a
   zero-padded copy of it, kept in the tail of the ``col`` workspace, when p > 0), then one
@@ -375,7 +377,9 @@ def conv_workspace_sizes(g: ConvGeom, *, x16: bool, w16: bool, y16: bool, dw16: 
     ``accumulate``: dgrad adds into dx instead of overwriting it. ``algo``: the algorithm of
     every phase, or phase -> algorithm (absent: ``auto``); ``auto`` and ``direct`` size for the
     C kernels' ``tmp`` (``auto``: where :func:`cc_geometry` holds and all is fp32) and for the
-    geometry's NumPy method (their fallback), any other algorithm for itself only.
+    geometry's NumPy method (their fallback), any other algorithm for itself only. ``depthwise``
+    (fp32) sizes ``tmp`` for both its NumPy products and the compiled kernels' scratch
+    (:func:`._cdepthwise.scratch_elements`), so either can run on the same plan.
     """
     sizes: dict[str, int] = {}
 
@@ -405,7 +409,8 @@ def conv_workspace_sizes(g: ConvGeom, *, x16: bool, w16: bool, y16: bool, dw16: 
             if ph == "dgrad" and (x16 or y16 or w16 or accumulate):
                 need("col", mc)
         elif meth == "depthwise":
-            need("tmp", max(mk, _cdepthwise.scratch_elements(g)))  # NumPy's products, or the C kernels' k*k*C
+            # NumPy's products, or (fp32) the compiled kernels' scratch: k*k*C per thread
+            need("tmp", mk if fp16 else max(mk, _cdepthwise.scratch_elements(g)))
             if ph == "dgrad" and x16:
                 need("xbuf", xs)
         else:

@@ -344,12 +344,18 @@ def _add(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     calls: 3.46 ms on 1 thread, 3.34 ms on 2)."""
     if (a.shape == b.shape == out.shape and a.flags.c_contiguous and b.flags.c_contiguous
             and out.flags.c_contiguous and out.size >= _parallel.MIN_SPLIT_ELEMENTS
-            and all(v.ctypes.data == out.ctypes.data or not np.may_share_memory(v, out) for v in (a, b))):
+            and all(_same_or_apart(v, out) for v in (a, b))):
         af, bf, of = flat(a), flat(b), flat(out)
         _parallel.split(of.size, lambda lo, hi, _t: np.add(af[lo:hi], bf[lo:hi], out=of[lo:hi],
                                                             casting="same_kind"))
         return
     np.add(a, b, out=out, casting="same_kind")
+
+
+def _same_or_apart(v: np.ndarray, out: np.ndarray) -> bool:
+    """Whether ``v`` is ``out``'s own buffer (same address and dtype: element i over element i) or
+    shares no memory with it."""
+    return (v.ctypes.data == out.ctypes.data and v.dtype == out.dtype) or not np.may_share_memory(v, out)
 
 
 @kernel("add_bwd", writes=("da", "db"))
