@@ -124,16 +124,27 @@ GEMM_C_SOURCE = resources.files(__package__).joinpath("_split_gemm.c").read_byte
 (package data); compiled through :mod:`._cc`."""
 
 IDLE_SPIN_NS = 300_000
-"""How long (ns) the C worker spins for its next job before sleeping on a condition variable.
+"""How long (ns) the C worker spins for its next job before sleeping on a condition variable,
+while no thread of the process is being preempted (:data:`CONTENDED_SPIN_NS` otherwise).
 Between two kernels of a step the main thread runs the next launch's Python code (tens of
 microseconds); a worker that went to sleep in that gap is woken through the kernel, which on a
-KVM guest costs about as much as a small kernel's half. On the Zen 5 host (2026-12-07, 2
-threads, medians of 80 steps, two rounds): CIFAR MobileNetV2 24.9 / 24.9 ms at 20 us, 23.3 /
-23.4 at 100 us, 22.5 / 21.8 at 300 us, 21.9 / 22.5 at 1 ms; LeNet-5 2.22 / 2.27, 2.25 / 2.41,
-2.08 / 2.00, 2.04 / 2.11 ms. (On the Zen 4 host 0, 50 and 200 us had given the MLP the same
-step.) The spin only runs after a job, so an idle process sleeps within 0.3 ms (OpenMP runtimes
-spin-wait likewise: Intel's ``KMP_BLOCKTIME`` defaults to 200 ms); while another process slows a
-thread, the compiled kernels' splits go to the Python threads, which block (:func:`contended`)."""
+KVM guest costs about as much as a small kernel's half. The spin only runs after a job, so an
+idle process sleeps within 0.3 ms (OpenMP runtimes spin-wait likewise: Intel's
+``KMP_BLOCKTIME`` defaults to 200 ms).
+
+Measured on the Zen 5 host (2026-12-07, 2 threads, in one process, the settings alternating
+every 15 steps, medians of 12 rounds), idle spin / contended spin: CIFAR MobileNetV2 24.4 ms at
+20 / 20 us, 22.4 at 300 / 20 (this rule), 22.0 at 300 / 300; LeNet-5 2.37, 2.38, 2.10 ms; the MLP
+4.71, 4.58, 4.54 ms. With a CPU hog on the 2 cores (6 rounds): MobileNetV2 43.8, 43.8, 107 ms;
+LeNet-5 4.67, 4.51, 9.16; the MLP 12.0, 12.0, 13.9: an always-long spin keeps three threads
+runnable on two cores, one of them spinning."""
+
+CONTENDED_SPIN_NS = 20_000
+"""The C worker's idle spin (ns) for the next 16 jobs after any thread of the process was
+preempted (the process's involuntary context switches, ``getrusage(RUSAGE_SELF)``, went up since
+the worker's last job: another runnable thread wanted a core). A quiet step of LeNet-5 sees
+about one such switch (the worker's own wake-ups included), so LeNet-5 keeps the short spin's
+time there; MobileNetV2's 120 jobs per step mostly run with the long one."""
 
 WAIT_SPIN_NS = 1_000_000
 """How long (ns) the calling thread, its own job done, spins for the worker's before sleeping
@@ -216,9 +227,9 @@ def c_gemm() -> bool:
                     lib = None
                 if lib is not None:
                     setup = lib.tr_setup
-                    setup.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+                    setup.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
                     setup.restype = ctypes.c_int
-                    setup(found[0], int(found[1]), IDLE_SPIN_NS, WAIT_SPIN_NS)
+                    setup(found[0], int(found[1]), IDLE_SPIN_NS, CONTENDED_SPIN_NS, WAIT_SPIN_NS)
                     run2 = lib.tr_run_list
                     run2.argtypes = [ctypes.c_void_p, ctypes.c_int]
                     run2.restype = ctypes.c_int

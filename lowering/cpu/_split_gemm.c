@@ -5,6 +5,7 @@
    thread needs a futex wake-up and the GIL (tens of microseconds). */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
@@ -53,7 +54,17 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t g_cv_done = PTHREAD_COND_INITIALIZER;
 static int g_started;
-static int64_t g_idle_spin_ns = 300000, g_wait_spin_ns = 1000000;  /* tr_setup sets both (_parallel.IDLE_SPIN_NS, WAIT_SPIN_NS) */
+/* tr_setup sets all three (_parallel.IDLE_SPIN_NS, CONTENDED_SPIN_NS, WAIT_SPIN_NS) */
+static int64_t g_idle_spin_ns = 300000, g_contended_spin_ns = 20000, g_wait_spin_ns = 1000000;
+#define TR_CONTENDED_JOBS 16 /* jobs the worker spins briefly after a preemption in the process */
+
+/* Involuntary context switches of this process's threads so far: another runnable thread took a
+   core from one of them. -1 where the OS cannot say (then the worker always spins briefly). */
+static long preemptions(void) {
+    struct rusage r;
+    if (getrusage(RUSAGE_SELF, &r) == 0) return r.ru_nivcsw;
+    return -1;
+}
 
 static double now(void) {
     struct timespec ts;
@@ -188,8 +199,13 @@ static void drain(void) {
 static void *worker_main(void *arg) {
     (void)arg;
     int seen = 0;
+    long last = preemptions();
+    int64_t contended_left = 0;
     for (;;) {
-        if (!spin_until(&g_posted, seen, 0, 0, g_idle_spin_ns)) {
+        /* the long idle spin only while nothing else wants this core: a preemption since the
+           last job means another process does, and spinning would take the core from it */
+        const int64_t spin = (last < 0 || contended_left > 0) ? g_contended_spin_ns : g_idle_spin_ns;
+        if (!spin_until(&g_posted, seen, 0, 0, spin)) {
             pthread_mutex_lock(&g_mu);
             atomic_store(&g_sleeping, 1);
             while (atomic_load(&g_posted) == seen) pthread_cond_wait(&g_cv, &g_mu);
@@ -198,6 +214,13 @@ static void *worker_main(void *arg) {
         }
         seen = atomic_load_explicit(&g_posted, memory_order_acquire);
         drain();
+        const long p = preemptions();
+        if (p != last) {
+            contended_left = TR_CONTENDED_JOBS;
+            last = p;
+        } else if (contended_left > 0) {
+            contended_left--;
+        }
         pthread_mutex_lock(&g_mu);
         atomic_store_explicit(&g_done, seen, memory_order_release);
         pthread_cond_broadcast(&g_cv_done);
@@ -206,10 +229,11 @@ static void *worker_main(void *arg) {
     return 0;
 }
 
-int tr_setup(void *sgemm, int ilp64, int64_t idle_spin_ns, int64_t wait_spin_ns) {
+int tr_setup(void *sgemm, int ilp64, int64_t idle_spin_ns, int64_t contended_spin_ns, int64_t wait_spin_ns) {
     g_sgemm = sgemm;
     g_ilp64 = ilp64;
     g_idle_spin_ns = idle_spin_ns;
+    g_contended_spin_ns = contended_spin_ns;
     g_wait_spin_ns = wait_spin_ns;
     return 0;
 }

@@ -270,10 +270,18 @@ for _name, _act in ACTIVATIONS.items():
     _register(_name, _act)
 
 
+HALVES_SPLIT_ELEMENTS = 1 << 20
+"""Smallest array (elements) :func:`_halves` splits among the kernel threads. Its halves go to the
+Python kernel threads (a NumPy ufunc cannot run on the C worker), whose hand-off costs tens of
+microseconds and wakes a thread that then competes with the C worker's spin: the tanh forward
+(one fp32 ufunc call) over 602,112 elements (LeNet-5's first activation at batch 128) took 0.098
+ms on 1 thread and 0.104 ms split; 1,048,576: 0.181 and 0.118 ms (Zen 5 host, 2026-12-07)."""
+
+
 def _halves(size: int, fn) -> None:
-    """``fn(lo, hi)`` over flat blocks, one per kernel thread for a large array (whole-block
-    NumPy calls, no temporaries)."""
-    t = _parallel.workers() if size >= _parallel.MIN_SPLIT_ELEMENTS else 1
+    """``fn(lo, hi)`` over flat blocks, one per kernel thread for an array of at least
+    :data:`HALVES_SPLIT_ELEMENTS` (whole-block NumPy calls, no temporaries)."""
+    t = _parallel.workers() if size >= HALVES_SPLIT_ELEMENTS else 1
     bounds = [size * i // t for i in range(t + 1)]
     _parallel.run([lambda w=w: fn(bounds[w], bounds[w + 1]) for w in range(t)])
 
