@@ -356,11 +356,18 @@ def test_gemm_blocks_rule(monkeypatch):
 
 def test_contention_is_measured_on_static_splits(monkeypatch):
     monkeypatch.setattr(_parallel, "_contended", 0)
+    monkeypatch.setattr(_parallel, "_imbalanced", 0)
     _parallel.note_split([1e-3, 1.1e-3])
     assert not _parallel.contended()
     _parallel.note_split([1e-5, 1e-4])  # too short to count
     assert not _parallel.contended()
+    _parallel.note_split([1e-3, 2e-3])  # one unbalanced split: a transient
+    assert not _parallel.contended()
+    _parallel.note_split([1e-3, 1.1e-3])  # balanced again: the count restarts
     _parallel.note_split([1e-3, 2e-3])
+    assert not _parallel.contended()
+    _parallel.note_split([1e-5, 1e-4])  # too short: neither breaks nor extends the run
+    _parallel.note_split([2e-3, 1e-3])
     assert _parallel.contended()
     for _ in range(_parallel.CONTENDED_CALLS):
         _parallel.note_dynamic_call()
