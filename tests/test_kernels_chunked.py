@@ -174,14 +174,18 @@ def test_batch_norm_split_across_threads_matches_float64(threads):
 
 def test_pool_and_relu_split_by_threads_equal_serial():
     """Max pool (forward mask, backward) and ReLU on arrays large enough to be split among the
-    kernel threads give exactly the serial results (element-wise work)."""
+    kernel threads give exactly the serial results (element-wise work); 2^20 elements, so the
+    NumPy ReLU (``TR_MLIR_CC=0``: whole-block halves from ``activation.HALVES_SPLIT_ELEMENTS``)
+    splits too."""
+    from tr_mlir.lowering.cpu import activation
+
     rng = np.random.default_rng(4)
-    x = rng.standard_normal((16, 64, 64, 8)).astype(np.float32)
-    assert x.size >= _parallel.MIN_SPLIT_ELEMENTS
+    x = rng.standard_normal((16, 64, 64, 16)).astype(np.float32)
+    assert x.size >= max(_parallel.MIN_SPLIT_ELEMENTS, activation.HALVES_SPLIT_ELEMENTS)
     x[0, 0, 0, 0] = x[0, 0, 1, 0] = 10.0  # a tie for the maximum: the first in row-major order wins
     out = {}
     for threads in (1, 2):
-        y = np.empty((16, 32, 32, 8), np.float32)
+        y = np.empty((16, 32, 32, 16), np.float32)
         mask = np.empty(y.shape, np.int8)
         eq = np.empty(2 * y.size, bool)
         dy = np.arange(y.size, dtype=np.float32).reshape(y.shape)
@@ -201,19 +205,25 @@ def test_pool_and_relu_split_by_threads_equal_serial():
     assert out[2][1][0, 0, 0, 0] == 0  # the tie went to tap (0, 0)
 
 
-def test_activation_split_by_threads_equals_serial():
+def test_activation_split_by_threads_equals_serial(monkeypatch):
     """tanh forward/backward on an array large enough to be split among the kernel threads
-    equals the serial result and torch."""
-    from tr_mlir.lowering.cpu import activation
+    (both the forward's whole-block halves and the backward's chunks) equals the serial result
+    and torch; the split is checked to have happened."""
+    from tr_mlir.lowering.cpu import _parallel, activation
 
+    pieces = []
+    real_run = _parallel.run
+    monkeypatch.setattr(_parallel, "run", lambda tasks: (pieces.append(len(tasks)), real_run(tasks)))
     rng = np.random.default_rng(5)
-    x = rng.standard_normal(activation.SPLIT_ELEMENTS + 1000).astype(np.float32).reshape(-1, 1, 1, 8)
+    n = max(activation.SPLIT_ELEMENTS, activation.HALVES_SPLIT_ELEMENTS) + 1000
+    x = rng.standard_normal(n).astype(np.float32).reshape(-1, 1, 1, 8)
     dy = rng.standard_normal(x.shape).astype(np.float32)
     out = {}
     for threads in (1, 2):
         y, dx = np.empty_like(x), np.empty_like(x)
         with threadpool_limits(threads):
             KERNELS["tanh_fwd"](x=x, y=y)
+            assert pieces[-1] == threads  # the forward's halves (one call on 1 thread)
             KERNELS["tanh_bwd"](dy=dy, x=x, dx=dx)
         out[threads] = (y, dx)
     assert np.array_equal(out[1][0], out[2][0]) and np.array_equal(out[1][1], out[2][1])

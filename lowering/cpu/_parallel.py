@@ -92,14 +92,16 @@ PROBE_SECONDS = 2e-4
 
 CONTENDED_CALLS = 32
 """Splits run the contended way (split GEMMs with dynamic blocks, :func:`run_c` on the Python
-threads) after an unbalanced static split, before the next static split measures again."""
+threads) once :data:`IMBALANCED_IN_A_ROW` measured static splits in a row were unbalanced,
+before the next static split measures again."""
 
 _contended = 0  # splits left to run the contended way
 _imbalanced = 0  # unbalanced measured splits in a row
 
 
 def contended() -> bool:
-    """Whether a recent static split found one kernel thread much slower than the other.
+    """Whether recent static splits (:data:`IMBALANCED_IN_A_ROW` in a row) found one kernel thread
+    much slower than the other.
 
     On this project's 2-core machine, shared with other processes, another process often took
     half of one core: the calling thread's half of an MLP GEMM then took 2x the worker's (3.8 vs
@@ -154,11 +156,13 @@ LeNet-5 4.67, 4.51, 9.16; the MLP 12.0, 12.0, 13.9: an always-long spin keeps th
 runnable on two cores, one of them spinning."""
 
 CONTENDED_SPIN_NS = 20_000
-"""The C worker's idle spin (ns) for the next 16 jobs after any thread of the process was
+"""The C worker's idle spin (ns) for its next 16 splits after any thread of the process was
 preempted (the process's involuntary context switches, ``getrusage(RUSAGE_SELF)``, went up since
-the worker's last job: another runnable thread wanted a core). A quiet step of LeNet-5 sees
-about one such switch (the worker's own wake-ups included), so LeNet-5 keeps the short spin's
-time there; MobileNetV2's 120 jobs per step mostly run with the long one."""
+the worker's last job: another runnable thread wanted a core). The process's own threads count
+too: while LeNet-5's tanh forward still woke a Python kernel thread, a quiet LeNet-5 step saw
+about one such switch and ran at the short spin's speed; without that wake-up it gets the long
+spin's (2.21 -> 1.98 ms). MobileNetV2's 120 splits per step mostly run with the long one.
+Counted on Linux only (elsewhere the worker always spins this long)."""
 
 WAIT_SPIN_NS = 1_000_000
 """How long (ns) the calling thread, its own job done, spins for the worker's before sleeping

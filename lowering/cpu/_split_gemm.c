@@ -56,14 +56,17 @@ static pthread_cond_t g_cv_done = PTHREAD_COND_INITIALIZER;
 static int g_started;
 /* tr_setup sets all three (_parallel.IDLE_SPIN_NS, CONTENDED_SPIN_NS, WAIT_SPIN_NS) */
 static int64_t g_idle_spin_ns = 300000, g_contended_spin_ns = 20000, g_wait_spin_ns = 1000000;
-#define TR_CONTENDED_JOBS 16 /* jobs the worker spins briefly after a preemption in the process */
+#define TR_CONTENDED_JOBS 16 /* job lists (splits) the worker spins briefly for after a preemption in the process */
 
-/* Involuntary context switches of this process's threads so far: another runnable thread took a
-   core from one of them. -1 where the OS cannot say (then the worker always spins briefly). */
+/* Involuntary context switches of this process's threads so far (Linux): a runnable thread, of
+   another process or of this one, took a core from one of them. -1 where not counted (then the
+   worker always spins briefly). */
 static long preemptions(void) {
+#ifdef __linux__
     struct rusage r;
     if (getrusage(RUSAGE_SELF, &r) == 0) return r.ru_nivcsw;
-    return -1;
+#endif
+    return -1;  /* elsewhere struct rusage may hide ru_nivcsw under _POSIX_C_SOURCE (Darwin) */
 }
 
 static double now(void) {
@@ -202,8 +205,9 @@ static void *worker_main(void *arg) {
     long last = preemptions();
     int64_t contended_left = 0;
     for (;;) {
-        /* the long idle spin only while nothing else wants this core: a preemption since the
-           last job means another process does, and spinning would take the core from it */
+        /* the long idle spin only while no thread of the process was preempted lately: another
+           runnable thread (another process's, or a Python or OpenBLAS thread of this one) wants
+           a core, and spinning would take it */
         const int64_t spin = (last < 0 || contended_left > 0) ? g_contended_spin_ns : g_idle_spin_ns;
         if (!spin_until(&g_posted, seen, 0, 0, spin)) {
             pthread_mutex_lock(&g_mu);
@@ -214,6 +218,11 @@ static void *worker_main(void *arg) {
         }
         seen = atomic_load_explicit(&g_posted, memory_order_acquire);
         drain();
+        pthread_mutex_lock(&g_mu);
+        atomic_store_explicit(&g_done, seen, memory_order_release);
+        pthread_cond_broadcast(&g_cv_done);
+        pthread_mutex_unlock(&g_mu);
+        /* after the hand-back, off the caller's path (a system call, about 0.5 us) */
         const long p = preemptions();
         if (p != last) {
             contended_left = TR_CONTENDED_JOBS;
@@ -221,10 +230,6 @@ static void *worker_main(void *arg) {
         } else if (contended_left > 0) {
             contended_left--;
         }
-        pthread_mutex_lock(&g_mu);
-        atomic_store_explicit(&g_done, seen, memory_order_release);
-        pthread_cond_broadcast(&g_cv_done);
-        pthread_mutex_unlock(&g_mu);
     }
     return 0;
 }

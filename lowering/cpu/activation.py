@@ -271,11 +271,13 @@ for _name, _act in ACTIVATIONS.items():
 
 
 HALVES_SPLIT_ELEMENTS = 1 << 20
-"""Smallest array (elements) :func:`_halves` splits among the kernel threads. Its halves go to the
+"""Smallest array (elements) :func:`_halves` splits among the kernel threads (the fp32 ufunc
+forwards such as tanh, and the NumPy ReLU of AMP and ``TR_MLIR_CC=0``). Its halves go to the
 Python kernel threads (a NumPy ufunc cannot run on the C worker), whose hand-off costs tens of
 microseconds and wakes a thread that then competes with the C worker's spin: the tanh forward
-(one fp32 ufunc call) over 602,112 elements (LeNet-5's first activation at batch 128) took 0.098
-ms on 1 thread and 0.104 ms split; 1,048,576: 0.181 and 0.118 ms (Zen 5 host, 2026-12-07)."""
+over 602,112 elements (LeNet-5's first activation at batch 128) took 0.098 ms on 1 thread and
+0.104 ms split; 1,048,576: 0.181 and 0.118 ms (Zen 5 host, 2026-12-07). An fp16 ReLU over 524K
+and 602K elements took the same time split or not."""
 
 
 def _halves(size: int, fn) -> None:
