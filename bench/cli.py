@@ -59,13 +59,15 @@ def _modes() -> dict[str, Mode]:
         "smoke": Mode(("mlp",), ("mlp",), ("mlp",), warmup=1, rounds=1, steps={"mlp": 2}, peak_n=256,
                       memory_models=("mlp",), torch_peak_models=("mlp",), tr_peak_models=("mlp",)),
         "quick": Mode(ZOO_MODELS, ("mlp", "lenet5", "resnet18", "resnet50"), tp, warmup=2, rounds=5,
-                      steps={"mlp": 6, "lenet5": 6, "resnet18_cifar": 2, "resnet18_cifar_unfused": 2, "resnet50": 1,
-                             "mobilenet_v2": 3}, memory_models=mem,
+                      # the small nets' steps take 2-10 ms: 30 a side per pair (0.1-0.3 s), so one
+                      # hiccup of the host does not move a pair's median (6 gave LeNet-5 1.6-2.4x)
+                      steps={"mlp": 30, "lenet5": 30, "resnet18_cifar": 2, "resnet18_cifar_unfused": 2, "resnet50": 1,
+                             "mobilenet_v2": 10}, memory_models=mem,
                       torch_peak_models=("mlp", "lenet5", "resnet18_cifar", "resnet18", "resnet50"),
                       tr_peak_models=small, memory_runs={"resnet18_cifar": 3}, also_threads=(1,)),
         "full": Mode(ZOO_MODELS, ZOO_MODELS, tp, warmup=3, rounds=5,
-                     steps={"mlp": 10, "lenet5": 10, "resnet18_cifar": 4, "resnet18_cifar_unfused": 4, "resnet50": 2,
-                            "mobilenet_v2": 6}, memory_models=mem,
+                     steps={"mlp": 50, "lenet5": 50, "resnet18_cifar": 4, "resnet18_cifar_unfused": 4, "resnet50": 2,
+                            "mobilenet_v2": 20}, memory_models=mem,
                      torch_peak_models=mem, tr_peak_models=mem, memory_runs={m: 3 for m in small},
                      also_threads=(1,)),
     }
