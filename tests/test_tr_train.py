@@ -164,6 +164,21 @@ def test_model_too_large_for_memory_exits_1_subprocess():
     assert_error(r.returncode, r.stderr, "does not fit in memory", "bytes", "batch size")
 
 
+def test_ctrl_c_after_a_finished_run_exits_0():
+    """The console script's run is over when a SIGINT arrives during the interpreter's exit: the
+    process exits with the run's status, not by the signal (tests/test_faults.py found -2)."""
+    code = ("import os, signal, sys, time\n"
+            "from tr_mlir.tools.tr_train import main\n"
+            "sys.argv = ['tr-train', '--model', 'mlp_digits', '--epochs', '1']\n"
+            "rc = main()\n"
+            "os.kill(os.getpid(), signal.SIGINT)\n"
+            "time.sleep(0.2)\n"
+            "sys.exit(rc)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "best val top-1" in r.stdout
+
+
 def test_console_script_error_is_clean():
     exe = Path(sys.executable).with_name("tr-train")
     if not exe.exists():

@@ -113,7 +113,8 @@ Errors (missing or malformed data, a bad blueprint file or function, an unknown 
 that cannot take the dataset's shape, a model too large for memory, bad flag values, unwritable
 outputs) print ``tr-train: error: <message>`` on stderr and exit 1, without a traceback;
 anything unexpected prints ``tr-train: internal error: ...`` (``TR_TRAIN_TRACEBACK=1`` shows the
-traceback). Ctrl-C stops after writing the report of the finished epochs (exit 130).
+traceback). Ctrl-C stops after writing the report of the finished epochs (exit 130); once the
+run has finished, the console script ignores it while the interpreter exits (exit 0).
 """
 
 from __future__ import annotations
@@ -636,6 +637,7 @@ def _train_epoch(task: Any, ds: Any, epoch: int, epochs: int, drop_last: bool = 
 def main(argv: Sequence[str] | None = None) -> int:
     """The console script: parse ``argv`` (default ``sys.argv[1:]``), run, return the exit code
     (0 ok, 1 error, 130 interrupted)."""
+    console = argv is None  # the console script: this process ends when main returns
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
@@ -645,6 +647,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             status = run(args, explicit_flags(argv))
+            if console:
+                _ignore_interrupts_from_now_on()
             return _failed(status) if status else status  # 130: interrupted, no closing barrier
         except (DatasetError, DistributedError) as e:  # DistributedError: the launch or a rank (lowering/gloo.py)
             raise TrainError(str(e)) from None
@@ -669,6 +673,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"{PROG}: set {TRACEBACK_ENV}=1 to see the Python traceback", file=sys.stderr)
         return _failed(1)
+
+
+def _ignore_interrupts_from_now_on() -> None:
+    """Ignore SIGINT for the rest of the process: the run is over (its report and checkpoints are
+    written) and only the interpreter's exit is left. A Ctrl-C there used to escape as an uncaught
+    KeyboardInterrupt: the process died by SIGINT (exit -2 in Python's terms) after a run that had
+    finished, found by tests/test_faults.py when faster epochs moved its signal past the run.
+    From the main thread only (``signal.signal`` raises ``ValueError`` elsewhere)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _failed(status: int) -> int:
