@@ -212,6 +212,37 @@ def test_batch_norm(kind, shape, dtype, path, monkeypatch):
     check(yi, from_t(ref).reshape(shape), dtype, "bn inference")
 
 
+@pytest.mark.parametrize("c", [3, 64, 144])
+def test_batch_norm_compiled_sums_in_row_order(c):
+    """The C statistics kernels add row after row in float64 (module doc of ``_cnorm``; the
+    products of widened fp32 values are exact in float64): the same bits as NumPy's sequential
+    ``cumsum`` over rows. Pins the summation order (a reordering, e.g. two rows per step, would
+    change every run's bits) and that the sums kept in locals land in the caller's arrays."""
+    from tr_mlir.lowering.cpu import _cc, _cnorm
+
+    if not _cc.available():
+        pytest.skip(f"no C compiler: {_cc.reason()}")
+    rng = np.random.default_rng(7)
+    m, r0, r1 = 203, 5, 197
+    x = (rnd(rng, (m, c)) * 3 + 7).astype(F32)
+    dy = rnd(rng, (m, c))
+    p, mu = x[0].copy(), x.mean(0).astype(F32)
+    ptr = _cc.address
+
+    def sums(name, *arrays):
+        out = np.full((2, c), np.nan)
+        _cnorm.function(name, c)(*(ptr(a) for a in arrays), ptr(out[0]), ptr(out[1]), r0, r1)
+        return out
+
+    v = x[r0:r1].astype(np.float64) - p.astype(np.float64)
+    ref = np.stack([np.cumsum(v, axis=0)[-1], np.cumsum(v * v, axis=0)[-1]])
+    assert sums("bn_stats", x, p).tobytes() == ref.tobytes()
+    d = dy[r0:r1].astype(np.float64)
+    xc = x[r0:r1].astype(np.float64) - mu.astype(np.float64)
+    ref = np.stack([np.cumsum(d, axis=0)[-1], np.cumsum(d * xc, axis=0)[-1]])
+    assert sums("bn_bwd_stats", dy, x, mu).tobytes() == ref.tobytes()
+
+
 def test_batch_norm_compiled_dx_over_dy_and_large_mean():
     """The C backward may write dx over dy (the seed reuses gradient slots); a mean far from 0
     (100 standard deviations) keeps fp32 accuracy (float64 sums, module doc of ``_cnorm``)."""
