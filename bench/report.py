@@ -57,7 +57,7 @@ def throughput_table(t: dict[str, Any]) -> str:
     for th, sub in (t.get("by_threads") or {}).items():
         parts.append(f"The same on {th} thread(s):\n\n" + _throughput_one(sub))
     if t.get("scaling"):
-        parts.append(_scaling_table(t["scaling"]))
+        parts.append(_scaling_table(t["scaling"]) + _host_line(t.get("host_scaling") or []))
     return "\n\n".join(parts)
 
 
@@ -67,6 +67,19 @@ def _scaling_table(scaling: list[dict[str, Any]]) -> str:
              "yes" if s["tr_mlir"] >= s["torch"] else "no"] for s in scaling]
     return ("Thread scaling (each side's median step on the first thread count / on the second):\n\n"
             + _t(rows, ["model", "threads", "tr-mlir", "PyTorch", "tr-mlir scales at least as well"]))
+
+
+def _host_line(host: list[dict[str, Any]]) -> str:
+    """The host's ceilings under the scaling table (:func:`bench.throughput.host_scaling`)."""
+    return "".join(
+        f"\n\nThe host itself, {h['from_threads']} -> {h['threads']} threads: a 2048^3 np.matmul **{h['gemm']:.2f}x**; "
+        "a split np.add streaming memory (no kernel of a step that streams memory can scale past it) "
+        + ", ".join(f"**{r:.2f}x** over {_operand_mib(n)} operands" for n, r in h["stream"].items()) + "."
+        for h in host)
+
+
+def _operand_mib(elements: str) -> str:
+    return f"{int(elements) * 4 / 2 ** 20:g} MiB"
 
 
 def _pairs(m: dict[str, Any]) -> str:

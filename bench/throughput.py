@@ -63,6 +63,74 @@ def gemm_peak(n: int = 2048, repeats: int = 5) -> dict[str, float]:
             "torch_flops": best(lambda: torch.mm(ta, tb, out=tc)), "n": n}
 
 
+STREAM_ELEMENTS = (1 << 18, 1 << 22)
+"""fp32 elements per operand of the host's streaming probe (:func:`stream_rate`): 1 MiB (a
+thread's half of the three operands fits its core's L2) and 16 MiB (48 MiB in all, past the
+32 MiB L3 of the Zen 5 host; a ResNet-18 batch-norm activation at batch 64 is 16 MiB)."""
+
+
+def stream_rate(threads: int, elements: int, seconds: float = 0.02, repeats: int = 5) -> float:
+    """The host's memory-bound throughput (bytes/s) on ``threads`` threads: ``c = a + b`` over fp32
+    vectors of ``elements`` (12 bytes per element: two reads and a write), cut into ``threads``
+    contiguous blocks, each thread adding its block over and over for about ``seconds``
+    (NumPy's ufunc loop runs without the GIL), best of ``repeats``. Its ratio between thread
+    counts is the ceiling of any kernel that streams memory on this host, the batch-norm and
+    element-wise passes of a step among them (:func:`host_scaling`). Raises ValueError for
+    fewer than one thread or fewer elements than threads."""
+    import threading
+
+    if threads < 1 or elements < threads:
+        raise ValueError(f"expected 1 <= threads <= elements, got {threads} threads for {elements} elements")
+    a = np.ones(elements, np.float32)
+    b = np.full(elements, 2.0, np.float32)
+    c = np.empty_like(a)
+    t0 = time.perf_counter()
+    np.add(a, b, out=c)
+    inner = max(1, int(seconds / max(time.perf_counter() - t0, 1e-6)))
+    bounds = [elements * i // threads for i in range(threads + 1)]
+
+    def work(lo: int, hi: int) -> None:
+        for _ in range(inner):
+            np.add(a[lo:hi], b[lo:hi], out=c[lo:hi])
+
+    best = float("inf")
+    for _ in range(repeats):
+        if threads == 1:
+            t0 = time.perf_counter()
+            work(0, elements)
+            best = min(best, time.perf_counter() - t0)
+            continue
+        start = threading.Barrier(threads + 1)
+        pool = [threading.Thread(target=lambda lo=lo, hi=hi: (start.wait(), work(lo, hi)))
+                for lo, hi in zip(bounds, bounds[1:])]
+        for th in pool:
+            th.start()
+        start.wait()
+        t0 = time.perf_counter()
+        for th in pool:
+            th.join()
+        best = min(best, time.perf_counter() - t0)
+    return 12.0 * elements * inner / best
+
+
+def host_scaling(t: dict[str, Any]) -> list[dict[str, Any]]:
+    """The host's own ceilings between the thread counts of a section-2 run ``t`` (the same pairs
+    as :func:`thread_scaling`): ``{"from_threads", "threads", "gemm", "stream"}``, ``gemm`` the
+    ratio of the np.matmul peaks (:func:`gemm_peak`), ``stream`` per probe size (str elements)
+    the ratio of :func:`stream_rate`. A step's memory-bound kernels cannot scale past
+    ``stream`` (Amdahl: with a share f of the 1-thread step memory-bound, the step's speed-up is
+    at most ``1 / ((1 - f) / gemm + f / stream)``). Empty without ``by_threads`` or the probes
+    (older results)."""
+    out = []
+    for th, sub in (t.get("by_threads") or {}).items():
+        if int(th) == t["threads"] or "stream" not in t or "stream" not in sub:
+            continue
+        out.append({"from_threads": int(th), "threads": t["threads"],
+                    "gemm": t["gemm_peak"]["numpy_flops"] / sub["gemm_peak"]["numpy_flops"],
+                    "stream": {n: t["stream"][n] / sub["stream"][n] for n in t["stream"] if n in sub["stream"]}})
+    return out
+
+
 def step_flops(net, input_shape: tuple[int, int, int], batch: int) -> float:
     """Conv + FC FLOPs of one training step of the torch twin ``net`` (module doc)."""
     import torch
@@ -203,11 +271,13 @@ def run(names: list[str], *, warmup: int, rounds: int, steps: int | dict[str, in
             blas = [{k: d.get(k) for k in ("internal_api", "prefix", "version", "architecture", "num_threads")}
                     for d in threadpool_info()]
             before = gemm_peak(peak_n)
+            stream = [{str(n): stream_rate(th, n) for n in STREAM_ELEMENTS}]
             rows = []
             for name in names:
                 n = steps[name] if isinstance(steps, dict) else steps
                 rows.append(measure(THROUGHPUT_MODELS[name], warmup=warmup, rounds=rounds, steps=n))
             after = gemm_peak(peak_n)
+            stream.append({str(n): stream_rate(th, n) for n in STREAM_ELEMENTS})
         peak = {"n": peak_n, "numpy_flops": max(before["numpy_flops"], after["numpy_flops"]),
                 "torch_flops": max(before["torch_flops"], after["torch_flops"]),
                 "numpy_flops_before_after": [before["numpy_flops"], after["numpy_flops"]]}
@@ -215,11 +285,12 @@ def run(names: list[str], *, warmup: int, rounds: int, steps: int | dict[str, in
             r["tr_mlir_peak_fraction"] = r["tr_mlir_gflops"] * 1e9 / peak["numpy_flops"]
             r["torch_peak_fraction"] = r["torch_gflops"] * 1e9 / peak["numpy_flops"]
         return {"threads": th, "torch_threads": torch.get_num_threads(), "blas": blas, "gemm_peak": peak,
-                "models": rows}
+                "stream": {n: max(s[n] for s in stream) for n in stream[0]}, "models": rows}
 
     out = one(threads)
     out["by_threads"] = {str(th): one(th) for th in also_threads}
     out["scaling"] = thread_scaling(out)
+    out["host_scaling"] = host_scaling(out)
     torch.set_num_threads(threads)
     return out
 

@@ -446,3 +446,26 @@ def test_thread_scaling_compares_each_side_with_itself():
     t["scaling"] = thread_scaling(t)
     assert table in throughput_table({**t, "gemm_peak": {"n": 8, "numpy_flops": 1.0, "torch_flops": 1.0}, "blas": [],
                                       "models": [], "by_threads": {}})
+
+
+def test_host_scaling_reports_the_hosts_own_ceilings():
+    """The host probes under the scaling table: the np.matmul peak ratio and the streaming add's
+    ratio per operand size between the two thread counts (older results without probes: none)."""
+    from bench.report import throughput_table
+    from bench.throughput import host_scaling, stream_rate
+
+    sub = {"threads": 1, "gemm_peak": {"numpy_flops": 250e9}, "stream": {"262144": 100e9, "4194304": 60e9}, "models": []}
+    t = {"threads": 2, "gemm_peak": {"n": 8, "numpy_flops": 480e9, "torch_flops": 1.0}, "blas": [], "models": [],
+         "stream": {"262144": 180e9, "4194304": 63e9}, "by_threads": {"1": sub}}
+    (h,) = host_scaling(t)
+    assert (h["from_threads"], h["threads"]) == (1, 2) and h["gemm"] == pytest.approx(1.92)
+    assert h["stream"] == {"262144": pytest.approx(1.8), "4194304": pytest.approx(1.05)}
+    assert host_scaling({**t, "by_threads": {"1": {k: v for k, v in sub.items() if k != "stream"}}}) == []
+    t["scaling"] = [{"model": "mlp", "from_threads": 1, "threads": 2, "tr_mlir": 1.7, "torch": 1.9}]
+    t["host_scaling"] = [h]
+    text = throughput_table({**t, "by_threads": {}})
+    assert ("1 -> 2 threads: a 2048^3 np.matmul **1.92x**; a split np.add streaming memory (no kernel of a step "
+            "that streams memory can scale past it) **1.80x** over 1 MiB operands, **1.05x** over 16 MiB operands.") in text
+    assert stream_rate(1, 4096, seconds=0.001, repeats=1) > 0 and stream_rate(2, 4096, seconds=0.001, repeats=1) > 0
+    with pytest.raises(ValueError, match="threads"):
+        stream_rate(0, 10)
