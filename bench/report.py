@@ -70,10 +70,10 @@ def _scaling_table(scaling: list[dict[str, Any]]) -> str:
 
 
 def _host_line(host: list[dict[str, Any]]) -> str:
-    """The host's ceilings under the scaling table (:func:`bench.throughput.host_scaling`)."""
+    """The host's own scaling under the scaling table (:func:`bench.throughput.host_scaling`)."""
     return "".join(
         f"\n\nThe host itself, {h['from_threads']} -> {h['threads']} threads: a 2048^3 np.matmul **{h['gemm']:.2f}x**; "
-        "a split np.add streaming memory (no kernel of a step that streams memory can scale past it) "
+        "a split np.add streaming three operands (what a step's memory-bound passes can expect) "
         + ", ".join(f"**{r:.2f}x** over {_operand_mib(n)} operands" for n, r in h["stream"].items()) + "."
         for h in host)
 

@@ -74,8 +74,9 @@ def stream_rate(threads: int, elements: int, seconds: float = 0.02, repeats: int
     vectors of ``elements`` (12 bytes per element: two reads and a write), cut into ``threads``
     contiguous blocks, each thread adding its block over and over for about ``seconds``
     (NumPy's ufunc loop runs without the GIL), best of ``repeats``. Its ratio between thread
-    counts is the ceiling of any kernel that streams memory on this host, the batch-norm and
-    element-wise passes of a step among them (:func:`host_scaling`). Raises ValueError for
+    counts is what the kernels that stream memory can expect on this host, the batch-norm and
+    element-wise passes of a step among them (:func:`host_scaling`; operands that stay in the L3
+    between passes do better). Raises ValueError for
     fewer than one thread or fewer elements than threads."""
     import threading
 
@@ -114,12 +115,13 @@ def stream_rate(threads: int, elements: int, seconds: float = 0.02, repeats: int
 
 
 def host_scaling(t: dict[str, Any]) -> list[dict[str, Any]]:
-    """The host's own ceilings between the thread counts of a section-2 run ``t`` (the same pairs
+    """The host's own scaling between the thread counts of a section-2 run ``t`` (the same pairs
     as :func:`thread_scaling`): ``{"from_threads", "threads", "gemm", "stream"}``, ``gemm`` the
     ratio of the np.matmul peaks (:func:`gemm_peak`), ``stream`` per probe size (str elements)
-    the ratio of :func:`stream_rate`. A step's memory-bound kernels cannot scale past
-    ``stream`` (Amdahl: with a share f of the 1-thread step memory-bound, the step's speed-up is
-    at most ``1 / ((1 - f) / gemm + f / stream)``). Empty without ``by_threads`` or the probes
+    the ratio of :func:`stream_rate`. Amdahl's law with these: a step whose 1-thread time is a
+    share f of memory-bound passes scaling like ``stream`` and the rest like ``gemm`` speeds up
+    about ``1 / ((1 - f) / gemm + f / stream)``, so of two sides with the same memory-bound
+    work, the one with faster compute kernels has the larger f and scales less. Empty without ``by_threads`` or the probes
     (older results)."""
     out = []
     for th, sub in (t.get("by_threads") or {}).items():

@@ -449,7 +449,7 @@ def test_thread_scaling_compares_each_side_with_itself():
 
 
 def test_host_scaling_reports_the_hosts_own_ceilings():
-    """The host probes under the scaling table: the np.matmul peak ratio and the streaming add's
+    """The host's own scaling under the thread-scaling table: the np.matmul peak ratio and the streaming add's
     ratio per operand size between the two thread counts (older results without probes: none)."""
     from bench.report import throughput_table
     from bench.throughput import host_scaling, stream_rate
@@ -464,8 +464,8 @@ def test_host_scaling_reports_the_hosts_own_ceilings():
     t["scaling"] = [{"model": "mlp", "from_threads": 1, "threads": 2, "tr_mlir": 1.7, "torch": 1.9}]
     t["host_scaling"] = [h]
     text = throughput_table({**t, "by_threads": {}})
-    assert ("1 -> 2 threads: a 2048^3 np.matmul **1.92x**; a split np.add streaming memory (no kernel of a step "
-            "that streams memory can scale past it) **1.80x** over 1 MiB operands, **1.05x** over 16 MiB operands.") in text
+    assert ("1 -> 2 threads: a 2048^3 np.matmul **1.92x**; a split np.add streaming three operands (what a step's "
+            "memory-bound passes can expect) **1.80x** over 1 MiB operands, **1.05x** over 16 MiB operands.") in text
     assert stream_rate(1, 4096, seconds=0.001, repeats=1) > 0 and stream_rate(2, 4096, seconds=0.001, repeats=1) > 0
     with pytest.raises(ValueError, match="threads"):
         stream_rate(0, 10)
