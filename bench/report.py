@@ -72,9 +72,10 @@ def _scaling_table(scaling: list[dict[str, Any]]) -> str:
 def _host_line(host: list[dict[str, Any]]) -> str:
     """The host's own scaling under the scaling table (:func:`bench.throughput.host_scaling`)."""
     return "".join(
-        f"\n\nThe host itself, {h['from_threads']} -> {h['threads']} threads: a 2048^3 np.matmul **{h['gemm']:.2f}x**; "
-        "a split np.add streaming three operands (what a step's memory-bound passes can expect) "
-        + ", ".join(f"**{r:.2f}x** over {_operand_mib(n)} operands" for n, r in h["stream"].items()) + "."
+        f"\n\nThe host itself, {h['from_threads']} -> {h['threads']} threads: a 2048^3 np.matmul **{h['gemm']:.2f}x**"
+        + ("; a split np.add streaming three operands (a reference for a step's memory-bound passes) "
+           + ", ".join(f"**{r:.2f}x** over {_operand_mib(n)} operands" for n, r in h["stream"].items())
+           if h.get("stream") else "") + "."
         for h in host)
 
 

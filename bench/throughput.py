@@ -64,9 +64,9 @@ def gemm_peak(n: int = 2048, repeats: int = 5) -> dict[str, float]:
 
 
 STREAM_ELEMENTS = (1 << 18, 1 << 22)
-"""fp32 elements per operand of the host's streaming probe (:func:`stream_rate`): 1 MiB (a
-thread's half of the three operands fits its core's L2) and 16 MiB (48 MiB in all, past the
-32 MiB L3 of the Zen 5 host; a ResNet-18 batch-norm activation at batch 64 is 16 MiB)."""
+"""fp32 elements per operand of the host's streaming probe (:func:`stream_rate`): 1 MiB (3 MiB in
+all, inside the L3 of the Zen 5 host) and 16 MiB (48 MiB in all, past its 32 MiB L3; a
+ResNet-18 batch-norm activation of the first stage at batch 64 is 16 MiB)."""
 
 
 def stream_rate(threads: int, elements: int, seconds: float = 0.02, repeats: int = 5) -> float:
@@ -75,9 +75,10 @@ def stream_rate(threads: int, elements: int, seconds: float = 0.02, repeats: int
     contiguous blocks, each thread adding its block over and over for about ``seconds``
     (NumPy's ufunc loop runs without the GIL), best of ``repeats``. Its ratio between thread
     counts is what the kernels that stream memory can expect on this host, the batch-norm and
-    element-wise passes of a step among them (:func:`host_scaling`; operands that stay in the L3
-    between passes do better). Raises ValueError for
-    fewer than one thread or fewer elements than threads."""
+    element-wise passes of a step among them (:func:`host_scaling`; a reference, not a bound:
+    a kernel whose operands stay in the L3 between passes does better). Raises ValueError for
+    fewer than one thread or fewer elements than threads, and re-raises what a probe thread
+    raised."""
     import threading
 
     if threads < 1 or elements < threads:
@@ -85,6 +86,7 @@ def stream_rate(threads: int, elements: int, seconds: float = 0.02, repeats: int
     a = np.ones(elements, np.float32)
     b = np.full(elements, 2.0, np.float32)
     c = np.empty_like(a)
+    np.add(a, b, out=c)  # warm: page faults of c, then time one pass
     t0 = time.perf_counter()
     np.add(a, b, out=c)
     inner = max(1, int(seconds / max(time.perf_counter() - t0, 1e-6)))
@@ -102,14 +104,30 @@ def stream_rate(threads: int, elements: int, seconds: float = 0.02, repeats: int
             best = min(best, time.perf_counter() - t0)
             continue
         start = threading.Barrier(threads + 1)
-        pool = [threading.Thread(target=lambda lo=lo, hi=hi: (start.wait(), work(lo, hi)))
-                for lo, hi in zip(bounds, bounds[1:])]
-        for th in pool:
-            th.start()
-        start.wait()
-        t0 = time.perf_counter()
-        for th in pool:
-            th.join()
+        errors: list[BaseException] = []
+
+        def probe(lo: int, hi: int) -> None:
+            try:
+                start.wait()
+                work(lo, hi)
+            except BaseException as e:  # re-raised on the calling thread below
+                errors.append(e)
+
+        pool = [threading.Thread(target=probe, args=(lo, hi)) for lo, hi in zip(bounds, bounds[1:])]
+        try:
+            for th in pool:
+                th.start()
+            start.wait()
+        except BaseException:
+            start.abort()  # the started threads leave the barrier (BrokenBarrierError)
+            raise
+        finally:
+            t0 = time.perf_counter()
+            for th in pool:
+                if th.ident is not None:
+                    th.join()
+        if errors and not isinstance(errors[0], threading.BrokenBarrierError):
+            raise errors[0]
         best = min(best, time.perf_counter() - t0)
     return 12.0 * elements * inner / best
 

@@ -448,7 +448,7 @@ def test_thread_scaling_compares_each_side_with_itself():
                                       "models": [], "by_threads": {}})
 
 
-def test_host_scaling_reports_the_hosts_own_ceilings():
+def test_host_scaling_reports_the_hosts_own_scaling():
     """The host's own scaling under the thread-scaling table: the np.matmul peak ratio and the streaming add's
     ratio per operand size between the two thread counts (older results without probes: none)."""
     from bench.report import throughput_table
@@ -464,8 +464,30 @@ def test_host_scaling_reports_the_hosts_own_ceilings():
     t["scaling"] = [{"model": "mlp", "from_threads": 1, "threads": 2, "tr_mlir": 1.7, "torch": 1.9}]
     t["host_scaling"] = [h]
     text = throughput_table({**t, "by_threads": {}})
-    assert ("1 -> 2 threads: a 2048^3 np.matmul **1.92x**; a split np.add streaming three operands (what a step's "
-            "memory-bound passes can expect) **1.80x** over 1 MiB operands, **1.05x** over 16 MiB operands.") in text
+    assert ("1 -> 2 threads: a 2048^3 np.matmul **1.92x**; a split np.add streaming three operands (a reference for "
+            "a step's memory-bound passes) **1.80x** over 1 MiB operands, **1.05x** over 16 MiB operands.") in text
+    assert "np.matmul **1.92x**." in throughput_table({**t, "by_threads": {}, "host_scaling": [{**h, "stream": {}}]})
     assert stream_rate(1, 4096, seconds=0.001, repeats=1) > 0 and stream_rate(2, 4096, seconds=0.001, repeats=1) > 0
     with pytest.raises(ValueError, match="threads"):
         stream_rate(0, 10)
+
+
+def test_stream_rate_reraises_a_probe_threads_error(monkeypatch):
+    """A probe thread that fails does not leave a rate measured on fewer threads: its error is
+    raised on the caller, and no thread is left waiting."""
+    import threading
+
+    from bench import throughput
+
+    real_add = throughput.np.add
+    before = threading.active_count()
+
+    def add(*args, **kw):
+        if threading.current_thread() is not threading.main_thread():
+            raise MemoryError("probe thread")
+        return real_add(*args, **kw)
+
+    monkeypatch.setattr(throughput.np, "add", add)
+    with pytest.raises(MemoryError, match="probe thread"):
+        throughput.stream_rate(2, 4096, seconds=0.001, repeats=1)
+    assert threading.active_count() == before

@@ -217,7 +217,8 @@ def test_batch_norm_compiled_sums_in_row_order(c):
     """The C statistics kernels add row after row in float64 (module doc of ``_cnorm``; the
     products of widened fp32 values are exact in float64): the same bits as NumPy's sequential
     ``cumsum`` over rows. Pins the summation order (a reordering, e.g. two rows per step, would
-    change every run's bits) and that the sums kept in locals land in the caller's arrays."""
+    change every run's bits) and that the sums kept in locals land in the caller's arrays; the
+    gated backward sums (a ReLU output or INT8 mask as the gate) likewise."""
     from tr_mlir.lowering.cpu import _cc, _cnorm
 
     if not _cc.available():
@@ -241,6 +242,32 @@ def test_batch_norm_compiled_sums_in_row_order(c):
     xc = x[r0:r1].astype(np.float64) - mu.astype(np.float64)
     ref = np.stack([np.cumsum(d, axis=0)[-1], np.cumsum(d * xc, axis=0)[-1]])
     assert sums("bn_bwd_stats", dy, x, mu).tobytes() == ref.tobytes()
+    y = np.maximum(x - 7, 0).astype(F32)  # a ReLU output as the gate: about half zero
+    dg = d * (y[r0:r1] > 0)
+    ref = np.stack([np.cumsum(dg, axis=0)[-1], np.cumsum(dg * xc, axis=0)[-1]])
+    assert sums("bn_bwd_stats_y", dy, y, x, mu).tobytes() == ref.tobytes()
+    assert sums("bn_bwd_stats_m", dy, (y > 0).astype(np.int8), x, mu).tobytes() == ref.tobytes()
+
+
+def test_batch_norm_wider_than_the_c_kernels_runs_numpy(monkeypatch):
+    """Past ``_cnorm.MAX_CHANNELS`` (the C kernels' sums live on the stack) a batch norm runs the
+    NumPy code, with the same results to rounding."""
+    from tr_mlir.lowering.cpu import _cc, _cnorm
+
+    if not _cc.available():
+        pytest.skip(f"no C compiler: {_cc.reason()}")
+    rng = np.random.default_rng(3)
+    x = rnd(rng, (4, 3, 3, 16)) + 2
+    assert _cnorm.usable(x)
+    outs = []
+    for cap in (_cnorm.MAX_CHANNELS, 8):
+        monkeypatch.setattr(_cnorm, "MAX_CHANNELS", cap)
+        y, sm, si = np.zeros_like(x), np.zeros(16, F32), np.zeros(16, F32)
+        run("bn2d_fwd", x=x, eps=1e-5, momentum=0.1, gamma=np.ones(16, F32), beta=np.zeros(16, F32),
+            running_mean=np.zeros(16, F32), running_var=np.ones(16, F32), y=y, save_mean=sm, save_istd=si)
+        outs.append(y)
+    assert not _cnorm.usable(x)
+    np.testing.assert_allclose(outs[1], outs[0], rtol=0, atol=1e-5)
 
 
 def test_batch_norm_compiled_dx_over_dy_and_large_mean():

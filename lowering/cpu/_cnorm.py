@@ -201,11 +201,18 @@ def function(name: str, c: int) -> ctypes._CFuncPtr:
 _ptr = _cc.address
 
 
+MAX_CHANNELS = 1 << 16
+"""Most channels the C kernels take: their sums live on the stack of the calling thread (24 bytes
+per channel: two float64 sums and the widened pivot or mean, 1.5 MiB here; the C worker and the
+Python threads have glibc's default 8 MiB). Wider layers run the NumPy code."""
+
+
 def usable(*arrays: np.ndarray | None) -> bool:
     """Whether a batch-norm call can run here: a usable C compiler (:func:`._cc.available`, so
-    ``TR_MLIR_CC=0`` forces NumPy) and every given array (the caller's own, before any reshape)
-    fp32 and C-contiguous."""
-    return _cc.available() and all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays if a is not None)
+    ``TR_MLIR_CC=0`` forces NumPy) and every given array (the caller's own NHWC or (N, C),
+    before any reshape) fp32 and C-contiguous, with at most :data:`MAX_CHANNELS` channels."""
+    return _cc.available() and all(a.dtype == np.float32 and a.flags.c_contiguous and a.shape[-1] <= MAX_CHANNELS
+                                   for a in arrays if a is not None)
 
 
 def _bounds(m: int, c: int) -> list[int]:
