@@ -439,7 +439,8 @@ def _callable_as_job(fn: ctypes._CFuncPtr) -> int | None:
     return addr if ok else None
 
 
-def run_c(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *, keep: bool = True) -> None:
+def run_c(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *, keep: bool = True,
+          work: Sequence[int] | None = None) -> None:
     """Call the compiled kernel ``fn`` once per piece, ``fn(*piece)``, the pieces concurrently
     (independent parts of one kernel's work; each piece's last two arguments are its range
     ``[lo, hi)`` of images, rows or elements; ``fn``'s parameters pointers and integers, the
@@ -450,7 +451,9 @@ def run_c(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *, keep: bool
     kernel threads of :func:`run` need about 40 us per split here, measured with empty pieces).
     ``keep``: the pair is kept per argument list (:func:`cached_jobs`), for call sites whose
     pointers are the same every step (the bound arrays of a captured graph); False for pointers
-    to per-call temporaries. The pieces' times per range element feed :func:`note_split`.
+    to per-call temporaries. The pieces' times per unit of work feed :func:`note_split`: ``work``
+    gives each piece's amount (for a kernel whose last two arguments are not its range), else
+    the length of that range.
     Otherwise :func:`run`: without the C worker, for a kernel whose parameters a job cannot pass
     (:func:`_callable_as_job`), if the C thread cannot start, and while :func:`contended`
     (another process slows a thread: the caller's spin-wait for the C worker would keep a core
@@ -475,7 +478,7 @@ def run_c(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *, keep: bool
             except RuntimeError:  # pthread_create failed (nothing ran): the Python threads from now on
                 _cgemm = False
             else:
-                sizes = [max(1, p[-1] - p[-2]) for p in pieces]
+                sizes = [max(1, w) for w in work] if work is not None else [max(1, p[-1] - p[-2]) for p in pieces]
                 note_split([arr[i].seconds / sizes[i] * max(sizes) for i in range(2)])
                 return
     run([lambda p=p: fn(*p) for p in pieces])

@@ -359,7 +359,7 @@ def _weights(pl: Plan, w32: np.ndarray, u: np.ndarray, use_c: bool) -> None:
     """U[xi, k, c] = (G w[k, :, :, c] G^T)[xi] (w rotated 180 degrees for the input gradient)."""
     if use_c:
         fn = _kernels(pl).wt
-        _split_k(pl.kw, lambda lo, hi: fn(w32.ctypes.data, u.ctypes.data, lo, hi))
+        _split_k(pl.kw, fn, lambda lo, hi: (w32.ctypes.data, u.ctypes.data, lo, hi))
     else:
         numpy_weights(pl, w32, u)
 
@@ -371,18 +371,32 @@ def numpy_weights(pl: Plan, w32: np.ndarray, u: np.ndarray) -> None:
     np.copyto(u.reshape(pl.alpha, pl.alpha, pl.kw, pl.cw), np.einsum("ir,krsc,js->ijkc", gm, wt, gm))
 
 
-def _split_k(k: int, fn) -> None:
-    """``fn(lo, hi)`` over blocks of range(k) on the kernel threads."""
-    _split_range(0, k, fn)
+def _split_k(k: int, fn, piece) -> None:
+    """The compiled kernel ``fn(*piece(lo, hi))`` over blocks of range(k), one per kernel thread."""
+    _split_range(0, k, fn, piece)
 
 
-def _split_range(start: int, stop: int, fn) -> None:
-    """``fn(lo, hi)`` over contiguous blocks of range(start, stop), one per kernel thread, with
-    OpenBLAS at one thread."""
+def _split_range(start: int, stop: int, fn, piece) -> None:
+    """The compiled kernel ``fn(*piece(lo, hi))`` over contiguous blocks ``[lo, hi)`` of
+    range(start, stop), one per kernel thread (:func:`_run_pieces`)."""
     t = max(1, min(_parallel.workers(), stop - start))
     bounds = [start + (stop - start) * i // t for i in range(t + 1)]
+    blocks = list(zip(bounds, bounds[1:]))
+    _run_pieces(fn, [piece(lo, hi) for lo, hi in blocks], [hi - lo for lo, hi in blocks])
+
+
+def _run_pieces(fn, pieces: list[tuple[int, ...]], work: list[int]) -> None:
+    """The compiled kernel ``fn(*piece)`` for every piece at once, OpenBLAS at one thread (the
+    kernels call ``cblas_sgemm`` themselves): two pieces on the calling thread and the C worker
+    (:func:`._parallel.run_c`, no GIL; ``work``: each piece's amount for its balance check),
+    otherwise, or while the threads are contended, on the Python kernel threads. Each piece
+    writes only its own part of the result, so the thread that runs it does not change a bit.
+
+    The C worker is the thread that ran the previous split kernel's second half (batch norm,
+    ReLU, the element-wise kernels all split there), so a ResNet's conv finds its half of the
+    batch in that core's cache; on the Python kernel threads, a third thread, the half moved."""
     with _parallel.one_thread():
-        _parallel.run([lambda lo=lo, hi=hi: fn(lo, hi) for lo, hi in zip(bounds, bounds[1:])])
+        _parallel.run_c(fn, pieces, work=work)
 
 
 def _kernels(pl: Plan) -> _cwinograd.Kernels:
@@ -406,18 +420,16 @@ def _run_forward(pl: Plan, x32: np.ndarray, u: np.ndarray, y32: np.ndarray, ws: 
         for c0 in range(0, pl.tiles, pl.chunk_tiles):
             c1 = min(c0 + pl.chunk_tiles, pl.tiles)
             for phase, lo, hi in ((0, c0, c1), (1, 0, pl.alpha ** 2), (2, c0, c1)):
-                _split_range(lo, hi, lambda a, b, phase=phase, c0=c0, c1=c1: part(
+                _split_range(lo, hi, part, lambda a, b, phase=phase, c0=c0, c1=c1: (
                     pg, px, pu, py, col.ctypes.data, c0, c1, phase, a, b, sg, int(ilp)))
         return
     fn = _kernels(pl).fwd
     t = max(1, min(_parallel.workers(), pl.chunks))
     per = pl.chunk_tiles
     bounds = [pl.chunks * i // t for i in range(t + 1)]
-    tasks = [lambda w=w, lo=lo, hi=hi: fn(pg, px, pu, py, col[w * slot:].ctypes.data, lo * per,
-                                            min(hi * per, pl.tiles), sg, int(ilp))
-             for w, (lo, hi) in enumerate(zip(bounds, bounds[1:]))]
-    with _parallel.one_thread():
-        _parallel.run(tasks)
+    pieces = [(pg, px, pu, py, col[w * slot:].ctypes.data, lo * per, min(hi * per, pl.tiles), sg, int(ilp))
+              for w, (lo, hi) in enumerate(zip(bounds, bounds[1:]))]
+    _run_pieces(fn, pieces, [p[6] - p[5] for p in pieces])
 
 
 def _pass(pl: Plan, src: np.ndarray, w: np.ndarray, dst: np.ndarray, ws: dict[str, np.ndarray],
@@ -471,12 +483,9 @@ def wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, ws: dict[str, np.nda
         t = max(1, min(_parallel.workers(), a))
         rows = [a * i // t for i in range(t + 1)]
         px, pdy, pdu = x32.ctypes.data, dy32.ctypes.data, du.ctypes.data
-        tasks = [lambda r0=r0, r1=r1: kern.wgrad(pg, px, pdy, pdu, col.ctypes.data, pl.tiles, r0, r1,
-                                                      sg, int(ilp))
-                 for r0, r1 in zip(rows, rows[1:])]
-        with _parallel.one_thread():
-            _parallel.run(tasks)
-        _split_k(g.k_out, lambda lo, hi: kern.dwt(pdu, dw32.ctypes.data, lo, hi))
+        pieces = [(pg, px, pdy, pdu, col.ctypes.data, pl.tiles, r0, r1, sg, int(ilp)) for r0, r1 in zip(rows, rows[1:])]
+        _run_pieces(kern.wgrad, pieces, [r1 - r0 for r0, r1 in zip(rows, rows[1:])])
+        _split_k(g.k_out, kern.dwt, lambda lo, hi: (pdu, dw32.ctypes.data, lo, hi))
     else:
         numpy_wgrad(pl, x32, dy32, du, col[:slot])
         gm = pl.transform.g.astype(np.float32)
