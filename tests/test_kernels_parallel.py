@@ -1020,30 +1020,45 @@ def test_numpy_openblas_is_picked_whatever_the_import_order():
         assert _blas_libs.find_sgemm() is not None
 
 
-@pytest.mark.parametrize("dtypes", [("float32", "float32"), ("float32", "float16")], ids=["fp32", "fp32+fp16"])
-def test_residual_adds_split_by_threads_with_numpys_bits(dtypes, monkeypatch):
+@pytest.mark.parametrize("dtypes,cc", [(("float32", "float32"), True), (("float32", "float32"), False),
+                                       (("float32", "float16"), True)], ids=["fp32", "fp32-numpy", "fp32+fp16"])
+def test_residual_adds_split_by_threads_with_numpys_bits(dtypes, cc, monkeypatch):
     """add_fwd / add_bwd_acc / grad_acc on a large activation: one flat block per thread, the
-    bits of one np.add; a partly overlapping output keeps the single call."""
+    bits of one np.add (Inf - Inf and NaN included); fp32 by the compiled add on the calling
+    thread and the C worker (``dense.ADD_SPLIT_ELEMENTS``, far smaller), otherwise NumPy on the
+    Python threads; a partly overlapping output keeps the single call."""
+    from tr_mlir.lowering.cpu import dense
+
+    if not cc:
+        monkeypatch.setenv("TR_MLIR_CC", "0")
+    compiled = cc and dtypes[1] == "float32" and _cc.available()
     calls = []
-    real = _parallel.split
-    monkeypatch.setattr(_parallel, "split", lambda n, fn, **kw: (calls.append(n), real(n, fn, **kw)))
+    real_split, real_run_c = _parallel.split, _parallel.run_c
+    monkeypatch.setattr(_parallel, "split", lambda n, fn, **kw: (calls.append(n), real_split(n, fn, **kw)))
+    monkeypatch.setattr(_parallel, "run_c", lambda fn, pieces, **kw: (
+        calls.append(pieces[-1][-1]) if len(pieces) == 2 else None, real_run_c(fn, pieces, **kw)))
     rng = np.random.default_rng(0)
-    shape = (8, 64, 64, 16)  # 524,288 elements
+    shape = (8, 32, 32, 16) if compiled else (8, 64, 64, 16)  # 131,072 / 524,288 elements
     acc = rng.standard_normal(shape).astype(dtypes[0])
     d = rng.standard_normal(shape).astype(dtypes[1])
+    acc.flat[:3] = [np.inf, np.nan, 1.0]
+    d.flat[:3] = [-np.inf, 2.0, np.nan]
     want = acc.copy()
-    np.add(want, d, out=want, casting="same_kind")
-    with threadpool_limits(limits=2):
+    with np.errstate(invalid="ignore"):
+        np.add(want, d, out=want, casting="same_kind")
+    with threadpool_limits(limits=2), np.errstate(invalid="ignore"):
         got = acc.copy()
         KERNELS["grad_acc"].fn(dy=d, dx=got)
         da, db = acc.copy(), acc.copy()
         KERNELS["add_bwd_acc"].fn(dy=d, da=da, db=db)
         y = np.empty(shape, dtypes[0])
         KERNELS["add_fwd"].fn(a=acc, b=d, y=y)
-        assert len(calls) == 4 and calls[0] == acc.size
+        assert calls == [acc.size] * 4
         buf = np.concatenate([acc.ravel(), acc.ravel()[:1]])  # out one element past a: overlapping
         KERNELS["add_fwd"].fn(a=buf[:acc.size].reshape(shape), b=d, y=buf[1:].reshape(shape))
         assert len(calls) == 4  # not split
+        ref = np.add(acc, d, casting="same_kind").astype(dtypes[0])
     for out in (got, da, db, y):
         assert out.tobytes() == want.tobytes()
-    assert buf[1:].tobytes() == np.add(acc, d, casting="same_kind").astype(dtypes[0]).tobytes()
+    assert (dense._add_fn() is not None) == compiled or dtypes[1] != "float32"
+    assert buf[1:].tobytes() == ref.tobytes()
