@@ -727,6 +727,64 @@ def test_run_c_keeps_no_pair_for_temporaries_and_refuses_float_parameters(monkey
 
 
 @needs_cc
+@two_threads
+def test_run_c_balance_check_per_unit_of_work(monkeypatch):
+    """run_c hands :func:`note_split` each piece's time per unit of work, scaled to the largest
+    piece: by default the length of its range (its last two arguments), else ``work`` (the
+    Winograd kernels, whose last arguments are the GEMM's address and its integer width)."""
+    import ctypes
+
+    if not _parallel.c_gemm():
+        pytest.skip("no C worker here")
+    monkeypatch.setattr(_parallel, "_contended", 0)
+    real = _parallel._run_array
+
+    def timed(arr):
+        real(arr)
+        arr[0].seconds, arr[1].seconds = 1.0, 3.0
+
+    seen = []
+    monkeypatch.setattr(_parallel, "_run_array", timed)
+    monkeypatch.setattr(_parallel, "note_split", seen.append)
+    fn = _cc.function(ARGS_C, "tr_args12", [ctypes.c_void_p] * 3 + [ctypes.c_long, ctypes.c_int] + [ctypes.c_long] * 7)
+    out = np.zeros((2, 13), np.int64)
+    pieces = [(out[w].ctypes.data, 0, 0, 1, 2, 3, 4, 5, 6, 7, 10 * w, 10 * w + 10 + 20 * w) for w in range(2)]
+    with threadpool_limits(2):
+        _parallel.run_c(fn, pieces, keep=False)  # ranges of 10 and 30 elements
+        _parallel.run_c(fn, pieces, keep=False, work=[6, 2])
+    assert seen == [pytest.approx([3.0, 3.0]), pytest.approx([1.0, 9.0])]
+
+
+@two_threads
+def test_winograd_halves_run_on_the_c_worker(monkeypatch):
+    """A split Winograd forward and weight gradient hand their second half to the C worker
+    (run_c with two pieces: the thread the split batch-norm and element-wise kernels use for
+    theirs), with the same bits as on one thread."""
+    from tr_mlir.lowering.cpu import conv, winograd
+
+    if not (_cc.available() and _parallel.c_gemm() and _parallel.sgemm_address()):
+        pytest.skip("no C compiler, C worker or cblas_sgemm here")
+    monkeypatch.setattr(_parallel, "_contended", 0)
+    pieces = []
+    real = _parallel.run_c
+    monkeypatch.setattr(_parallel, "run_c", lambda fn, ps, **kw: (pieces.append(len(ps)), real(fn, ps, **kw)))
+    rng = np.random.default_rng(3)
+    x, w = rnd(rng, (8, 12, 12, 16)), rnd(rng, (16, 3, 3, 16))
+    dy = rnd(rng, (8, 12, 12, 16))
+    g = conv.conv_geom(x.shape, w.shape, 3, 1, 1, 1)
+    got = {}
+    for th in (1, 2):
+        ws = {k: np.zeros(1 << 20, F32) for k in ("col", "wbuf", "ybuf", "xbuf", "tmp")}
+        y, dw = np.zeros_like(x), np.zeros_like(w)
+        with threadpool_limits(th):
+            winograd.forward(x, w, y, g, ws, "winograd_4x4_3x3")
+            winograd.wgrad(dy, x, dw, g, ws, "winograd_4x4_3x3")
+        got[th] = (y.tobytes(), dw.tobytes())
+    assert got[1] == got[2]
+    assert 2 in pieces
+
+
+@needs_cc
 def test_run_c_with_one_piece_calls_on_this_thread():
     import ctypes
 
