@@ -267,3 +267,27 @@ def test_bench_conv_algos_table(monkeypatch):
     lines = conv_algos.markdown(res).splitlines()
     assert lines[2].startswith("| layer") and len(lines) == 4 + len(conv_algos.DIRECTIONS)
     assert lines[4].startswith("| 4 @ 4x4 | fwd |")
+
+
+@needs_c
+def test_weight_transforms_keep_every_write():
+    """The weight transforms of a conv with 1 or 2 channels run on one thread (W.SPLIT_K_MIN_CHANNELS):
+    split by filters on the calling thread and the C worker, GCC's merged stores of neighbouring
+    filters lost the other thread's writes in about a third of the calls. Repeated back to back
+    (the C worker spinning, so both halves really overlap), every U is the NumPy transform's."""
+    from tr_mlir.lowering.cpu import _parallel
+
+    if not _parallel.c_gemm():
+        pytest.skip("no C worker here")
+    for geom in ((2, 3, 5, 1, 3, 0), (2, 6, 6, 2, 3, 1)):
+        x, w, dy, g = _data(geom)
+        ws = _ws(g, "winograd_2x2_3x3")
+        for pl in (W.fwd_plan(g, 2), W.dgrad_plan(g, 2)):
+            ref = np.empty((pl.alpha ** 2, pl.kw, pl.cw), np.float32)
+            W.numpy_weights(pl, w, ref)
+            u, _ = W._wbuf(g, ws, 2, False)
+            with threadpool_limits(2):
+                for _ in range(300):
+                    u.fill(np.nan)
+                    W._weights(pl, w, u, True)
+                    np.testing.assert_allclose(u, ref, rtol=1e-6, atol=1e-6)

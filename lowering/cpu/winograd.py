@@ -27,11 +27,16 @@ Gray's up to the signs and scales of matching rows of G and B^T.
 * weight gradient (:func:`wgrad`): the adjoint, ``dU[xi] (K x C) = sum over tiles of dM[xi]^T
   V[xi]`` with ``dM = A dy_tile A^T`` (dy zero outside Ho x Wo), then ``dw = G^T dU G``.
 
-**Threads and chunks.** The batch is cut into chunks of :attr:`Plan.chunk_images` images (alpha^2 x
-tiles x (C + K) fp32 elements, about :data:`CHUNK`, so the transformed tiles stay in the L2/L3
-cache between the transform and the GEMM that reads them), the same number for each of the
-:data:`~._parallel.MAX_WORKERS` threads. Forward and input gradient give each thread a
-contiguous block of chunks, except where U has :data:`U_UNCACHED` elements or more (512
+**Threads and chunks.** The batch is cut into :data:`~._parallel.MAX_WORKERS` parts of
+:attr:`Plan.part_images` images, and each part into chunks of :attr:`Plan.chunk_images` images
+(alpha^2 x tiles x (C + K) fp32 elements, about :data:`CHUNK`, so the transformed tiles stay in
+the L2/L3 cache between the transform and the GEMM that reads them), as even as whole images
+allow. Forward and input gradient give each thread a part (on one thread, the parts in turn:
+the same chunks), so the two threads get the same number of images. (Cutting the whole batch
+into chunks and giving each thread half of them gave one thread 35 of ResNet-18's 64 images at
+16x16x128, 7-image chunks, and 33 at 32x32 and 8x8: the other waited 6-20% of the pass.) The
+part a thread gets is the half of the batch the split kernels before it (batch norm, ReLU,
+residual adds) left in that core's cache. The exception is where U has :data:`U_UNCACHED` elements or more (512
 channels: 4-9M, out of cache, so each thread's GEMMs would stream all of U from memory for
 each of its chunks): there the chunk is the whole batch (as many images as U has elements) and
 it runs in three phases, the input transform split by tiles, the GEMMs split by component (each
@@ -244,19 +249,30 @@ class Plan:
 
     @property
     def chunk_images(self) -> int:
-        """Images per chunk (module doc): about :data:`CHUNK` transformed elements, at most a
-        :data:`~._parallel.MAX_WORKERS`-th of the batch, and the same number of chunks for every
-        thread; with :attr:`split_components`, as many images as U has elements (the whole
-        batch of a ResNet's 512-channel layer)."""
+        """Images per chunk (module doc): about :data:`CHUNK` transformed elements, cutting each
+        of the :attr:`parts` into chunks as even as whole images allow; with
+        :attr:`split_components`, as many images as U has elements (the whole batch of a
+        ResNet's 512-channel layer)."""
         per = self.alpha ** 2 * self.th * self.tw * (self.cin + self.cout)
         if self.split_components:
             return max(1, min(self.n, self.u_elements // per))
-        t = _parallel.MAX_WORKERS
-        share = -(-self.n // t)
+        share = self.part_images
         n = max(1, min(share, CHUNK // per))
-        count = -(-self.n // n)
-        count = -(-count // t) * t
-        return -(-self.n // count)
+        return -(-share // -(-share // n))
+
+    @property
+    def part_images(self) -> int:
+        """Images per part of the forward-style pass (module doc): a
+        :data:`~._parallel.MAX_WORKERS`-th of the batch, rounded up."""
+        return -(-self.n // _parallel.MAX_WORKERS)
+
+    @property
+    def parts(self) -> list[tuple[int, int]]:
+        """The tile ranges ``[t0, t1)`` of the forward-style pass's parts (module doc): one per
+        :data:`~._parallel.MAX_WORKERS` thread, :attr:`part_images` images each (the last may
+        have fewer, none is empty)."""
+        tpi, k = self.th * self.tw, self.part_images
+        return [(s * tpi, min(s + k, self.n) * tpi) for s in range(0, self.n, k)]
 
     @property
     def u_elements(self) -> int:
@@ -359,7 +375,7 @@ def _weights(pl: Plan, w32: np.ndarray, u: np.ndarray, use_c: bool) -> None:
     """U[xi, k, c] = (G w[k, :, :, c] G^T)[xi] (w rotated 180 degrees for the input gradient)."""
     if use_c:
         fn = _kernels(pl).wt
-        _split_k(pl.kw, fn, lambda lo, hi: (w32.ctypes.data, u.ctypes.data, lo, hi))
+        _split_k(pl.kw, fn, lambda lo, hi: (w32.ctypes.data, u.ctypes.data, lo, hi), pl.cw)
     else:
         numpy_weights(pl, w32, u)
 
@@ -371,8 +387,23 @@ def numpy_weights(pl: Plan, w32: np.ndarray, u: np.ndarray) -> None:
     np.copyto(u.reshape(pl.alpha, pl.alpha, pl.kw, pl.cw), np.einsum("ir,krsc,js->ijkc", gm, wt, gm))
 
 
-def _split_k(k: int, fn, piece) -> None:
-    """The compiled kernel ``fn(*piece(lo, hi))`` over blocks of range(k), one per kernel thread."""
+SPLIT_K_MIN_CHANNELS = 16
+"""Fewest channels (``CW``) with which the weight transforms (``tr_wt``, ``tr_dwt``) are split
+among the threads by filters: each filter's rows of U and dw are then at least a cache line of
+their own. With 1 or 2 channels GCC merges the stores of neighbouring filters (2-float
+``vmovlps``), and the two threads' blocks, adjacent in memory, lost writes: 1 in 3-6 weight
+transforms of a 1-channel conv split on the C worker came out wrong
+(tests/test_winograd.py, ``test_weight_transforms_keep_every_write``). Such a transform costs
+next to nothing; it runs on one thread."""
+
+
+def _split_k(k: int, fn, piece, channels: int) -> None:
+    """The compiled kernel ``fn(*piece(lo, hi))`` over blocks of range(k), one per kernel thread
+    when there are at least :data:`SPLIT_K_MIN_CHANNELS` ``channels``, else one call."""
+    if channels < SPLIT_K_MIN_CHANNELS:
+        with _parallel.one_thread():
+            fn(*piece(0, k))
+        return
     _split_range(0, k, fn, piece)
 
 
@@ -424,12 +455,13 @@ def _run_forward(pl: Plan, x32: np.ndarray, u: np.ndarray, y32: np.ndarray, ws: 
                     pg, px, pu, py, col.ctypes.data, c0, c1, phase, a, b, sg, int(ilp)))
         return
     fn = _kernels(pl).fwd
-    t = max(1, min(_parallel.workers(), pl.chunks))
-    per = pl.chunk_tiles
-    bounds = [pl.chunks * i // t for i in range(t + 1)]
-    pieces = [(pg, px, pu, py, col[w * slot:].ctypes.data, lo * per, min(hi * per, pl.tiles), sg, int(ilp))
-              for w, (lo, hi) in enumerate(zip(bounds, bounds[1:]))]
-    _run_pieces(fn, pieces, [p[6] - p[5] for p in pieces])
+    pieces = [(pg, px, pu, py, col[w * slot:].ctypes.data, t0, t1, sg, int(ilp)) for w, (t0, t1) in enumerate(pl.parts)]
+    if _parallel.workers() >= len(pieces):
+        _run_pieces(fn, pieces, [p[6] - p[5] for p in pieces])
+        return
+    with _parallel.one_thread():  # one thread: the same parts, hence the same chunks and bits, in turn
+        for p in pieces:
+            fn(*p)
 
 
 def _pass(pl: Plan, src: np.ndarray, w: np.ndarray, dst: np.ndarray, ws: dict[str, np.ndarray],
@@ -485,7 +517,7 @@ def wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, ws: dict[str, np.nda
         px, pdy, pdu = x32.ctypes.data, dy32.ctypes.data, du.ctypes.data
         pieces = [(pg, px, pdy, pdu, col.ctypes.data, pl.tiles, r0, r1, sg, int(ilp)) for r0, r1 in zip(rows, rows[1:])]
         _run_pieces(kern.wgrad, pieces, [r1 - r0 for r0, r1 in zip(rows, rows[1:])])
-        _split_k(g.k_out, kern.dwt, lambda lo, hi: (pdu, dw32.ctypes.data, lo, hi))
+        _split_k(g.k_out, kern.dwt, lambda lo, hi: (pdu, dw32.ctypes.data, lo, hi), g.c)
     else:
         numpy_wgrad(pl, x32, dy32, du, col[:slot])
         gm = pl.transform.g.astype(np.float32)
