@@ -81,6 +81,32 @@ def test_chunked_conv_equals_one_chunk_and_torch(case, monkeypatch):
         assert np.abs(got.astype(np.float32) - want).max() <= tol * np.abs(want).max()
 
 
+@pytest.mark.parametrize("n", [14, 13])
+def test_im2col_parts_are_even_and_the_same_bits_on_one_thread_or_two(n, monkeypatch):
+    """The batch is cut into one part per kernel thread, each chunked on its own
+    (``C.part_images``): the parts differ by at most one image (the chunk list shared
+    round-robin gave one thread 5 of 7 chunks' worth here), and the forward, both gradients and
+    the weight gradient's partial sums are the same bits on one thread (the parts in turn) and
+    on two."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((n, 9, 9, 8)).astype(np.float32)
+    w = rng.standard_normal((6, 3, 3, 8)).astype(np.float32)
+    g = C.conv_geom(x.shape, w.shape, 3, 2, 1, 1)
+    dy = rng.standard_normal(g.y_shape).astype(np.float32)
+    monkeypatch.setattr(C, "COL_MIN_ROWS", 2 * g.win.ho * g.win.wo)  # 2-image chunks (3-4 in a part)
+    monkeypatch.setattr(C, "COL_CHUNK", 1)
+    parts = C._chunks(g)
+    sizes = [sum(c[1] for c in part) for part in parts]
+    assert len(parts) == C.col_slots(g) == 2 and sum(sizes) == n and max(sizes) - min(sizes) <= 1
+    assert all(len(part) >= 3 for part in parts) and parts[1][0][0] == sizes[0]
+    runs = []
+    for threads in (1, 2):
+        with threadpool_limits(threads):
+            runs.append(_run(x, w, dy, 3, 2, 1, 1))
+    for a, b in zip(runs[0][:3], runs[1][:3]):
+        assert a.tobytes() == b.tobytes()
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_fc_and_pointwise_gemm_split_across_threads(threads):
     """Row-split GEMMs (FC forward/backward, 1x1 conv) agree with one NumPy matmul."""

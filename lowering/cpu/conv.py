@@ -21,9 +21,10 @@ Three NumPy methods, chosen from the geometry:
   of ``col``, at least :data:`COL_MIN_ROWS` GEMM rows), so ``col`` stays in the L2/L3 cache
   between its write and the GEMM's read instead of going through memory (1.3-1.8x faster on the
   large early layers of a ResNet, and the shared ``col`` workspace shrinks accordingly). The
-  chunks are shared out among the kernel threads (:mod:`._parallel`), each with its own slot of
-  the ``col`` workspace (and, for the weight gradient, its own partial sum in ``wbuf``), so the
-  copies run in parallel too.
+  batch is cut into :data:`~._parallel.MAX_WORKERS` parts (:func:`part_images`), each chunked
+  on its own and run by one kernel thread (:mod:`._parallel`) with its own slot of ``col`` (and
+  partial sum in ``wbuf``), so the copies run in parallel too; one thread runs them in turn (the
+  chunk list shared round-robin gave one thread 35 of 64 images).
 
 Input gradient: for stride 1 without groups (:func:`dgrad_geom`), dX is itself a convolution:
 ``dy`` zero-padded by ``k - 1 - p``, with the weights rotated by 180 degrees and their channel
@@ -149,19 +150,23 @@ def conv_geom(x_shape: tuple[int, ...], w_shape: tuple[int, ...], k: int, s: int
     return ConvGeom(n, c, kk, groups, window(h, w, k, s, p))
 
 
+def part_images(g: ConvGeom) -> int:
+    """Images per part of the batch (module doc): a :data:`~._parallel.MAX_WORKERS`-th, rounded up."""
+    return -(-g.n // _parallel.MAX_WORKERS)
+
 def chunk_images(g: ConvGeom) -> int:
-    """Images per im2col chunk for geometry ``g`` (module doc): enough for
-    :data:`COL_MIN_ROWS` output pixels, else as many as fit in :data:`COL_CHUNK` col elements,
-    and at most a :data:`~._parallel.MAX_WORKERS`-th of the batch (every worker gets a chunk)."""
+    """Images per im2col chunk of ``g`` (module doc): :data:`COL_MIN_ROWS` output pixels, else as
+    many as fit in :data:`COL_CHUNK` col elements, at most a part, parts cut evenly."""
     pixels = g.win.ho * g.win.wo
     rows = max(COL_MIN_ROWS, COL_CHUNK // max(g.groups * g.kkc, 1))
-    share = -(-g.n // _parallel.MAX_WORKERS)
-    return max(1, min(share, rows // max(pixels, 1)))
+    share = part_images(g)
+    n = max(1, min(share, rows // max(pixels, 1)))
+    return -(-share // -(-share // n))
 
 
 def col_slots(g: ConvGeom) -> int:
-    """Worker slots of the ``col`` workspace (and weight-gradient partial sums) for ``g``."""
-    return min(_parallel.MAX_WORKERS, -(-g.n // chunk_images(g)))
+    """Slots of ``col`` (and weight-gradient partial sums) for ``g``: one per part."""
+    return -(-g.n // part_images(g))
 
 
 def pad_elements(g: ConvGeom, n: int) -> int:
@@ -502,29 +507,33 @@ def _col_pad(g: ConvGeom, gc: ConvGeom, ws: dict[str, np.ndarray], slot: int = 0
     return col, (buf[m:m + pad_elements(gc, gc.n)] if win.p else None)
 
 
-def _chunks(g: ConvGeom) -> list[tuple[int, int, ConvGeom]]:
-    """``(start, count, geometry of the chunk)`` over the batch, :func:`chunk_images` at a time."""
-    step = chunk_images(g)
-    out = []
-    for s in range(0, g.n, step):
-        n = min(step, g.n - s)
-        out.append((s, n, g if n == g.n else ConvGeom(n, g.c, g.k_out, g.groups, g.win)))
-    return out
+def _chunks(g: ConvGeom) -> list[list[tuple[int, int, ConvGeom]]]:
+    """Per part (:func:`part_images`), its chunks ``(start, count, chunk geometry)``."""
+    step, share = chunk_images(g), part_images(g)
+    parts = []
+    for p0 in range(0, g.n, share):
+        p1 = min(p0 + share, g.n)
+        sizes = [(s, min(step, p1 - s)) for s in range(p0, p1, step)]
+        parts.append([(s, n, g if n == g.n else ConvGeom(n, g.c, g.k_out, g.groups, g.win)) for s, n in sizes])
+    return parts
 
 
 def _for_chunks(g: ConvGeom, body) -> int:
-    """Run ``body(start, count, chunk geometry, slot, first)`` over the chunks of ``g``, shared
-    round-robin among the kernel threads (``first``: the worker's first chunk). Returns the
-    number of workers used."""
-    pieces = _chunks(g)
-    t = min(_parallel.workers(), len(pieces), col_slots(g))
+    """``body(start, count, chunk geometry, slot, first)`` over the chunks of ``g``, part ``w`` on
+    thread ``w`` in slot ``w`` (``first``: its first chunk), or the parts in turn on one thread
+    (the same chunks and partial sums). Returns the number of parts."""
+    parts = _chunks(g)
 
     def worker(w: int) -> None:
-        for i, (s, n, gc) in enumerate(pieces[w::t]):
+        for i, (s, n, gc) in enumerate(parts[w]):
             body(s, n, gc, w, i == 0)
 
-    _parallel.run([lambda w=w: worker(w) for w in range(t)])
-    return t
+    if _parallel.workers() >= len(parts):
+        _parallel.run([lambda w=w: worker(w) for w in range(len(parts))])
+    else:
+        for w in range(len(parts)):
+            worker(w)
+    return len(parts)
 
 
 def _im2col_gemm(x: np.ndarray, w3t: np.ndarray, y4: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray]) -> None:
