@@ -270,16 +270,21 @@ def test_bench_conv_algos_table(monkeypatch):
 
 
 @needs_c
-def test_weight_transforms_keep_every_write():
-    """The weight transforms of a conv with 1 or 2 channels run on one thread (W.SPLIT_K_MIN_CHANNELS):
-    split by filters on the calling thread and the C worker, GCC's merged stores of neighbouring
-    filters lost the other thread's writes in about a third of the calls. Repeated back to back
-    (the C worker spinning, so both halves really overlap), every U is the NumPy transform's."""
+@pytest.mark.parametrize("guard", [True, False], ids=["guarded", "split"])
+def test_weight_transforms_keep_every_write(guard, monkeypatch):
+    """The weight transforms of convs with 1-4 channels, split by filters on the calling thread
+    and the C worker (``split``: W.SPLIT_K_MIN_CHANNELS lowered so they are) or kept on one
+    thread (``guarded``, the default): GCC's predictive commoning stored stale values past a
+    filter range and lost the other thread's writes in about a third of the calls until
+    _cc.PRELUDE turned it off. Repeated back to back (the C worker spinning, so both halves
+    really overlap), every U is the NumPy transform's."""
     from tr_mlir.lowering.cpu import _parallel
 
     if not _parallel.c_gemm():
         pytest.skip("no C worker here")
-    for geom in ((2, 3, 5, 1, 3, 0), (2, 6, 6, 2, 3, 1)):
+    if not guard:
+        monkeypatch.setattr(W, "SPLIT_K_MIN_CHANNELS", 1)
+    for geom in ((2, 3, 5, 1, 3, 0), (2, 6, 6, 2, 3, 1), (2, 6, 6, 4, 3, 1), (2, 6, 6, 3, 4, 1)):
         x, w, dy, g = _data(geom)
         ws = _ws(g, "winograd_2x2_3x3")
         for pl in (W.fwd_plan(g, 2), W.dgrad_plan(g, 2)):

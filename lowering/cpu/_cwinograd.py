@@ -275,9 +275,22 @@ GEO_MACRO = """#define GEO const long H = geo[0], W = geo[1], HO = geo[2], WO = 
 channel counts and direction only, so convs differing in batch or map size share them."""
 
 
+_geometries: dict[tuple[int, ...], np.ndarray] = {}
+
+
 def geometry(pl: Plan) -> np.ndarray:
-    """The ``geo`` array the kernels read (:data:`GEO_MACRO`), int64."""
-    return np.array([pl.h, pl.w, pl.ho, pl.wo, pl.pad, pl.th, pl.tw, pl.chunk_tiles], np.int64)
+    """The ``geo`` array the kernels read (:data:`GEO_MACRO`), int64, one read-only array per set
+    of values: its address is part of every split's arguments, which :func:`._parallel.run_c`
+    keeps its job pairs by, so a replayed step finds them. (Keyed by the values, not the plan:
+    the chunk size also depends on module settings such as :data:`.winograd.CHUNK`.)"""
+    key = (pl.h, pl.w, pl.ho, pl.wo, pl.pad, pl.th, pl.tw, pl.chunk_tiles)
+    geo = _geometries.get(key)
+    if geo is None:
+        if len(_geometries) >= 1024:
+            _geometries.clear()
+        geo = _geometries[key] = np.array(key, np.int64)
+        geo.flags.writeable = False
+    return geo
 
 
 class Kernels:

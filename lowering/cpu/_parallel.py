@@ -442,9 +442,10 @@ def _callable_as_job(fn: ctypes._CFuncPtr) -> int | None:
 def run_c(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *, keep: bool = True,
           work: Sequence[int] | None = None) -> None:
     """Call the compiled kernel ``fn`` once per piece, ``fn(*piece)``, the pieces concurrently
-    (independent parts of one kernel's work; each piece's last two arguments are its range
-    ``[lo, hi)`` of images, rows or elements; ``fn``'s parameters pointers and integers, the
-    pieces' values Python ints).
+    (independent parts of one kernel's work that write disjoint memory; by default each piece's
+    last two arguments are its range ``[lo, hi)`` of images, rows or elements, else ``work``
+    says how much each does; ``fn``'s parameters pointers and integers, the pieces' values
+    Python ints).
 
     Two pieces with the C worker (:func:`c_gemm`): one on the calling thread and one on the C
     worker, as a :func:`kernel_job` pair (a hand-off of a few microseconds and no GIL; the Python

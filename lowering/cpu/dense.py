@@ -381,7 +381,9 @@ def _add(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     fn = _add_fn() if a.dtype == b.dtype == out.dtype == F32 else None
     if fn is not None:
         n = out.size
-        t = _parallel.workers() if n >= ADD_SPLIT_ELEMENTS else 1
+        # while contended, run_c splits on the Python threads (~40 us a hand-off): not below their size
+        small = _parallel.MIN_SPLIT_ELEMENTS if _parallel.contended() else ADD_SPLIT_ELEMENTS
+        t = _parallel.workers() if n >= small else 1
         bounds = [n * i // t for i in range(t + 1)]
         ptrs = (a.ctypes.data, b.ctypes.data, out.ctypes.data)
         _parallel.run_c(fn, [(*ptrs, lo, hi) for lo, hi in zip(bounds, bounds[1:])])

@@ -47,8 +47,8 @@ alpha rows of the components: the thread transforms only its rows (the transform
 separable, so that is half the work) and sums its components' GEMMs over all chunks, with
 beta = 1 after the first: no partial sums, and each dU element is summed in one fixed order
 whatever the thread count (the threads share one ``col`` slot: their rows are disjoint).
-Chunk boundaries depend only on the shapes, so every result is the
-same bits on one thread or two. The transforms are C generated for the plan
+Chunk boundaries depend only on the shapes, so every result of the C
+path is the same bits on one thread or two (the NumPy path's einsum follows OpenBLAS's threads). The transforms are C generated for the plan
 (:mod:`._cwinograd`, through :mod:`._cc`), calling NumPy's OpenBLAS ``cblas_sgemm`` for the
 GEMMs (:func:`._parallel.sgemm_address`); without a C compiler (or ``TR_MLIR_CC=0``, or another
 BLAS) the same algorithm runs in NumPy (:func:`numpy_forward`, :func:`numpy_wgrad`: the
@@ -294,10 +294,6 @@ class Plan:
         return self.chunk_images * self.th * self.tw
 
     @property
-    def chunks(self) -> int:
-        return -(-self.n // self.chunk_images)
-
-    @property
     def pad_elements(self) -> int:
         """The NumPy path's zero-padded copy of one chunk (the input, or dy in the weight gradient)."""
         ci = self.chunk_images
@@ -389,12 +385,11 @@ def numpy_weights(pl: Plan, w32: np.ndarray, u: np.ndarray) -> None:
 
 SPLIT_K_MIN_CHANNELS = 16
 """Fewest channels (``CW``) with which the weight transforms (``tr_wt``, ``tr_dwt``) are split
-among the threads by filters: each filter's rows of U and dw are then at least a cache line of
-their own. With 1 or 2 channels GCC merges the stores of neighbouring filters (2-float
-``vmovlps``), and the two threads' blocks, adjacent in memory, lost writes: 1 in 3-6 weight
-transforms of a 1-channel conv split on the C worker came out wrong
-(tests/test_winograd.py, ``test_weight_transforms_keep_every_write``). Such a transform costs
-next to nothing; it runs on one thread."""
+among the threads by filters. GCC's predictive commoning stored stale values past a filter
+range (:data:`._cc.PRELUDE`, which now turns it off) and the other thread's writes were lost
+with 1-4 channels, where a filter's row is under a cache line; this keeps such transforms,
+which cost next to nothing, on one thread whatever a compiler does
+(tests/test_winograd.py, ``test_weight_transforms_keep_every_write``)."""
 
 
 def _split_k(k: int, fn, piece, channels: int) -> None:
