@@ -47,11 +47,11 @@ alpha rows of the components: the thread transforms only its rows (the transform
 separable, so that is half the work) and sums its components' GEMMs over all chunks, with
 beta = 1 after the first: no partial sums, and each dU element is summed in one fixed order
 whatever the thread count (the threads share one ``col`` slot: their rows are disjoint).
-Chunk boundaries depend only on the shapes, so every result of the C
-path is the same bits on one thread or two (the NumPy path's einsum follows OpenBLAS's
-threads). The transforms are C generated for the plan (:mod:`._cwinograd`, through :mod:`._cc`), calling NumPy's OpenBLAS ``cblas_sgemm`` for the
-GEMMs (:func:`._parallel.sgemm_address`); without a C compiler (or ``TR_MLIR_CC=0``, or another
-BLAS) the same algorithm runs in NumPy (:func:`numpy_forward`, :func:`numpy_wgrad`: the
+Chunk boundaries depend only on the shapes, so every result of the C path is the same bits
+on one thread or two (the NumPy path's einsum follows OpenBLAS's threads). The transforms
+are C generated for the plan (:mod:`._cwinograd`, through :mod:`._cc`), calling NumPy's
+OpenBLAS ``cblas_sgemm`` for the GEMMs (:func:`._parallel.sgemm_address`); without a C
+compiler (or ``TR_MLIR_CC=0``, or another BLAS) the same algorithm runs in NumPy (:func:`numpy_forward`, :func:`numpy_wgrad`: the
 reference, one thread, per-chunk temporaries). Both use the same workspaces.
 
 **Precision.** fp32 operands compute directly. fp16 operands (AMP) are cast into fp32 workspaces
