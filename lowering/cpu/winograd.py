@@ -51,8 +51,9 @@ Chunk boundaries depend only on the shapes, so every result of the C path is the
 on one thread or two (the NumPy path's einsum follows OpenBLAS's threads). The transforms
 are C generated for the plan (:mod:`._cwinograd`, through :mod:`._cc`), calling NumPy's
 OpenBLAS ``cblas_sgemm`` for the GEMMs (:func:`._parallel.sgemm_address`); without a C
-compiler (or ``TR_MLIR_CC=0``, or another BLAS) the same algorithm runs in NumPy (:func:`numpy_forward`, :func:`numpy_wgrad`: the
-reference, one thread, per-chunk temporaries). Both use the same workspaces.
+compiler (or ``TR_MLIR_CC=0``, or another BLAS) the same algorithm runs in NumPy
+(:func:`numpy_forward`, :func:`numpy_wgrad`: the reference, one thread, per-chunk
+temporaries). Both use the same workspaces.
 
 **Precision.** fp32 operands compute directly. fp16 operands (AMP) are cast into fp32 workspaces
 (``xbuf`` for x or dx, ``ybuf`` for y or dy, the tail of ``wbuf`` for w or dw), everything runs in
