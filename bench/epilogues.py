@@ -22,7 +22,12 @@ medians and the load average printed, on ``--threads`` kernel threads (default 2
   statistics over it (today's sequence: the conv, then BN's first pass), against each im2col
   chunk (``lowering/cpu/conv.py`` ``chunk_images``) written and its statistics taken at once,
   while it is in cache (the best a fused epilogue can do; the write stands in for the GEMM's).
-  The difference is the bound; the statistics' own arithmetic stays in both.
+  The difference is the bound; the statistics' own arithmetic stays in both;
+* ``bn-stats-kernels``: per ResNet-18 Winograd conv, the conv alone, writing its output's BN
+  statistics in its output transform (``memplan-fuse-bn-stats``), and followed by the BN's own
+  statistics pass, with PyTorch eager's ``conv2d`` and ``conv2d`` + ``var_mean`` beside them;
+* ``bn-stats-step``: whole steps of CIFAR ResNet-18 fused compiled without ``memplan-fuse-bn-stats``
+  ("before"), with it ("after") and PyTorch eager's, interleaved (the losses agree to rounding).
 
 Each prints the load average and the steal time (:mod:`bench.cpu_time`) around it.
 """
@@ -208,17 +213,21 @@ def fc_relu_kernels(repeats: int) -> None:
     print(f"load {os.getloadavg()[0]:.2f}; {describe(quietness(before, sample()))}")
 
 
-def fc_relu_step(rounds: int, steps: int) -> None:
+def _steps_before_after(model: str, before: dict, rounds: int, steps: int) -> tuple[dict, dict]:
+    """Whole training steps of bench.throughput's ``model`` compiled with the options ``before``,
+    with the defaults ("after"), and PyTorch eager's step, three sides interleaved (the order
+    rotating): ``({side: median seconds per step}, {side: per-round seconds}, {side: losses})``,
+    printing the load and the steal time around it."""
     from bench.cpu_time import describe, quietness, sample
     from bench.models import THROUGHPUT_MODELS
     from bench.throughput import _Ours, _Torch
     from tr_mlir.data import load_dataset
 
-    m = THROUGHPUT_MODELS["mlp"]
+    m = THROUGHPUT_MODELS[model]
     data = load_dataset("synthetic", input_shape=m.input_shape, num_classes=m.num_classes, train_size=m.batch,
                         val_size=1)
     x, y = data.train_x[:m.batch], data.train_y[:m.batch]
-    sides = {"before": _Ours(m, x, y, m.fuse, fuse_fc_relu=False), "after": _Ours(m, x, y, m.fuse)}
+    sides = {"before": _Ours(m, x, y, m.fuse, **before), "after": _Ours(m, x, y, m.fuse)}
     sides["torch"] = _Torch(m, x, y)
     for side in sides.values():
         side.step(), side.step()
@@ -228,20 +237,86 @@ def fc_relu_step(rounds: int, steps: int) -> None:
         return lambda: losses[side].extend(sides[side].step() for _ in range(steps))
 
     names = list(sides)
-    before = sample()
+    start = sample()
     print(f"load {os.getloadavg()[0]:.2f}")
     per: dict[str, list[float]] = {k: [] for k in names}
     for _ in range(rounds):
         for k, t in zip(names, _interleaved_n([steps_of(k) for k in names], 3)):
             per[k].append(t / steps)
-    med = {k: statistics.median(v) for k, v in per.items()}
-    print(f"load {os.getloadavg()[0]:.2f}; {describe(quietness(before, sample()))}")
-    print(f"MLP batch {m.batch}: step ms before {med['before'] * 1e3:.2f}, after {med['after'] * 1e3:.2f}, "
+    print(f"load {os.getloadavg()[0]:.2f}; {describe(quietness(start, sample()))}")
+    return {k: statistics.median(v) for k, v in per.items()}, per, losses
+
+
+def _print_steps(title: str, med: dict, per: dict, rounds: int) -> None:
+    print(f"{title}: step ms before {med['before'] * 1e3:.2f}, after {med['after'] * 1e3:.2f}, "
           f"PyTorch {med['torch'] * 1e3:.2f} (medians of {rounds} rounds); before / after "
           f"{med['before'] / med['after']:.3f}, PyTorch / before {med['torch'] / med['before']:.3f}, "
           f"PyTorch / after {med['torch'] / med['after']:.3f}; rounds before / after: "
-          f"{', '.join(f'{b / a:.3f}' for b, a in zip(per['before'], per['after']))}; "
-          f"tr-mlir losses bit-identical: {losses['before'] == losses['after']}")
+          f"{', '.join(f'{b / a:.3f}' for b, a in zip(per['before'], per['after']))}")
+
+
+def fc_relu_step(rounds: int, steps: int) -> None:
+    med, per, losses = _steps_before_after("mlp", {"fuse_fc_relu": False}, rounds, steps)
+    _print_steps("MLP batch 200", med, per, rounds)
+    print(f"tr-mlir losses bit-identical: {losses['before'] == losses['after']}")
+
+
+def bn_stats_step(rounds: int, steps: int) -> None:
+    """CIFAR ResNet-18 fused (batch 64) without ``memplan-fuse-bn-stats`` ("before"), with it
+    ("after") and PyTorch, interleaved; the losses agree to fp32 rounding, not to the bit."""
+    med, per, losses = _steps_before_after("resnet18_cifar", {"fuse_bn_stats": False}, rounds, steps)
+    _print_steps("ResNet-18 CIFAR batch 64", med, per, rounds)
+    diff = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses["after"], losses["before"]))
+    print(f"tr-mlir losses, largest relative difference after / before: {diff:.2e}")
+
+
+def bn_stats_kernels(repeats: int) -> None:
+    """Per CIFAR ResNet-18 Winograd conv (3x3, stride 1, C -> C at batch 64, the cost rule's
+    variant), median ms over ``repeats`` interleaved rounds of: the conv alone, the conv writing
+    its output's BN statistics (``conv_fwd`` with ``sum`` / ``sq_sum``: in the output transform),
+    the conv then the BN's own statistics pass (``lowering/cpu/_cnorm.py``), and PyTorch eager's
+    ``conv2d`` then ``var_mean`` over the same channels (NCHW, its layout); load and steal around."""
+    import torch
+
+    from bench.cpu_time import describe, quietness, sample
+    from tr_mlir.lowering.cpu import KERNELS, _cnorm
+
+    variants = {32: "winograd_4x4_3x3", 16: "winograd_4x4_3x3", 8: "winograd_2x2_3x3", 4: "winograd_2x2_3x3"}
+    start = sample()
+    print(f"load {os.getloadavg()[0]:.2f}")
+    print(f"{'shape':<16} {'variant':<17} {'conv ms':>8} {'+stats in':>9} {'+BN pass':>9} {'saved ms':>8} "
+          f"{'torch conv':>10} {'+var_mean':>9}")
+    rng = np.random.default_rng(0)
+    spec = KERNELS["conv_fwd"]
+    for n, h, w, c in SHAPES:
+        algo = variants[h]
+        x = rng.standard_normal((n, h, w, c)).astype(np.float32)
+        wt = (rng.standard_normal((c, 3, 3, c)) / np.sqrt(9 * c)).astype(np.float32)
+        y = np.empty_like(x)
+        s, q = np.empty(c, np.float32), np.empty(c, np.float32)
+        params = {"k": 3, "s": 1, "p": 1, "groups": 1, "algo": algo}
+        ws = {k: np.zeros(sh, dt) for k, (sh, dt) in spec.workspace_shapes({"x": x, "w": wt, "y": y}, **params).items()}
+        plain = spec.bind({"x": x, "w": wt, "y": y, **ws}, params)
+        fused = spec.bind({"x": x, "w": wt, "y": y, "sum": s, "sq_sum": q, **ws}, {**params, "bn_stats": True})
+        xt, wtt = torch.from_numpy(x.transpose(0, 3, 1, 2).copy()), torch.from_numpy(wt.transpose(0, 3, 1, 2).copy())
+
+        def then_pass() -> None:
+            plain()
+            _cnorm.batch_stats(y.reshape(-1, c))
+
+        def torch_conv():
+            return torch.nn.functional.conv2d(xt, wtt, padding=1)
+
+        def torch_both() -> None:
+            torch.var_mean(torch_conv(), dim=(0, 2, 3), unbiased=False)
+
+        fns = [plain, fused, then_pass, torch_conv, torch_both]
+        for f in fns:
+            f()
+        tp, tf, tb, tc, tv = (t * 1e3 for t in _interleaved_n(fns, repeats))
+        print(f"{'x'.join(map(str, (n, h, w, c))):<16} {algo:<17} {tp:>8.2f} {tf - tp:>+9.3f} {tb - tp:>+9.3f} "
+              f"{tb - tf:>8.3f} {tc:>10.2f} {tv - tc:>+9.3f}")
+    print(f"load {os.getloadavg()[0]:.2f}; {describe(quietness(start, sample()))}")
 
 
 def bn_stats_sides(shape: tuple[int, ...]) -> tuple:
@@ -308,11 +383,13 @@ def main(argv: list[str] | None = None) -> int:
     from threadpoolctl import threadpool_limits
 
     ap = argparse.ArgumentParser(prog="python -m bench.epilogues", description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("kernels", "step", "fc-relu-kernels", "fc-relu-step", "bn-stats"))
+    ap.add_argument("what", choices=("kernels", "step", "fc-relu-kernels", "fc-relu-step", "bn-stats",
+                                     "bn-stats-kernels", "bn-stats-step"))
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=41, help="kernels, fc-relu-kernels, bn-stats: rounds per case")
-    ap.add_argument("--rounds", type=int, default=9, help="step, fc-relu-step: rounds (each every side)")
-    ap.add_argument("--steps", type=int, default=2, help="step, fc-relu-step: steps per side per round")
+    ap.add_argument("--repeats", type=int, default=41,
+                    help="kernels, fc-relu-kernels, bn-stats, bn-stats-kernels: rounds per case")
+    ap.add_argument("--rounds", type=int, default=9, help="step, fc-relu-step, bn-stats-step: rounds (each every side)")
+    ap.add_argument("--steps", type=int, default=2, help="step, fc-relu-step, bn-stats-step: steps per side per round")
     args = ap.parse_args(argv)
     import torch
 
@@ -321,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
         {"kernels": lambda: kernels(args.repeats), "step": lambda: step(args.rounds, args.steps),
          "fc-relu-kernels": lambda: fc_relu_kernels(args.repeats),
          "fc-relu-step": lambda: fc_relu_step(args.rounds, args.steps),
-         "bn-stats": lambda: bn_stats(args.repeats)}[args.what]()
+         "bn-stats": lambda: bn_stats(args.repeats), "bn-stats-kernels": lambda: bn_stats_kernels(args.repeats),
+         "bn-stats-step": lambda: bn_stats_step(args.rounds, args.steps)}[args.what]()
     return 0
 
 

@@ -47,6 +47,8 @@ Kernels take named arrays; the row connects them:
 * ``optional``: trailing ``outs`` a node may leave out; the kernel then gets ``None`` there and
   skips that output (the ReLU mask, which a ReLU whose backward reads its output does not write).
   Such an op plans no workspaces, so a short output list is never mistaken for workspaces.
+  Trailing ``ins`` may be optional too: a node that leaves them out passes ``None`` (the batch
+  statistics a BN forward reads from the conv before it, ``memplan-fuse-bn-stats``).
 * ``accumulates``: outputs (or output spans) the kernel adds into, reading their old value
   (``GRAD_ACCUM``'s ``dx += dy``, the metric sums, the EMA). An argument that is also an input
   reads its old value too. Every other output is *overwritten*: the kernel writes all of it
@@ -126,13 +128,21 @@ class Operands:
         return arg not in self.accumulates and arg not in reads and arg.rstrip("*") not in {
             a.rstrip("*") for a in reads}
 
+    def _required(self, args: tuple[str | None, ...]) -> int:
+        n = len(args)
+        while n and args[n - 1] in self.optional:
+            n -= 1
+        return n
+
     @property
     def required_outs(self) -> int:
         """How many of ``outs`` a node must give (the trailing ``optional`` ones may be left out)."""
-        n = len(self.outs)
-        while n and self.outs[n - 1] in self.optional:
-            n -= 1
-        return n
+        return self._required(self.outs)
+
+    @property
+    def required_ins(self) -> int:
+        """How many of ``ins`` a node must give (the trailing ``optional`` ones may be left out)."""
+        return self._required(self.ins)
 
     @property
     def arguments(self) -> tuple[str, ...]:
@@ -152,11 +162,12 @@ class Operands:
         """``({arg: operand}, trailing workspace outputs)`` for one node's positional operands.
 
         Operands may be anything (ids, shapes, arrays). Raises ``ValueError`` naming the op when
-        there are fewer operands than the table lists, more inputs than it lists, or one argument
-        gets two different operands.
+        there are fewer operands than the table lists (trailing optional inputs and outputs
+        aside), more inputs than it lists, or one argument gets two different operands.
         """
-        if len(ins) != len(self.ins):
-            raise ValueError(f"'{op}' node has {len(ins)} inputs, its operand table lists {len(self.ins)} "
+        if not self.required_ins <= len(ins) <= len(self.ins):
+            least = "" if self.required_ins == len(self.ins) else f"{self.required_ins} to "
+            raise ValueError(f"'{op}' node has {len(ins)} inputs, its operand table lists {least}{len(self.ins)} "
                              f"({list(self.ins)})")
         if len(outs) < self.required_outs:
             least = "" if self.required_outs == len(self.outs) else f"at least {self.required_outs} of "
@@ -503,7 +514,7 @@ def skippable_outputs(op: str, count: int) -> frozenset[int]:
         spec, row = implementation(op), operands_for(op)
     except KernelIdError:
         return frozenset()
-    optional = spec.optional & spec.writes
+    optional = (spec.optional & spec.writes) - set(row.when)  # a `when` argument is its param's to bind
     return frozenset(p for p, arg in enumerate(row.outs[:count]) if arg in optional)
 
 
@@ -532,9 +543,13 @@ _FREE: tuple[str, ...] = ()
 _XY = Operands(("x",), ("y",))
 _DYDX = Operands(("dy",), ("dx",))
 _DY_X = Operands(("dy", "x"), ("dx",))  # the activations recompute f'(x) from the input
-_CONV_FWD = Operands(("x", "w"), ("y", None, None))  # the seed's cuDNN forward also emits sum / sq_sum
-_BN_FWD = Operands(("x", "gamma", "beta", "running_mean", "running_var", "eps", "momentum"),
-                   ("y", "save_mean", "save_istd", "running_mean", "running_var"))
+_CONV_INF = Operands(("x", "w"), ("y", None, None))  # the seed's cuDNN forward also emits sum / sq_sum
+# the training forward writes them (Σy and Σ(y - mean)^2 per channel) under bn_stats = true
+# (memplan-fuse-bn-stats), for the BN forward after it, which then reads them instead of y
+_CONV_FWD = Operands(("x", "w"), ("y", "sum", "sq_sum"), when={"sum": "bn_stats", "sq_sum": "bn_stats"})
+_BN_STATS = frozenset({"sum", "sq_sum"})
+_BN_FWD = Operands(("x", "gamma", "beta", "running_mean", "running_var", "eps", "momentum", "sum", "sq_sum"),
+                   ("y", "save_mean", "save_istd", "running_mean", "running_var"), optional=_BN_STATS)
 _BN_BWD = Operands(("dy", "gamma", "save_mean", "save_istd", "x"), ("dx", "dgamma", "dbeta"))
 _BN_INF = Operands(("x", "eq_scale", "eq_bias"), ("y",))
 _BN_RELU_OUTS = ("y", "save_mean", "save_istd", "running_mean", "running_var", "mask")
@@ -569,11 +584,11 @@ class K:
 
     # conv (weights KRSC); the first layer computes no dX
     CONV_FWD = _id("conv_fwd", _CONV_FWD)
-    CONV_INF = _id("conv_inf", _CONV_FWD)
+    CONV_INF = _id("conv_inf", _CONV_INF)
     CONV_BWD = _id("conv_bwd", Operands(("dy", "w", "x"), ("dx", "dw")))
     CONV_BWD_FIRST_LAYER = _id("conv_bwd_first_layer", Operands(("dy", "w", "x"), ("dw",)))
     # batch norm: the forward lists the running statistics it updates among its outputs
-    BN1D_FWD = _id("bn1d_fwd", _BN_FWD)
+    BN1D_FWD = _id("bn1d_fwd", Operands(_BN_FWD.ins[:-2], _BN_FWD.outs))
     BN1D_BWD = _id("bn1d_bwd", _BN_BWD)
     BN1D_INF = _id("bn1d_inf", _BN_INF)
     BN2D_FWD = _id("bn2d_fwd", _BN_FWD)
@@ -581,12 +596,13 @@ class K:
     BN2D_INF = _id("bn2d_inf", _BN_INF)
     # batch norm + ReLU (and + residual add before the ReLU) in one pass each way; the mask or
     # output form as a ReLU's (lowering/cpu/norm.py)
-    BN2D_RELU_FWD = _id("bn2d_relu_fwd", Operands(_BN_FWD.ins, _BN_RELU_OUTS, optional=frozenset({"mask"})))
+    BN2D_RELU_FWD = _id("bn2d_relu_fwd", Operands(_BN_FWD.ins, _BN_RELU_OUTS,
+                                                  optional=frozenset({"mask"}) | _BN_STATS))
     BN2D_RELU_BWD = _id("bn2d_relu_bwd", Operands(("dy", "mask", *_BN_GATED), ("dx", "dgamma", "dbeta")))
     BN2D_RELU_BWD_FROM_OUTPUT = _id("bn2d_relu_bwd_from_output",
                                     Operands(("dy", "y", *_BN_GATED), ("dx", "dgamma", "dbeta")))
     BN2D_ADD_RELU_FWD = _id("bn2d_add_relu_fwd", Operands(("x", "skip", *_BN_FWD.ins[1:]), _BN_RELU_OUTS,
-                                                          optional=frozenset({"mask"})))
+                                                          optional=frozenset({"mask"}) | _BN_STATS))
     BN2D_ADD_RELU_BWD = _id("bn2d_add_relu_bwd", Operands(("dy", "mask", *_BN_GATED),
                                                           ("dx", "dskip", "dgamma", "dbeta")))
     BN2D_ADD_RELU_BWD_FROM_OUTPUT = _id("bn2d_add_relu_bwd_from_output",

@@ -38,6 +38,7 @@ PASSES: dict[str, str | type[ModulePass]] = {
     "memplan-create-plans": "MemplanCreatePlansPass",
     "memplan-name-parameters": "MemplanNameParametersPass",
     "memplan-build-graph": "MemplanBuildGraphPass",
+    "memplan-fuse-bn-stats": "MemplanFuseBnStatsPass",
     "memplan-fuse-fc-relu": "MemplanFuseFcReluPass",
     "memplan-narrow-grad-clear": "MemplanNarrowGradClearPass",
     "memplan-share-variants": "MemplanShareVariantsPass",

@@ -26,7 +26,9 @@ the cost rule; ``im2col``: today's rule; ``numpy``; or one algorithm where it ap
 ``decay_all`` (default false) is ``memplan-build-graph``'s: bias-like parameters (BN gamma/beta, FC
 biases) run the optimizer's weight update, with weight decay. ``fuse_fc_relu`` (default true)
 runs ``memplan-fuse-fc-relu``; ``fuse_fc_relu=false`` keeps the FC and ReLU nodes apart (the same
-bits).
+bits). ``fuse_bn_stats`` (default true) runs ``memplan-fuse-bn-stats`` after it: Winograd convs write
+the batch-norm statistics of their output; ``fuse_bn_stats=false`` leaves them to the BN (the
+last bits of the statistics differ).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from tr_mlir.passes.memplan_build_atlas import MemplanBuildAtlasPass
 from tr_mlir.passes.memplan_build_graph import MemplanBuildGraphPass
 from tr_mlir.passes.memplan_create_plans import MemplanCreatePlansPass
 from tr_mlir.passes.memplan_derive_shapes import CompileSpecOptions, MemplanDeriveShapesPass
+from tr_mlir.passes.memplan_fuse_bn_stats import MemplanFuseBnStatsPass
 from tr_mlir.passes.memplan_fuse_fc_relu import MemplanFuseFcReluPass
 from tr_mlir.passes.memplan_max_slots import MemplanMaxSlotsPass
 from tr_mlir.passes.memplan_name_parameters import MemplanNameParametersPass
@@ -64,6 +67,7 @@ class MemplanCompilePass(CompileSpecOptions, ConvAlgoOptions, ModulePass):
     ema: bool = False
     decay_all: bool = False
     fuse_fc_relu: bool = True
+    fuse_bn_stats: bool = True
 
     def phases(self) -> list[ModulePass]:
         """The passes this pipeline runs, in order, with the spec options on phase 1."""
@@ -71,6 +75,7 @@ class MemplanCompilePass(CompileSpecOptions, ConvAlgoOptions, ModulePass):
         return [MemplanSelectConvAlgoPass(**spec, **self.algo_options()), MemplanDeriveShapesPass(**spec),
                 MemplanMaxSlotsPass(), MemplanCreatePlansPass(ema=self.ema), MemplanNameParametersPass(),
                 MemplanBuildGraphPass(decay_all=self.decay_all), *([MemplanFuseFcReluPass()] if self.fuse_fc_relu else []),
+                *([MemplanFuseBnStatsPass()] if self.fuse_bn_stats else []),
                 MemplanNarrowGradClearPass(),
                 MemplanShareVariantsPass(), MemplanBuildAtlasPass(),
                 MemplanSkipDeadOutputsPass(), MemplanAssignOffsetsPass(reuse=self.reuse)]

@@ -14,7 +14,8 @@ compile spec: ``batch_size``, ``train_size``, ``val_size``, ``train_res``, ``tra
 lifetime, default true; ``ema``; ``decay_all``: bias-like parameters decay too,
 :mod:`tr_mlir.passes.memplan_build_graph`; ``conv_algo`` and ``conv_algo_fwd`` / ``_dgrad`` / ``_wgrad``: the
 conv algorithms, :mod:`tr_mlir.passes.memplan_select_conv_algo`; ``fuse_fc_relu``: the FC+ReLU
-GEMM epilogue, default true, :mod:`tr_mlir.passes.memplan_fuse_fc_relu`).
+GEMM epilogue, default true, :mod:`tr_mlir.passes.memplan_fuse_fc_relu`; ``fuse_bn_stats``: BN
+statistics in the Winograd convs' output pass, default true, :mod:`tr_mlir.passes.memplan_fuse_bn_stats`).
 """
 
 from __future__ import annotations
@@ -47,10 +48,12 @@ class TrCompilePass(CompileSpecOptions, ConvAlgoOptions, ModulePass):
     ema: bool = False
     decay_all: bool = False
     fuse_fc_relu: bool = True
+    fuse_bn_stats: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         ArchPlanPass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, cbrp=self.cbrp,
                      skip=self.skip, extra=self.extra).apply(ctx, op)
         op.verify()
         MemplanCompilePass(**{k: getattr(self, k) for k in SPEC_OPTIONS}, **self.algo_options(), reuse=self.reuse,
-                           ema=self.ema, decay_all=self.decay_all, fuse_fc_relu=self.fuse_fc_relu).apply(ctx, op)
+                           ema=self.ema, decay_all=self.decay_all, fuse_fc_relu=self.fuse_fc_relu,
+                           fuse_bn_stats=self.fuse_bn_stats).apply(ctx, op)

@@ -128,16 +128,20 @@ def check_kernels(report: dict) -> bool:
         except Exception as e:  # a launch failure is a failed case, the others still run
             failed.append({"case": case.label, "exception": f"{type(e).__name__}: {e}"})
             rows.append({"case": case.label, "ok": False})
-    try:  # the CUDA Winograd convs (every algo of conv_fwd / conv_bwd beyond the implicit GEMM)
-        from tr_mlir.lowering.cuda.winograd_checks import check
+    from tr_mlir.lowering.cuda import checks as cuda_checks, winograd_checks
 
-        for r in check(backend):
-            rows.append({"case": r["case"], "max_error": r["error"], "ok": r["ok"]})
-            if not r["ok"]:
-                failed.append({"case": r["case"], "errors": {"bound_ratio": r["error"]}})
-    except Exception as e:
-        failed.append({"case": "winograd", "exception": f"{type(e).__name__}: {e}"})
-        rows.append({"case": "winograd", "ok": False})
+    # the CUDA Winograd convs (every algo of conv_fwd / conv_bwd beyond the implicit GEMM), and
+    # conv_fwd's batch-norm statistics (memplan-fuse-bn-stats: bound, y unchanged, reruns bit-identical)
+    for label, check, error in (("winograd", winograd_checks.check, "bound_ratio"),
+                                ("conv_stats", cuda_checks.conv_stats_check, "stats")):
+        try:
+            for r in check(backend):
+                rows.append({"case": r["case"], "max_error": r["error"], "ok": r["ok"]})
+                if not r["ok"]:
+                    failed.append({"case": r["case"], "errors": {error: r["error"]}})
+        except Exception as e:
+            failed.append({"case": label, "exception": f"{type(e).__name__}: {e}"})
+            rows.append({"case": label, "ok": False})
     report["kernels"] = {"cases": len(rows), "failed": failed,
                          "worst": sorted(rows, key=lambda r: -r.get("max_error", 0.0))[:15]}
     _log(f"kernels: {len(rows) - len(failed)}/{len(rows)} cases agree with NumPy")

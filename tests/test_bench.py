@@ -421,6 +421,18 @@ def test_bn_stats_bound_benchmark_runs(capsys):
     assert all("x".join(map(str, s)) in out for s in SHAPES) and "steal" in out
 
 
+def test_bn_stats_epilogue_kernel_benchmark_runs(capsys):
+    """``python -m bench.epilogues bn-stats-kernels``, one round: a row per ResNet-18 shape with
+    its Winograd variant, the PyTorch columns, the load and the steal time. (``bn-stats-step``
+    shares the interleaved three-sided step loop of ``fc-relu-step``, run above.)"""
+    from bench.epilogues import SHAPES, bn_stats_kernels
+
+    bn_stats_kernels(1)
+    out = capsys.readouterr().out
+    assert all("x".join(map(str, s)) in out for s in SHAPES) and "winograd_4x4_3x3" in out
+    assert "torch conv" in out and "steal" in out
+
+
 def test_thread_scaling_compares_each_side_with_itself():
     """Issue 13's "both threads busy": each side's median step on 1 thread over its median on 2,
     rendered with whether tr-mlir scales at least as well."""

@@ -9,6 +9,9 @@
   (the same kernel text compiled for the host, :mod:`tr_mlir.lowering.cuda.emulator`) agrees with
   the NumPy kernel (:mod:`tr_mlir.lowering.cuda.checks`); dropout's mask is bit-identical (the
   kernel reproduces NumPy's Philox stream).
+* The batch-norm statistics a conv forward writes (implicit GEMM and Winograd): within one fp32
+  rounding of float64 sums of its y, y unchanged, bit-identical reruns; the BN forwards reading
+  them agree with their own statistics pass.
 * Launch checks: wrong argument counts or kinds and pointers outside the arena are refused.
 """
 
@@ -23,7 +26,7 @@ import pytest
 
 from tr_mlir.lowering.cuda import emulator as emu
 from tr_mlir.lowering.cuda import sources as cuda_sources
-from tr_mlir.lowering.cuda.checks import cases, error, run_case
+from tr_mlir.lowering.cuda.checks import STATS_GEOMS, cases, conv_stats_check, conv_stats_run, error, run_case
 from tr_mlir.lowering.cpu import CUDA, KERNELS
 
 needs_cxx = pytest.mark.skipif(emu.host_compiler() is None, reason="no host C++ compiler for the kernel emulator")
@@ -48,8 +51,9 @@ def test_signatures_parse_every_kernel():
     assert len(sigs) >= 40
     assert [p.kind for p in sigs["tr_gemm"]][:2] == ["ptr", "i32"]
     assert {"tr_conv_fwd", "tr_conv_dgrad", "tr_conv_wgrad", "tr_softmax_ce_fwd", "tr_dropout_fwd"} <= set(sigs)
-    assert {"tr_gemm", "tr_conv_wgrad", "tr_softmax_ce_fwd", "tr_colsum"} <= cuda_sources.barrier_kernels()
-    assert "tr_add" not in cuda_sources.barrier_kernels()
+    assert {"tr_gemm", "tr_conv_wgrad", "tr_softmax_ce_fwd", "tr_colsum", "tr_colstats_part",
+            "tr_colstats_merge"} <= cuda_sources.barrier_kernels()
+    assert not {"tr_add", "tr_bn_given_stats"} & cuda_sources.barrier_kernels()
 
 
 @needs_nvrtc
@@ -217,6 +221,69 @@ def test_relu_fc_bwd_refuses_a_dx_overlapping_x_on_the_device(backend):
         backend.kernels["relu_fc_bwd"].bind(views, {})()
     views["dx"] = backend.view(arena, x.nbytes, np.float32, x.shape)  # adjacent: fine
     backend.kernels["relu_fc_bwd"].bind(views, {})()
+
+
+# -- batch-norm statistics written by the conv (memplan-fuse-bn-stats) ---------------------------------
+
+
+def test_conv_writes_deterministic_bn_statistics_on_the_device(backend):
+    """conv_fwd with sum / sq_sum (the implicit GEMM's pass over y: dense, strided, pointwise,
+    depthwise; both Winograd variants' per-chunk reduction, odd outputs), fp32 and fp16 y: the
+    statistics of the y it wrote within one fp32 rounding of float64 sums, y bit-identical to the
+    call without them, every output bit-identical on a rerun (checks.conv_stats_check, which
+    scripts/gpu_smoke.py's kernel cases complement on a GPU)."""
+    rows = conv_stats_check(backend)
+    assert len(rows) == len(STATS_GEOMS) * 2 * 3
+    bad = [r for r in rows if not r["ok"]]
+    assert not bad, bad[:5]
+
+
+_BN_FORWARDS = ("bn2d_fwd", "bn2d_relu_fwd", "bn2d_add_relu_fwd")
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+@pytest.mark.parametrize("name", _BN_FORWARDS)
+def test_bn_forward_reading_the_conv_statistics_matches_its_own_pass(backend, name, dt):
+    """A conv writing its statistics, then a BN forward reading them (tr_bn_given_stats), against the
+    BN forward's own statistics pass (tr_colsum / tr_colsum_sq) on the same conv output: saved mean
+    and inv_std, running statistics within ~1e-6 relative, y within that (fp16 y: one fp16 rounding
+    more), the same mask but where the pre-activation is within rounding of 0; the fused path is
+    bit-identical on a rerun."""
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-0.5, 1.5, (2, 7, 7, 5)).astype(dt)
+    w = rng.uniform(-1.0, 1.0, (40, 3, 3, 5)).astype(dt)
+    y, ssum, ssq = conv_stats_run(backend, x, w, {"k": 3, "s": 1, "p": 1, "groups": 1, "algo": "auto"})
+    c = y.shape[-1]
+    arrays = {"x": y, "gamma": rng.uniform(0.5, 1.5, c).astype(np.float32),
+              "beta": rng.uniform(-1, 1, c).astype(np.float32), "running_mean": rng.uniform(-1, 1, c).astype(np.float32),
+              "running_var": rng.uniform(0.5, 2.0, c).astype(np.float32), "y": np.zeros_like(y),
+              "save_mean": np.zeros(c, np.float32), "save_istd": np.zeros(c, np.float32)}
+    if name != "bn2d_fwd":
+        arrays["mask"] = np.zeros(y.shape, np.int8)
+    if name == "bn2d_add_relu_fwd":
+        arrays["skip"] = rng.uniform(-1, 1, y.shape).astype(dt)
+    own = _on_device(backend, name, arrays)
+    fused = _on_device(backend, name, arrays | {"sum": ssum, "sq_sum": ssq})
+    again = _on_device(backend, name, arrays | {"sum": ssum, "sq_sum": ssq})
+    assert all(fused[k].tobytes() == again[k].tobytes() for k in fused)
+    for k in ("save_mean", "save_istd", "running_mean", "running_var"):
+        assert error(fused[k], own[k]) <= 1e-6, k
+    assert error(fused["y"], own["y"]) <= (1e-6 if dt == np.float32 else 2.0 ** -10), "y"
+    if "mask" in arrays:
+        assert error(fused["mask"], own["mask"]) <= 0.01
+
+
+def test_bn_forward_refuses_half_the_statistics(backend):
+    """sum without sq_sum, or statistics of another size, is refused (as on the CPU)."""
+    c = 6
+    arrays = {"x": np.ones((2, 3, 3, c), np.float32), "gamma": np.ones(c, np.float32), "beta": np.zeros(c, np.float32),
+              "running_mean": np.zeros(c, np.float32), "running_var": np.ones(c, np.float32),
+              "y": np.zeros((2, 3, 3, c), np.float32), "save_mean": np.zeros(c, np.float32),
+              "save_istd": np.zeros(c, np.float32), "sum": np.zeros(c, np.float32)}
+    with pytest.raises(ValueError, match="expected both 'sum' and 'sq_sum'"):
+        _on_device(backend, "bn2d_fwd", arrays)
+    with pytest.raises(ValueError, match="expected 'sq_sum' of 6 fp32 elements"):
+        _on_device(backend, "bn2d_fwd", arrays | {"sq_sum": np.zeros(5, np.float32)})
 
 
 def test_error_measure():

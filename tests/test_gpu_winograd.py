@@ -9,6 +9,9 @@ conv2d / autograd in float64 within the CPU module's bound (winograd.RTOL; fp16:
 rounding of each result) and against the CPU winograd.py. Workspaces are exactly the CUDA rule's
 sizes, filled with NaN, so a read of scratch never written shows; the registry-level CUDA kernels
 take ``algo`` / ``algo_dgrad`` / ``algo_wgrad`` and size their workspaces by ws_fwd_cuda / ws_bwd_cuda.
+The forward's batch-norm statistics (``sum`` / ``sq_sum``, memplan-fuse-bn-stats), reduced chunk by
+chunk after the output transform: within one fp32 rounding of float64 sums of the y written, y
+unchanged, bit-identical reruns, over one chunk and many; and in a compiled training plan.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from tr_mlir.lowering.cuda import emulator as emu
 from tr_mlir.lowering.cuda import sources as cuda_sources
 from tr_mlir.lowering.cuda import winograd as CW
 from tr_mlir.lowering.cuda import winograd_checks as WC
+from tr_mlir.lowering.cuda.checks import conv_stats_run, stats_error
 
 torch.set_num_threads(1)
 
@@ -152,6 +156,80 @@ def test_dgrad_accumulates_and_chunks(backend, variant, monkeypatch):
     _close(got[2], ref[2], W.RTOL[m], "dw over chunks")
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["one-chunk", "chunks"])
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("geom", [GEOMS[1], GEOMS[3], GEOMS[4]], ids=_ids)
+def test_forward_writes_bn_statistics_per_chunk(backend, geom, variant, chunked, monkeypatch):
+    """conv_fwd with sum / sq_sum as a Winograd variant: each chunk's output reduced after its
+    tr_wino_out into float64 parts (tmp, sized by ws_fwd_cuda), merged in a fixed order. Odd outputs
+    (5x5 of 7x7 unpadded, 6x5: partial edge tiles), 64 channels, one chunk or one image a chunk
+    (CUDA_CHUNK small): the statistics of the y written within one fp32 rounding of float64 sums and
+    within the Winograd bound of PyTorch's y statistics, y bit-identical to the call without them,
+    and every output bit-identical on a rerun."""
+    if chunked:
+        monkeypatch.setattr(CW, "CUDA_CHUNK", 1)
+    x, w, _, g = _data(geom, seed=11)
+    x += 0.5  # a mean away from 0: sq_sum is not sum y^2
+    params = {"k": 3, "s": 1, "p": geom[5], "groups": 1, "algo": variant}
+    images = CW.chunk_images(W.fwd_plan(g, W.VARIANTS[variant]))
+    assert (images == 1) if chunked else (images == g.n)
+    splits, parts = CW.stats_layout(g.n, g.k_out, images, g.y_shape[1] * g.y_shape[2])
+    assert parts == splits + (g.n if chunked and g.n > 1 else 0)  # a chunk's parts, then one per chunk
+    y, ssum, ssq = conv_stats_run(backend, x, w, params)
+    assert stats_error(ssum, ssq, y) <= 1.0
+    plain, _, _ = conv_stats_run(backend, x, w, params, stats=False)
+    assert y.tobytes() == plain.tobytes()
+    again = conv_stats_run(backend, x, w, params)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip((y, ssum, ssq), again))
+    ref = _torch(x, w, np.zeros(g.y_shape, np.float32), geom[5])[0].reshape(-1, g.k_out)
+    scale = np.abs(ref).max() * ref.shape[0]
+    rtol = W.RTOL[W.VARIANTS[variant]]
+    assert np.abs(ssum.reshape(-1) - ref.sum(0)).max() <= rtol * scale
+    sq_ref = ((ref - ref.mean(0)) ** 2).sum(0)
+    assert np.abs(ssq.reshape(-1) - sq_ref).max() <= 4 * rtol * np.abs(ref).max() * scale
+
+
+def test_forward_statistics_need_their_workspace(backend):
+    """A Winograd forward asked for statistics without the tmp workspace of ws_fwd_cuda refuses."""
+    x, w, _, g = _data(GEOMS[1])
+    d = WC.on_device(backend, {"x": x, "w": w, "y": np.zeros(g.y_shape, np.float32), "s": np.zeros(8, np.float32),
+                               "q": np.zeros(8, np.float32)}
+                     | _nan_ws(CW.workspace_sizes(g, "winograd_2x2_3x3", ("fwd",))))
+    ws = {"wbuf": d["wbuf"], "col": d["col"]}
+    with pytest.raises(ValueError, match="expected a workspace of .* float32 elements, got None"):
+        CW.forward(backend.ops, d["x"], d["w"], d["y"], g, ws, "winograd_2x2_3x3", (d["s"], d["q"]))
+
+
+def test_compiled_plan_fuses_the_statistics_into_the_winograd_forward():
+    """A Winograd-forced training plan on the emulator: memplan-fuse-bn-stats pairs its convs with
+    their BNs, the CUDA forwards reduce per chunk into the planned ws_tmp (tr_colstats_part /
+    tr_colstats_merge) and the BNs read the result (tr_bn_given_stats); it trains like the plan
+    without the pass (the last bits of the statistics apart)."""
+    from collections import Counter
+
+    from tr_mlir.lowering.cuda.backend import CudaBackend
+    from tr_mlir.task import Task
+
+    if emu.host_compiler() is None:
+        pytest.skip("no host C++ compiler for the kernel emulator")
+    params, launched = {}, {}
+    for fused in (True, False):
+        dev = emu.EmulatedDevice()
+        dev.trace = []
+        task = Task("resnet_tiny", (8, 8, 1), 10, 8, seed=1, fuse=True, conv_algo="winograd_4x4_3x3",
+                    device=CudaBackend(dev), fuse_bn_stats=fused)
+        rng = np.random.default_rng(0)
+        for _ in range(2):
+            task.train_step(rng.standard_normal((8, 8, 8, 1)).astype(np.float32), rng.integers(0, 10, 8))
+        launched[fused] = Counter(dev.trace)
+        params[fused] = [p.copy() for _, p in task.parameters()]
+    assert launched[True]["tr_colstats_part"] > 0 and launched[True]["tr_bn_given_stats"] > 0
+    assert launched[True]["tr_colsum_sq"] < launched[False]["tr_colsum_sq"]
+    assert launched[False]["tr_colstats_part"] == launched[False]["tr_bn_given_stats"] == 0
+    for a, b in zip(params[True], params[False]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_gpu_smoke_checks_pass_on_the_emulator(backend):
     """winograd_checks.check (what scripts/gpu_smoke.py runs on a GPU): every row within its bound."""
     rows = WC.check(backend)
@@ -172,8 +250,11 @@ def test_workspace_rules():
     assert CW.ws_fwd_cuda(arrays, **params) == {} == CW.ws_fwd_cuda(arrays, **params, algo="auto")
     f4 = CW.workspace_sizes(g, "winograd_4x4_3x3", ("fwd",))
     assert f4["wbuf"] == 36 * 8 * 5 and f4["col"] == 36 * 2 * 4 * (5 + 8)  # 2x2 tiles per 5x5 output
-    assert CW.ws_fwd_cuda(arrays, **params, algo="winograd_4x4_3x3") == {n: ((e,), np.float32)
-                                                                         for n, e in f4.items()}
+    # with tmp for the batch-norm statistics' parts (planned before memplan-fuse-bn-stats sets bn_stats):
+    # one chunk here (2 images, 5x5 outputs, 8 channels), one part of 50 rows of {count, mean, M2} x 8
+    stats = {**{n: ((e,), np.float32) for n, e in f4.items()}, "tmp": ((1 * 3 * 8 * 2,), np.float32)}
+    assert CW.ws_fwd_cuda(arrays, **params, algo="winograd_4x4_3x3") == stats
+    assert CW.ws_fwd_cuda(arrays, **params, algo="winograd_4x4_3x3", bn_stats=True) == stats
     # implicit-GEMM backward with an fp16 dw: only the fp32 accumulator (conv.ws_bwd_cuda's rule)
     assert CW.ws_bwd_cuda(arrays, **params) == C.ws_bwd_cuda(arrays, **params)
     both = CW.ws_bwd_cuda(arrays, **params, algo="winograd_2x2_3x3")
@@ -184,6 +265,13 @@ def test_workspace_rules():
     assert mixed["wbuf"][0] == (max(16 * 8 * 5, 9 * 8 * 5),)
     # strided: Winograd does not apply, the rule is the implicit GEMM's
     assert CW.ws_fwd_cuda(arrays, k=3, s=2, p=0, groups=1, algo="winograd_4x4_3x3") == {}
+    # the implicit GEMM plans tmp only when it writes the statistics (bn_stats, or a bound sum): one
+    # chunk of the whole batch
+    with_sum = {**arrays, "sum": ((1, 1, 1, 8), np.dtype(np.float32))}
+    assert CW.ws_fwd_cuda(with_sum, **params) == {"tmp": ((CW.stats_workspace(g, None),), np.float32)}
+    # ResNet-50's 56x56 layers at batch 64: 7 chunks of 10 images, 128 parts a chunk, then 7 merged
+    assert CW.stats_layout(64, 64, 10, 3136) == (128, 128 + 7)
+    assert CW.stats_layout(64, 64, 64, 3136) == (128, 128)  # one chunk: its parts only
 
 
 def test_registry_kernels_dispatch_on_algo(backend):

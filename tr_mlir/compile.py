@@ -84,6 +84,7 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
     conv_algo: str = "auto",
     decay_all: bool = False,
     fuse_fc_relu: bool = True,
+    fuse_bn_stats: bool = True,
 ) -> ModuleOp:
     """Compile a BluePrint to its memplan program (``tr-compile``: ArchPlan, phases 1..5, atlas).
 
@@ -113,6 +114,8 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
             weight decay (``memplan-build-graph``'s option; ``tr_mlir.optim``'s ``decay_all``).
         fuse_fc_relu: run an FC and its adjacent ReLU as one GEMM with a ReLU epilogue
             (``memplan-fuse-fc-relu``; the same bits either way).
+        fuse_bn_stats: let each Winograd conv write the batch-norm statistics of its output for
+            the BN after it (``memplan-fuse-bn-stats``; the statistics' last bits differ).
 
     Returns:
         A verified ``builtin.module`` with the flat ``arch.model`` and its ``memplan.program``
@@ -142,11 +145,13 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
     check_bool("compile", "reuse", reuse)
     check_bool("compile", "decay_all", decay_all)
     check_bool("compile", "fuse_fc_relu", fuse_fc_relu)
+    check_bool("compile", "fuse_bn_stats", fuse_bn_stats)
     module = emit(model, input_shape, amp=amp, fuse=fuse, num_classes=num_classes, name=name)
     TrCompilePass(
         cbrp=cbrp, batch_size=batch_size, train_size=train_size, val_size=val_size, train_res=train_res,
         train_res_end=train_res_end, val_res=val_res, world_size=world_size, optimizer=optimizer,
         target=target, reuse=reuse, conv_algo=conv_algo, decay_all=decay_all, fuse_fc_relu=fuse_fc_relu,
+        fuse_bn_stats=fuse_bn_stats,
     ).apply(make_context(), module)
     module.verify()
     return module

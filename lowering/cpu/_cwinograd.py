@@ -12,14 +12,24 @@ Functions of one plan (tiles ``t`` numbered ``(n * TH + ty) * TW + tx``):
 
 * ``tr_wt(w, U, k0, k1)``: ``U[xi, k, c] = (G w[k, :, :, c] G^T)[xi]`` for ``k`` in
   ``[k0, k1)`` (the filter rotated by 180 degrees for the input gradient's plan);
-* ``tr_fwd(x, U, y, scratch, t0, t1, sgemm, ilp64)``: tiles ``[t0, t1)`` in chunks of ``P``:
+* ``tr_fwd(x, U, y, scratch, t0, t1, sgemm, ilp64, st)``: tiles ``[t0, t1)`` in chunks of ``P``:
   input transform into ``V`` (``scratch``), one GEMM per component into ``M`` (behind ``V``), and
   the output transform into y. The GEMMs are ``cblas_sgemm`` calls of NumPy's OpenBLAS (its
-  address from :func:`._parallel.sgemm_address`), at one thread (the caller holds it there);
-* ``tr_part(x, U, y, scratch, c0, c1, phase, lo, hi, sgemm, ilp64)``: one phase of the
+  address from :func:`._parallel.sgemm_address`), at one thread (the caller holds it there).
+  ``st`` (NULL: none): also the batch-norm statistics of the output, summed by the output
+  transform while each element is in a register (``out_tiles_st``, :func:`sandwich`'s
+  ``stats``), after the first tile an ``st`` sees (``tile_stats``, below, which also sets the
+  pivot);
+* ``tr_part(x, U, y, scratch, c0, c1, phase, lo, hi, sgemm, ilp64, st)``: one phase of the
   chunk of tiles ``[c0, c1)`` when the threads split the components
   (:attr:`.winograd.Plan.split_components`): 0, the input transform of tiles ``[lo, hi)``; 1, the
-  GEMMs of components ``[lo, hi)``; 2, the output transform of tiles ``[lo, hi)``;
+  GEMMs of components ``[lo, hi)``; 2, the output transform of tiles ``[lo, hi)`` (and their
+  statistics into ``st``);
+* ``tile_stats(y, t0, t1, st)``: per output channel, ``count``, the pivot ``p`` (the first pixel
+  of the first tile this ``st`` sees), ``s1 = sum (y - p)`` and ``s2 = sum (y - p)^2`` in double
+  over the pixels of tiles ``[t0, t1)`` inside y, read back from y and added into ``st = {count,
+  p[CO], s1[CO], s2[CO]}`` (:mod:`.conv_stats` combines the parts' ``st`` with Chan's formula);
+  ``out_tiles_st`` adds the same sums, row of a tile by row, from the transform's registers;
 * ``tr_wgrad(x, dy, dU, scratch, ntiles, r0, r1, sgemm, ilp64)``: every tile, but only the
   component rows ``[r0, r1)`` of the transforms and GEMMs: ``dU[xi] = sum over chunks of
   dM[xi]^T V[xi]`` (the GEMM's beta is 1 after the first chunk, so nothing is summed outside it).
@@ -96,14 +106,22 @@ def _sum(terms: list[tuple[float, str]]) -> str:
     return s[2:] if s.startswith("+ ") else "-" + s[2:]
 
 
-def sandwich(lm: np.ndarray, rm: np.ndarray, src: str, dst: str, indent: str, guard: bool = False) -> list[str]:
+def sandwich(lm: np.ndarray, rm: np.ndarray, src: str, dst: str, indent: str, guard: bool = False,
+             stats: bool = False) -> list[str]:
     """C lines of ``Y = L X R^T`` for one channel block: ``Y[i][j][c] = sum_r sum_s L[i][r]
     X[r][s][c] R[j][s]``, X read through pointers named ``{src}{r}_{s}``, Y written through
     ``{dst}{i}_{j}``, over ``c < cn`` (``IVDEP``: the pointers never overlap, which the compiler
     cannot prove for offsets of one array, and would otherwise test at run time or not
     vectorize). One channel loop per row ``i`` of Y (the row transform
     ``t[s] = sum_r L[i][r] X[r][s]``, then ``Y[i][j] = sum_s t[s] R[j][s]``), so a row's
-    temporaries fit in registers; ``guard``: row ``i`` only when ``r0 <= i < r1``."""
+    temporaries fit in registers; ``guard``: row ``i`` only when ``r0 <= i < r1``. ``stats``:
+    also sum the tile's values less the pivot (fp32 ``pf``, an output value), times the 0 / 1
+    factors ``f{i}_{j}`` (the element lies inside y), and their squares, in fp32 over the tile's
+    m x m elements (row by row, through the block arrays ``a1`` / ``a2``), and add the two to the
+    float64 sums ``s1`` and ``s2`` of channel ``c0 + c`` once per tile, while the values are in
+    registers (``tile_stats`` does it from memory, all in float64). A tile's fp32 partial of at most
+    16 terms errs by at most 16 units of 2^-24 relative (a few, typically), independently from
+    tile to tile."""
     ni, nr = lm.shape
     nj, ns = rm.shape
     out = []
@@ -115,7 +133,24 @@ def sandwich(lm: np.ndarray, rm: np.ndarray, src: str, dst: str, indent: str, gu
         for s in range(ns):
             out.append(f"{indent}  const float t{s} = {_sum([(lm[i, r], f'{src}{r}_{s}[c]') for r in rows])};")
         for j in range(nj):
-            out.append(f"{indent}  {dst}{i}_{j}[c] = {_sum([(rm[j, s], f't{s}') for s in range(ns)])};")
+            value = _sum([(rm[j, s], f"t{s}") for s in range(ns)])
+            if not stats:
+                out.append(f"{indent}  {dst}{i}_{j}[c] = {value};")
+                continue
+            out.append(f"{indent}  const float v{j} = {value};")
+            out.append(f"{indent}  {dst}{i}_{j}[c] = v{j};")
+        if stats:
+            out.append(f"{indent}  const float p = pf[c0 + c];")
+            out += [f"{indent}  const float e{j} = f{i}_{j} * (v{j} - p);" for j in range(nj)]
+            r1 = " + ".join(f"e{j}" for j in range(nj))
+            r2 = " + ".join(f"e{j} * e{j}" for j in range(nj))
+            if i == 0:
+                out += [f"{indent}  a1[c] = {r1};", f"{indent}  a2[c] = {r2};"]
+            elif i < ni - 1:
+                out += [f"{indent}  a1[c] += {r1};", f"{indent}  a2[c] += {r2};"]
+            else:
+                out += [f"{indent}  s1[c0 + c] += (double)(a1[c] + {r1});",
+                        f"{indent}  s2[c0 + c] += (double)(a2[c] + {r2});"]
         out.append(indent + "}}")
     return out
 
@@ -126,16 +161,17 @@ def _decl(prefix: str, n1: int, n2: int, expr, const: bool = True) -> list[str]:
 
 
 def _tile_function(signature: str, rows: str, channels: str, src: list[str], dst: list[str], body: list[str],
-                   sink: bool = False) -> str:
+                   sink: bool = False, prologue: str = "", epilogue: str = "") -> str:
     """A C function looping over tiles ``[t0, t1)`` (``n, ty, tx`` and ``q = t - base``, the
     tile's row in the chunk), then over blocks of ``channels`` (``c0``, ``cn``): the per-tile
     ``rows`` declarations, the ``src`` / ``dst`` pointers, the transform ``body``; ``sink``: stack
-    blocks for outputs outside the array (one per tile element: restrict pointers never share one)."""
+    blocks for outputs outside the array (one per tile element: restrict pointers never share one);
+    ``prologue`` / ``epilogue``: C lines before and after the tile loop."""
     nl = "\n"
     return f"""
 static void {signature} {{
   GEO
-{"  float sink[MT * MT][CB] __attribute__((aligned(64)));" + nl if sink else ""}  for (long t = t0; t < t1; t++) {{
+{"  float sink[MT * MT][CB] __attribute__((aligned(64)));" + nl if sink else ""}{prologue}  for (long t = t0; t < t1; t++) {{
     const long n = t / TPI, ty = (t % TPI) / TW, tx = t % TW, q = t - base;
 {rows}    for (long c0 = 0; c0 < {channels}; c0 += CB) {{
       const long cn = lmin(CB, {channels} - c0);
@@ -144,7 +180,7 @@ static void {signature} {{
 {nl.join(body)}
     }}
   }}
-}}
+{epilogue}}}
 """
 
 
@@ -192,6 +228,23 @@ def source(pl: Plan) -> str:
         _decl("d", m, m, lambda u, v: f"(ok{u}r && ok{v}c) ? y + ((n * HO + oh{u}) * WO + ow{v}) * CO + c0 "
                                       f": sink[{u * m + v}]", const=False),
         sandwich(at, at, "s", "d", "      "), sink=True)
+    # the same with the batch-norm statistics of the elements inside y (sandwich's stats)
+    factors = "".join(f"    const float f{u}_{v} = (ok{u}r && ok{v}c) ? 1.0f : 0.0f;\n" for u in range(m) for v in range(m))
+    counted = " + ".join(f"f{u}_{v}" for u in range(m) for v in range(m))
+    f_out_st = _tile_function(
+        "out_tiles_st(const long* geo, const float* restrict Mb, float* restrict y, long t0, long t1, long base, "
+        "double* restrict st)",
+        rows_out + factors + f"    count += {counted};\n", "CO",
+        _decl("s", a, a, lambda i, j: f"Mb + (({i * a + j}L * P + q) * CO) + c0"),
+        _decl("d", m, m, lambda u, v: f"(ok{u}r && ok{v}c) ? y + ((n * HO + oh{u}) * WO + ow{v}) * CO + c0 "
+                                      f": sink[{u * m + v}]", const=False),
+        sandwich(at, at, "s", "d", "      ", stats=True), sink=True,
+        prologue="  float pf[CO] __attribute__((aligned(64)));\n"
+                 "  float a1[CB] __attribute__((aligned(64))), a2[CB] __attribute__((aligned(64)));\n"
+                 "  for (long c = 0; c < CO; c++) pf[c] = (float)st[1 + c];\n"
+                 "  double* restrict s1 = st + 1 + CO;\n"
+                 "  double* restrict s2 = st + 1 + 2 * CO;\n  double count = 0.0;\n",
+        epilogue="  st[0] += count;\n")
     # output-gradient transform of the weight gradient: dM = A dy A^T (dy zero outside HO x WO)
     f_dy = _tile_function(
         "dy_tiles(const long* geo, const float* restrict dy, float* restrict D, long t0, long t1, long base, "
@@ -216,8 +269,47 @@ def source(pl: Plan) -> str:
     # gradient's as it is (its CI is the conv's K)
     tb, ldb = (112, "CI") if not pl.flip else (111, "CO")
     f_drv = f"""
+/* batch-norm statistics of the output tiles [t0, t1) into st (module doc) */
+static void tile_stats(const long* geo, const float* restrict y, long t0, long t1, double* restrict st) {{
+  GEO
+  if (t0 >= t1) return;
+  double* restrict pv = st + 1;
+  double* restrict s1 = st + 1 + CO;
+  double* restrict s2 = st + 1 + 2 * CO;
+  if (st[0] == 0.0) {{
+    const long n = t0 / TPI, ty = (t0 % TPI) / TW, tx = t0 % TW;
+    const float* restrict first = y + ((n * HO + ty * MT) * WO + tx * MT) * CO;
+    for (long c = 0; c < CO; c++) pv[c] = (double)first[c];
+  }}
+  long count = 0;
+  for (long t = t0; t < t1; t++) {{
+    const long n = t / TPI, ty = (t % TPI) / TW, tx = t % TW;
+    for (long u = 0; u < MT && ty * MT + u < HO; u++)
+      for (long v = 0; v < MT && tx * MT + v < WO; v++) {{
+        const float* restrict yr = y + ((n * HO + ty * MT + u) * WO + tx * MT + v) * CO;
+        IVDEP
+        for (long c = 0; c < CO; c++) {{ const double d = (double)yr[c] - pv[c]; s1[c] += d; s2[c] += d * d; }}
+        count++;
+      }}
+  }}
+  st[0] += (double)count;
+}}
+
+/* the output transform of tiles [t0, t1) (chunk base `base`), and with st their statistics: the
+   pivot from the first tile an st sees (written, then read back by tile_stats), then in registers */
+static void out_stats(const long* geo, const float* restrict Mb, float* restrict y, long t0, long t1, long base,
+                      double* restrict st) {{
+  if (!st) {{ out_tiles(geo, Mb, y, t0, t1, base); return; }}
+  if (t0 < t1 && st[0] == 0.0) {{
+    out_tiles(geo, Mb, y, t0, t0 + 1, base);
+    tile_stats(geo, y, t0, t0 + 1, st);
+    t0++;
+  }}
+  out_tiles_st(geo, Mb, y, t0, t1, base, st);
+}}
+
 void tr_fwd(const long* geo, const float* restrict x, const float* restrict U, float* restrict y,
-            float* restrict scratch, long t0, long t1, void* sg, long ilp64) {{
+            float* restrict scratch, long t0, long t1, void* sg, long ilp64, double* restrict st) {{
   GEO
   float* restrict V = scratch;
   float* restrict Mb = scratch + (long)A * A * P * CI;
@@ -227,12 +319,13 @@ void tr_fwd(const long* geo, const float* restrict x, const float* restrict U, f
     for (int xi = 0; xi < A * A; xi++)
       gemm(sg, ilp64, 111, {tb}, c1 - c0, CO, CI, V + (long)xi * P * CI, CI, U + (long)xi * CO * CI, {ldb}, 0.0f,
            Mb + (long)xi * P * CO, CO);
-    out_tiles(geo, Mb, y, c0, c1, c0);
+    out_stats(geo, Mb, y, c0, c1, c0, st);
   }}
 }}
 
 void tr_part(const long* geo, const float* restrict x, const float* restrict U, float* restrict y,
-             float* restrict scratch, long c0, long c1, long phase, long lo, long hi, void* sg, long ilp64) {{
+             float* restrict scratch, long c0, long c1, long phase, long lo, long hi, void* sg, long ilp64,
+             double* restrict st) {{
   GEO
   float* restrict V = scratch;
   float* restrict Mb = scratch + (long)A * A * P * CI;
@@ -241,7 +334,7 @@ void tr_part(const long* geo, const float* restrict x, const float* restrict U, 
     for (long xi = lo; xi < hi; xi++)
       gemm(sg, ilp64, 111, {tb}, c1 - c0, CO, CI, V + xi * P * CI, CI, U + xi * CO * CI, {ldb}, 0.0f,
            Mb + xi * P * CO, CO);
-  if (phase == 2) out_tiles(geo, Mb, y, lo, hi, c0);
+  if (phase == 2) out_stats(geo, Mb, y, lo, hi, c0, st);
 }}
 
 """
@@ -264,7 +357,7 @@ void tr_wgrad(const long* geo, const float* restrict x, const float* restrict dy
     # the weight gradient's functions run on the forward's plan only (the input gradient's is flipped)
     grad = "" if pl.flip else f_dy + f_dwt + f_wgrad
     title = f"/* tr-mlir Winograd conv: F({m}x{m}, 3x3), {pl.cin} -> {pl.cout} channels, flip={pl.flip} */\n"
-    return title + head + _PRELUDE + f_in + f_out + f_w + f_drv + grad
+    return title + head + _PRELUDE + f_in + f_out + f_out_st + f_w + f_drv + grad
 
 
 GEO_MACRO = """#define GEO const long H = geo[0], W = geo[1], HO = geo[2], WO = geo[3], PD = geo[4], TH = geo[5], \\
@@ -298,8 +391,8 @@ class Kernels:
 
     def __init__(self, src: str):
         self.wt = _cc.function(src, "tr_wt", [_VP, _VP, _L, _L])
-        self.fwd = _cc.function(src, "tr_fwd", [_VP, _VP, _VP, _VP, _VP, _L, _L, _VP, _L])
-        self.part = _cc.function(src, "tr_part", [_VP, _VP, _VP, _VP, _VP, _L, _L, _L, _L, _L, _VP, _L])
+        self.fwd = _cc.function(src, "tr_fwd", [_VP, _VP, _VP, _VP, _VP, _L, _L, _VP, _L, _VP])
+        self.part = _cc.function(src, "tr_part", [_VP, _VP, _VP, _VP, _VP, _L, _L, _L, _L, _L, _VP, _L, _VP])
         grad = "tr_wgrad" in src  # not in the input gradient's (flipped) plan
         self.dwt = _cc.function(src, "tr_dwt", [_VP, _VP, _L, _L]) if grad else None
         self.wgrad = _cc.function(src, "tr_wgrad", [_VP, _VP, _VP, _VP, _VP, _L, _L, _L, _VP, _L]) if grad else None

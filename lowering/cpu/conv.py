@@ -35,12 +35,10 @@ C < 16: LeNet's) form dcol tap-major instead, ``(k*k, n*Ho*Wo, C)`` by k*k small
 tap's scatter-add moves whole (Wo, C) rows rather than C floats at a time (1.8x on LeNet's second
 conv).
 
-Winograd: :func:`conv_forward`, :func:`conv_dgrad` and :func:`conv_wgrad` take an ``algo``;
-``winograd_2x2_3x3`` or ``winograd_4x4_3x3`` (the algorithm-selection pass's choice) runs a
-3x3 stride-1 dense conv through :mod:`.winograd` instead (F(2x2, 3x3) / F(4x4, 3x3) minimal
-filtering, 2.25x / 4x fewer multiplications than im2col; its own workspace sizes,
-:func:`.winograd.workspace_sizes`, under the same names); any other conv, or no ``algo``, runs
-the code here.
+Winograd: ``algo`` ``winograd_2x2_3x3`` / ``winograd_4x4_3x3`` runs a 3x3 stride-1 dense conv
+through :mod:`.winograd` (2.25x / 4x fewer multiplications than im2col; workspaces of
+:func:`.winograd.workspace_sizes` under the same names). The forward may also write its output's
+batch-norm statistics (:mod:`.conv_stats`): Winograd in its output pass, the rest after it.
 
 Precision: fp32 arrays compute directly. When any of x, w, y is fp16 (AMP), the fp16 operands
 are cast into fp32 workspaces (``col`` for x, ``wbuf`` for w, ``ybuf`` for y or dy, ``xbuf`` for
@@ -55,8 +53,7 @@ each direction, a compile-time choice (``memplan-select-conv-algo``). ``auto`` (
 the run-time rule above (:func:`compiled`, then :attr:`ConvGeom.method`), bit for bit; the other
 values are the entries of :data:`ALGORITHMS` (``im2col``, ``pointwise``, ``depthwise``,
 ``direct``) and run that algorithm only (``direct``: the C kernels, or the NumPy method of the
-geometry where no C compiler works, as ``auto``); the workspace rules size for the chosen
-algorithm. The Winograd names (:data:`WINOGRAD`) are known but not available in this build.
+geometry where no C compiler works, as ``auto``); the workspace rules size for the chosen one.
 """
 
 from __future__ import annotations
@@ -69,7 +66,7 @@ from typing import Any
 import numpy as np
 from tr_mlir.dialects.kernels import AlgorithmTable
 
-from . import _cc, _cconv, _cdepthwise, _parallel, winograd
+from . import _cc, _cconv, _cdepthwise, _parallel, conv_stats, winograd
 from ._util import F32, nhwc, take
 from ._util import as32 as _as32
 from ._util import finish as _finish
@@ -549,11 +546,16 @@ def _im2col_gemm(x: np.ndarray, w3t: np.ndarray, y4: np.ndarray, g: ConvGeom, ws
 
 
 def conv_forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray],
-                 algo: str = AUTO) -> None:
+                 algo: str = AUTO, stats: tuple[np.ndarray, np.ndarray] | None = None) -> None:
     """y = conv(x, w) for geometry ``g`` with workspaces ``ws`` by algorithm ``algo`` (see the
-    module doc; the caller checked it: :func:`check_algorithm`)."""
+    module doc; the caller checked it: :func:`check_algorithm`); ``stats``: also y's batch-norm
+    ``(sum, sq_sum)`` (:mod:`.conv_stats`: in Winograd's output pass, else one pass after)."""
     if algo in winograd.VARIANTS and winograd.applicable(g):
-        winograd.forward(x, w, y, g, ws, algo)
+        winograd.forward(x, w, y, g, ws, algo, stats)
+        return
+    if stats is not None:
+        conv_forward(x, w, y, g, ws, algo)
+        conv_stats.from_output(y, *stats)
         return
     meth = _method(g, algo, x, w, y)
     if meth == "direct":
@@ -795,7 +797,7 @@ def _is16(arrays: dict[str, ArrayInfo], name: str) -> bool:
 
 
 def _ws_fwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int, groups: int,
-            algo: str = AUTO) -> dict[str, ArrayInfo]:
+            algo: str = AUTO, **_: Any) -> dict[str, ArrayInfo]:
     g = _geom_from(arrays, k, s, p, groups)
     sizes = conv_workspace_sizes(g, x16=_is16(arrays, "x"), w16=_is16(arrays, "w"), y16=_is16(arrays, "y"),
                                  algo=algo)
@@ -859,22 +861,23 @@ def _ws_bwd_on_cuda(arrays: dict[str, ArrayInfo], **params: Any) -> dict[str, Ar
     return rule(arrays, **params)
 
 
-@kernel("conv_fwd", writes=("y",), workspaces=WORKSPACES, workspace_fn=_ws_fwd,
+@kernel("conv_fwd", writes=("y", "sum", "sq_sum"), workspaces=WORKSPACES, workspace_fn=_ws_fwd,
         target_workspace_fns={CUDA: _ws_fwd_on_cuda}, also=("conv_inf",), algorithms=CONV_ALGORITHMS)
-def conv_fwd(x, w, y, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1, p: int = 0,
-             groups: int = 1, algo: str = AUTO) -> None:
+def conv_fwd(x, w, y, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, sum=None, sq_sum=None, *, k: int,
+             s: int = 1, p: int = 0, groups: int = 1, algo: str = AUTO, bn_stats: bool = False) -> None:
     """Convolution forward (and inference): ``y = conv2d(x, w, stride s, padding p, groups)``.
 
     x (N, H, W, C), w (K, k, k, C/groups) KRSC, y (N, (H+2p-k)//s+1, (W+2p-k)//s+1, K); fp32, or
     fp16 x/w/y with fp32 accumulation. No bias (every conv is followed by BN or nothing).
     ``algo``: ``auto`` (the run-time rule) or an algorithm of :data:`ALGORITHMS`; ``ValueError``
-    naming it when it does not apply (:func:`check_algorithm`).
-    """
+    naming it when it does not apply (:func:`check_algorithm`). ``sum``, ``sq_sum``: y's batch-norm
+    statistics, written too under ``bn_stats`` (:mod:`.conv_stats`)."""
     g = conv_geom(x.shape, w.shape, k, s, p, groups)
     if y.shape != g.y_shape:
         raise ValueError(f"expected conv output of shape {g.y_shape}, got {y.shape}")
     check_algorithm(algo, g, any(a.dtype != F32 for a in (x, w, y)))
-    conv_forward(x, w, y, g, _ws(col=col, wbuf=wbuf, ybuf=ybuf, xbuf=xbuf, tmp=tmp), algo)
+    stats = conv_stats.check(sum, sq_sum, g.k_out)
+    conv_forward(x, w, y, g, _ws(col=col, wbuf=wbuf, ybuf=ybuf, xbuf=xbuf, tmp=tmp), algo, stats)
 
 
 @kernel("conv_bwd", writes=("dx", "dw"), workspaces=WORKSPACES, workspace_fn=_ws_bwd,
@@ -885,8 +888,7 @@ def conv_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None, t
 
     dW is computed first, so ``dx`` may be x's own buffer (the seed writes dX over X). ``dx``
     None (``conv_bwd_first_layer``): weight gradient only. dw may be fp16 (the AMP G16 copy).
-    ``algo_wgrad`` / ``algo_dgrad``: the algorithms of the two gradients (as ``conv_fwd``'s ``algo``).
-    """
+    ``algo_wgrad`` / ``algo_dgrad``: the algorithms of the two gradients (as ``conv_fwd``'s ``algo``)."""
     g = conv_geom(x.shape, w.shape, k, s, p, groups)
     fp16 = any(a is not None and a.dtype != F32 for a in (dy, x, w, dw, dx))
     check_algorithm(algo_wgrad, g, fp16)

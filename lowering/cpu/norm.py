@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _cnorm, _parallel
+from . import _cnorm, _parallel, conv_stats
 from ._util import CHUNK, F32, chunks, row_chunks, rows2d, scalar
 from .activation import relu_fwd
 from .registry import kernel
@@ -106,12 +106,13 @@ def _running_update(rm: np.ndarray, rv: np.ndarray, mean, var, m: int, momentum)
 
 
 def _compiled_forward(x2, y2, gamma, beta, rm, rv, mean, istd, eps, momentum, relu=False, mask2=None,
-                      skip2=None) -> None:
+                      skip2=None, stats=None) -> None:
     """:func:`bn_forward_train` with the C kernels of :mod:`._cnorm` (fp32 (M, C) views): the
     statistics, inv_std, scale and shift in float64 (C elements), each rounded to fp32 once;
-    ``relu`` (:func:`bn_relu_forward_train`): the ReLU, mask and residual add in the normalize pass."""
+    ``relu`` (:func:`bn_relu_forward_train`): the ReLU, mask and residual add in the normalize pass;
+    ``stats``: the conv's ``(sum, sq_sum)`` in place of the statistics pass."""
     m = x2.shape[0]
-    mean64, var64 = _cnorm.batch_stats(x2)
+    mean64, var64 = _cnorm.batch_stats(x2) if stats is None else conv_stats.mean_var(*stats, m)
     _running_update(rm, rv, mean64.astype(F32), var64.astype(F32), m, momentum)
     istd64 = 1.0 / np.sqrt(var64 + float(scalar(eps)))
     scale64 = gamma.astype(np.float64) * istd64
@@ -121,16 +122,24 @@ def _compiled_forward(x2, y2, gamma, beta, rm, rv, mean, istd, eps, momentum, re
                  mask2, skip2)
 
 
-def bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps, momentum) -> None:
-    """Training-mode batch norm (see the module doc); ``y`` may be ``x``'s buffer."""
+def bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps, momentum,
+                     stats=None) -> None:
+    """Training-mode batch norm (see the module doc); ``y`` may be ``x``'s buffer. ``stats``: the
+    fp32 ``(sum, sq_sum)`` of x written by the conv before it (:mod:`.conv_stats`), the batch
+    mean and variance then come from them instead of a pass over x."""
     if _cnorm.usable(x, y):
         _compiled_forward(rows2d(x), rows2d(y), _vec(gamma), _vec(beta), _vec(running_mean), _vec(running_var),
-                          _vec(save_mean), _vec(save_istd), eps, momentum)
+                          _vec(save_mean), _vec(save_istd), eps, momentum, stats=stats)
         return
     x2, y2 = rows2d(x), rows2d(y)
     m, c = x2.shape
     mean, istd = _vec(save_mean), _vec(save_istd)
-    var = _numpy_stats(x2, mean, istd)
+    if stats is None:
+        var = _numpy_stats(x2, mean, istd)
+    else:
+        mean64, var64 = conv_stats.mean_var(*stats, m)
+        mean[...] = mean64
+        var = var64.astype(F32)
     _running_update(_vec(running_mean), _vec(running_var), mean, var, m, momentum)
     var += scalar(eps)
     np.sqrt(var, out=istd)
@@ -149,18 +158,19 @@ def bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, sa
 
 
 def bn_relu_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps, momentum,
-                          mask=None, skip=None) -> None:
+                          mask=None, skip=None, stats=None) -> None:
     """``y = relu(bn(x) + skip)`` (``skip`` None: ``relu(bn(x))``), training mode, and the INT8
     ``mask`` of the pre-activation ``> 0`` when given: :func:`bn_forward_train`, the residual add
     ``skip + bn(x)`` and ``relu_fwd`` to the bit. fp32 with a C compiler: the statistics pass, then
     one pass writing y (and mask); else (AMP, ``TR_MLIR_CC=0``) those kernels one after another
-    over y (the unfused code itself). y must not share memory with x (the backward reads x)."""
+    over y (the unfused code itself). y must not share memory with x (the backward reads x).
+    ``stats``: as :func:`bn_forward_train`'s."""
     if _cnorm.usable(x, y, skip) and _contiguous(mask):
         _compiled_forward(rows2d(x), rows2d(y), _vec(gamma), _vec(beta), _vec(running_mean), _vec(running_var),
                           _vec(save_mean), _vec(save_istd), eps, momentum, True,
-                          None if mask is None else rows2d(mask), None if skip is None else rows2d(skip))
+                          None if mask is None else rows2d(mask), None if skip is None else rows2d(skip), stats)
         return
-    bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps, momentum)
+    bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps, momentum, stats)
     if skip is not None:
         np.add(skip, y, out=y)
     relu_fwd(y, y, mask)
@@ -272,14 +282,17 @@ def bn_affine(x, scale, bias, y) -> None:
 
 
 @kernel("bn2d_fwd", writes=("y", "running_mean", "running_var", "save_mean", "save_istd"), also=("bn1d_fwd",))
-def bn_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps=None, momentum=None) -> None:
+def bn_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps=None, momentum=None, sum=None,
+           sq_sum=None) -> None:
     """Batch norm, training mode. x, y (N, H, W, C) (bn1d: (N, 1, 1, C)); gamma, beta, running and
     saved statistics C-element fp32. Running statistics are updated in place (PyTorch momentum,
     unbiased variance); saves the batch mean and inv_std = 1/sqrt(var + eps). ``eps`` and
     ``momentum`` are scalar operands (the ``bn_epsilon`` / ``bn_momentum`` scalars, or numbers;
-    None: PyTorch's 1e-5 and 0.1)."""
+    None: PyTorch's 1e-5 and 0.1). ``sum``, ``sq_sum``: x's statistics as the conv before it wrote
+    them (``memplan-fuse-bn-stats``, :mod:`.conv_stats`), read instead of a pass over x."""
     bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd,
-                     1e-5 if eps is None else eps, 0.1 if momentum is None else momentum)
+                     1e-5 if eps is None else eps, 0.1 if momentum is None else momentum,
+                     conv_stats.check(sum, sq_sum, x.shape[-1]))
 
 
 @kernel("bn2d_bwd", writes=("dx", "dgamma", "dbeta"), also=("bn1d_bwd",))
@@ -290,21 +303,25 @@ def bn_bwd(dy, x, gamma, save_mean, save_istd, dgamma, dbeta, dx=None) -> None:
 
 @kernel("bn2d_relu_fwd", writes=("y", "running_mean", "running_var", "save_mean", "save_istd", "mask"))
 def bn_relu_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask=None, eps=None,
-                momentum=None) -> None:
+                momentum=None, sum=None, sq_sum=None) -> None:
     """``y = relu(bn2d(x))``, training mode, as ``bn2d_fwd`` then ``relu_fwd`` to the bit (x, y
     (N, H, W, C), y not x's buffer; the INT8 ``mask`` x > 0 of the pre-activation, or None: the
-    output form, whose backward reads y); :func:`bn_relu_forward_train`."""
+    output form, whose backward reads y); :func:`bn_relu_forward_train`. ``sum``, ``sq_sum`` as
+    :func:`bn_fwd`'s."""
     bn_relu_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd,
-                          1e-5 if eps is None else eps, 0.1 if momentum is None else momentum, mask)
+                          1e-5 if eps is None else eps, 0.1 if momentum is None else momentum, mask,
+                          stats=conv_stats.check(sum, sq_sum, x.shape[-1]))
 
 
 @kernel("bn2d_add_relu_fwd", writes=("y", "running_mean", "running_var", "save_mean", "save_istd", "mask"))
 def bn_add_relu_fwd(x, skip, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask=None, eps=None,
-                    momentum=None) -> None:
+                    momentum=None, sum=None, sq_sum=None) -> None:
     """A residual join ``y = relu(bn2d(x) + skip)`` (skip (N, H, W, C) as y), as ``bn2d_fwd``,
-    ``add_fwd(skip, bn)`` and ``relu_fwd`` to the bit; ``mask`` as :func:`bn_relu_fwd`."""
+    ``add_fwd(skip, bn)`` and ``relu_fwd`` to the bit; ``mask``, ``sum``, ``sq_sum`` as
+    :func:`bn_relu_fwd`."""
     bn_relu_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd,
-                          1e-5 if eps is None else eps, 0.1 if momentum is None else momentum, mask, skip)
+                          1e-5 if eps is None else eps, 0.1 if momentum is None else momentum, mask, skip,
+                          conv_stats.check(sum, sq_sum, x.shape[-1]))
 
 
 @kernel("bn2d_relu_bwd", writes=("dx", "dgamma", "dbeta"))

@@ -104,7 +104,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from . import _cc, _cwinograd, _parallel
+from . import _cc, _cwinograd, _parallel, conv_stats
 from ._util import F32, take
 from ._util import as32 as _as32
 from ._util import finish as _finish
@@ -403,13 +403,15 @@ def _split_k(k: int, fn, piece, channels: int) -> None:
     _split_range(0, k, fn, piece)
 
 
-def _split_range(start: int, stop: int, fn, piece) -> None:
+def _split_range(start: int, stop: int, fn, piece, indexed: bool = False) -> None:
     """The compiled kernel ``fn(*piece(lo, hi))`` over contiguous blocks ``[lo, hi)`` of
-    range(start, stop), one per kernel thread (:func:`_run_pieces`)."""
+    range(start, stop), one per kernel thread (:func:`_run_pieces`); ``indexed``:
+    ``piece(lo, hi, i)`` with the block's index ``i`` (its own partial sums)."""
     t = max(1, min(_parallel.workers(), stop - start))
     bounds = [start + (stop - start) * i // t for i in range(t + 1)]
     blocks = list(zip(bounds, bounds[1:]))
-    _run_pieces(fn, [piece(lo, hi) for lo, hi in blocks], [hi - lo for lo, hi in blocks])
+    _run_pieces(fn, [piece(lo, hi, i) if indexed else piece(lo, hi) for i, (lo, hi) in enumerate(blocks)],
+                [hi - lo for lo, hi in blocks])
 
 
 def _run_pieces(fn, pieces: list[tuple[int, ...]], work: list[int]) -> None:
@@ -431,12 +433,16 @@ def _kernels(pl: Plan) -> _cwinograd.Kernels:
 
 
 def _run_forward(pl: Plan, x32: np.ndarray, u: np.ndarray, y32: np.ndarray, ws: dict[str, np.ndarray],
-                 use_c: bool) -> None:
-    """y32 = the plan's conv of x32 with the transformed weights u, chunk by chunk."""
+                 use_c: bool, stats: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+    """y32 = the plan's conv of x32 with the transformed weights u, chunk by chunk; ``stats``
+    (``sum``, ``sq_sum``): also the batch-norm statistics of y32 (:mod:`.conv_stats`), added per
+    part as each chunk's output is written (compiled path) or summed over y32 after it (NumPy)."""
     slot = pl.slot_elements
     col = take(ws.get("col"), (pl.slots("fwd") * slot,))
     if not use_c:
         numpy_forward(pl, x32, u, y32, col[:slot])
+        if stats is not None:
+            conv_stats.from_output(y32, *stats)
         return
     geo = _cwinograd.geometry(pl)
     pg = geo.ctypes.data
@@ -444,26 +450,36 @@ def _run_forward(pl: Plan, x32: np.ndarray, u: np.ndarray, y32: np.ndarray, ws: 
     px, pu, py = x32.ctypes.data, u.ctypes.data, y32.ctypes.data
     if pl.split_components:
         part = _kernels(pl).part
+        sts = conv_stats.partials(max(1, _parallel.workers()), pl.cout) if stats is not None else None
         for c0 in range(0, pl.tiles, pl.chunk_tiles):
             c1 = min(c0 + pl.chunk_tiles, pl.tiles)
             for phase, lo, hi in ((0, c0, c1), (1, 0, pl.alpha ** 2), (2, c0, c1)):
-                _split_range(lo, hi, part, lambda a, b, phase=phase, c0=c0, c1=c1: (
-                    pg, px, pu, py, col.ctypes.data, c0, c1, phase, a, b, sg, int(ilp)))
+                _split_range(lo, hi, part, lambda a, b, w, phase=phase, c0=c0, c1=c1: (
+                    pg, px, pu, py, col.ctypes.data, c0, c1, phase, a, b, sg, int(ilp),
+                    sts[w].ctypes.data if sts is not None and phase == 2 else 0), indexed=True)
+        if sts is not None:
+            conv_stats.combine(sts, *stats)
         return
     fn = _kernels(pl).fwd
-    pieces = [(pg, px, pu, py, col[w * slot:].ctypes.data, t0, t1, sg, int(ilp)) for w, (t0, t1) in enumerate(pl.parts)]
+    sts = conv_stats.partials(len(pl.parts), pl.cout) if stats is not None else [None] * len(pl.parts)
+    pieces = [(pg, px, pu, py, col[w * slot:].ctypes.data, t0, t1, sg, int(ilp),
+               0 if sts[w] is None else sts[w].ctypes.data) for w, (t0, t1) in enumerate(pl.parts)]
     if _parallel.workers() >= len(pieces):
         _run_pieces(fn, pieces, [p[6] - p[5] for p in pieces])
-        return
-    with _parallel.one_thread():  # one thread: the same parts, hence the same chunks and bits, in turn
-        for p in pieces:
-            fn(*p)
+    else:
+        with _parallel.one_thread():  # one thread: the same parts, hence the same chunks and bits, in turn
+            for p in pieces:
+                fn(*p)
+    if stats is not None:
+        conv_stats.combine(sts, *stats)
 
 
 def _pass(pl: Plan, src: np.ndarray, w: np.ndarray, dst: np.ndarray, ws: dict[str, np.ndarray],
-          names: tuple[str, str], shapes: tuple[tuple[int, ...], tuple[int, ...]], g) -> None:
+          names: tuple[str, str], shapes: tuple[tuple[int, ...], tuple[int, ...]], g,
+          stats: tuple[np.ndarray, np.ndarray] | None = None) -> None:
     """One forward-style pass of ``pl``: ``dst = conv(src, w)``, src / dst cast through workspaces
-    ``names`` (of ``shapes``) when fp16, w through the tail of ``wbuf``."""
+    ``names`` (of ``shapes``) when fp16, w through the tail of ``wbuf``; ``stats``: also the
+    batch-norm statistics of dst (:func:`_run_forward`; of the fp16 result after its rounding)."""
     src32 = _as32(src, ws, names[0], shapes[0])
     u, wcast = _wbuf(g, ws, pl.m, w.dtype != F32)
     w32 = w if wcast is None else wcast
@@ -472,16 +488,21 @@ def _pass(pl: Plan, src: np.ndarray, w: np.ndarray, dst: np.ndarray, ws: dict[st
     dst32 = _out32(dst, ws, names[1], shapes[1])
     use_c = compiled(src32, w32, dst32)
     _weights(pl, w32, u, use_c)
-    _run_forward(pl, src32, u, dst32, ws, use_c)
+    in_place = dst.dtype == F32  # dst32 is dst (a view of it): the statistics of what is written
+    _run_forward(pl, src32, u, dst32, ws, use_c, stats if in_place else None)
     _finish(dst, dst32)
+    if stats is not None and not in_place:
+        conv_stats.from_output(dst, *stats)
 
 
-def forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g, ws: dict[str, np.ndarray], variant: str) -> None:
+def forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g, ws: dict[str, np.ndarray], variant: str,
+            stats: tuple[np.ndarray, np.ndarray] | None = None) -> None:
     """y (N, Ho, Wo, K) = conv(x (N, H, W, C), w (K, 3, 3, C)) as ``variant`` for geometry ``g``
     (:func:`applicable` must hold), workspaces ``ws`` of :func:`workspace_sizes`. fp32, or fp16
-    x / w / y with fp32 arithmetic. Raises ``ValueError`` for an unknown variant or a too small
+    x / w / y with fp32 arithmetic. ``stats``: the fp32 (K,) ``sum`` and ``sq_sum`` of y to write
+    as well (:mod:`.conv_stats`). Raises ``ValueError`` for an unknown variant or a too small
     workspace."""
-    _pass(fwd_plan(g, variant_tile(variant)), x, w, y, ws, ("xbuf", "ybuf"), (g.x_shape, g.y_shape), g)
+    _pass(fwd_plan(g, variant_tile(variant)), x, w, y, ws, ("xbuf", "ybuf"), (g.x_shape, g.y_shape), g, stats)
 
 
 def dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g, ws: dict[str, np.ndarray], variant: str) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tr_mlir.lowering.cpu import KERNELS
+from tr_mlir.lowering.cpu import conv as cpu_conv
 from tr_mlir.lowering.cpu.activation import ACTIVATIONS
 
 F32, F16, I8, I32 = np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int8), np.dtype(np.int32)
@@ -94,6 +95,8 @@ def cases(seed: int = 0) -> list[Case]:
                 spec = KERNELS[name]
                 arr.update({n: np.zeros(sh, d) for n, (sh, d) in spec.workspace_shapes(arr, **params).items()})
                 add(Case(f"{name} {tag} {dt.name}", name, arr, params, tol=_tol(dt), skip=tuple(spec.workspaces)))
+
+    _add_bn_stats_cases(add)
 
     # -- dense ---------------------------------------------------------------------------------
     for dt in (F32, F16):
@@ -369,6 +372,117 @@ def cases(seed: int = 0) -> list[Case]:
     for c in out:
         _add_workspaces(c)
     return out
+
+
+STATS_GEOMS: tuple[tuple[str, tuple[int, int, int, int], int, int, int, int, int, str], ...] = (
+    ("im2col", (2, 7, 7, 5), 6, 3, 1, 1, 1, "auto"),
+    ("strided", (2, 9, 8, 3), 40, 3, 2, 1, 1, "auto"),  # 40 channels: two column blocks
+    ("pointwise", (2, 5, 5, 20), 70, 1, 1, 0, 1, "auto"),
+    ("depthwise", (2, 7, 7, 6), 6, 3, 2, 1, 6, "auto"),
+    ("winograd 2x2", (2, 7, 7, 5), 8, 3, 1, 0, 1, "winograd_2x2_3x3"),  # 5x5 output: partial edge tiles
+    ("winograd 4x4", (3, 9, 7, 3), 8, 3, 1, 1, 1, "winograd_4x4_3x3"),  # 9x7 output: partial edge tiles
+)
+"""Conv geometries of the batch-norm statistics written by ``conv_fwd`` (label, x shape, K, k, s, p,
+groups, algo): the implicit GEMM's pass over y after the conv and both Winograd variants' per-chunk
+reduction in the output pass."""
+
+
+def _add_bn_stats_cases(add: Callable[[Case], None]) -> None:
+    """``conv_fwd`` writing y's batch-norm statistics (``bn_stats``, :data:`STATS_GEOMS`, fp32 and
+    fp16 y) and the BN forwards reading them (``sum`` / ``sq_sum`` given, the mean and variance of
+    x, fp32 and fp16 x): against the NumPy kernels. Their own draws, so the other cases keep their data."""
+    rng = np.random.default_rng(11)
+    for tag, xs, ko, k, s, p, g, algo in STATS_GEOMS:
+        ho, wo = (xs[1] + 2 * p - k) // s + 1, (xs[2] + 2 * p - k) // s + 1
+        params = {"k": k, "s": s, "p": p, "groups": g, "algo": algo, "bn_stats": True}
+        for dt in (F32, F16):
+            arr = {"x": _r(rng, xs, dt, -0.5, 1.5), "w": _r(rng, (ko, k, k, xs[3] // g), dt),
+                   "y": _r(rng, (xs[0], ho, wo, ko), dt), "sum": _r(rng, (1, 1, 1, ko)),
+                   "sq_sum": _r(rng, (1, 1, 1, ko))}
+            add(Case(f"conv_fwd bn_stats {tag} {dt.name}", "conv_fwd", arr, params, tol=_tol(dt)))
+    c, xs = 24, (3, 5, 5, 24)
+    for dt in (F32, F16):
+        x = _r(rng, xs, dt, -2.0, 3.0)
+        want_sum, want_sq = stats_reference(x)
+        for name in ("bn2d_fwd", "bn2d_relu_fwd", "bn2d_add_relu_fwd"):
+            arr = {"x": x.copy(), "gamma": _r(rng, (c,), F32, 0.5, 1.5), "beta": _r(rng, (c,)),
+                   "running_mean": _r(rng, (c,)), "running_var": _r(rng, (c,), F32, 0.5, 2.0), "y": _r(rng, xs, dt),
+                   "save_mean": _r(rng, (c,)), "save_istd": _r(rng, (c,)), "eps": _s(1e-3), "momentum": _s(0.2),
+                   "sum": want_sum.astype(F32).reshape(1, 1, 1, c), "sq_sum": want_sq.astype(F32).reshape(1, 1, 1, c),
+                   **({"mask": _mask(rng, xs)} if name != "bn2d_fwd" else {}),
+                   **({"skip": _r(rng, xs, dt)} if name == "bn2d_add_relu_fwd" else {})}
+            add(Case(f"{name} given stats {dt.name}", name, arr, tol=_tol(dt) * 4, int_tol=0.02))
+
+
+def stats_reference(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float64 ``(sum, sq_sum)`` per channel of y (..., K) (any float dtype): the sums and the sums
+    of squared deviations from the means (two passes), K elements each."""
+    y2 = y.reshape(-1, y.shape[-1]).astype(np.float64)
+    total = y2.sum(axis=0)
+    d = y2 - total / y2.shape[0]
+    return total, (d * d).sum(axis=0)
+
+
+def stats_error(got_sum: np.ndarray, got_sq: np.ndarray, y: np.ndarray) -> float:
+    """The largest ratio of the error of a conv's fp32 ``sum`` / ``sq_sum`` (K elements each) to
+    its bound, against :func:`stats_reference` of the y it was computed from: one fp32 rounding
+    (2^-24 relative, bound 2^-23) plus 2^-40 of the sum of |y| (sum) or of the squared deviations
+    (sq_sum) for the float64 sums; <= 1 passes."""
+    want_sum, want_sq = stats_reference(y)
+    y2 = y.reshape(-1, y.shape[-1]).astype(np.float64)
+    worst = 0.0
+    for got, want, scale in ((got_sum, want_sum, np.abs(y2).sum(axis=0)), (got_sq, want_sq, want_sq)):
+        bound = 2.0 ** -23 * np.abs(want) + 2.0 ** -40 * scale + 1e-300
+        worst = max(worst, float((np.abs(got.reshape(-1).astype(np.float64) - want) / bound).max()))
+    return worst
+
+
+def conv_stats_run(backend: Any, x: np.ndarray, w: np.ndarray, params: dict[str, Any], stats: bool = True
+                   ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Host copies of ``(y, sum, sq_sum)`` of the CUDA ``conv_fwd`` kernel of ``backend`` (``params``:
+    k, s, p, groups, algo) on x (N, H, W, C) and w (K, k, k, C/groups), y of x's dtype, workspaces of
+    the CUDA rule filled with NaN; ``stats`` False: without the statistics (``sum``, ``sq_sum`` None)."""
+    from tr_mlir.lowering.cuda.winograd_checks import on_device
+
+    spec = backend.kernels["conv_fwd"]
+    g = cpu_conv.conv_geom(x.shape, w.shape, params["k"], params.get("s", 1), params.get("p", 0),
+                           params.get("groups", 1))
+    arrays = {"x": x, "w": w, "y": np.zeros(g.y_shape, x.dtype)}
+    if stats:
+        arrays |= {"sum": np.full((1, 1, 1, g.k_out), np.nan, F32), "sq_sum": np.full((1, 1, 1, g.k_out), np.nan, F32)}
+    full = {**params, "bn_stats": stats}
+    ws = {n: np.full(sh, np.nan, dt) for n, (sh, dt) in spec.workspace_shapes(arrays, target=backend.target,
+                                                                              **full).items()}
+    d = on_device(backend, arrays | {f"ws_{n}": a for n, a in ws.items()})
+    spec.bind({k: d[k] for k in arrays} | {n: d[f"ws_{n}"] for n in ws}, full)()
+    host = {k: backend.to_host(d[k]) for k in arrays}
+    return host["y"], host.get("sum"), host.get("sq_sum")
+
+
+def conv_stats_check(backend: Any, seed: int = 0) -> list[dict[str, Any]]:
+    """The batch-norm statistics of ``conv_fwd`` on ``backend`` (a GPU, or the emulator) for every
+    geometry of :data:`STATS_GEOMS`, fp32 and fp16 y: one row per check, ``case`` (a label),
+    ``error`` and ``ok``: ``stats`` (:func:`stats_error` against float64 sums of the y written,
+    ok <= 1), ``y`` (y bit-identical to the call without statistics: error 0) and ``rerun`` (every
+    output bit-identical on a second run: no atomics)."""
+    rows = []
+    rng = np.random.default_rng(seed)
+    for tag, xs, ko, k, s, p, g, algo in STATS_GEOMS:
+        params = {"k": k, "s": s, "p": p, "groups": g, "algo": algo}
+        for dt in (F32, F16):
+            x = _r(rng, xs, dt, -0.5, 1.5)
+            w = _r(rng, (ko, k, k, xs[3] // g), dt)
+            y, ssum, ssq = conv_stats_run(backend, x, w, params)
+            plain, _, _ = conv_stats_run(backend, x, w, params, stats=False)
+            again = conv_stats_run(backend, x, w, params)
+            label = f"conv_fwd bn_stats {tag} {dt.name}"
+            err = stats_error(ssum, ssq, y)
+            same_y = y.tobytes() == plain.tobytes()
+            same = all(a.tobytes() == b.tobytes() for a, b in zip((y, ssum, ssq), again))
+            rows += [{"case": f"{label} stats", "error": err, "ok": bool(err <= 1.0)},
+                     {"case": f"{label} y", "error": 0.0 if same_y else float("inf"), "ok": same_y},
+                     {"case": f"{label} rerun", "error": 0.0 if same else float("inf"), "ok": same}]
+    return rows
 
 
 def _add_workspaces(case: Case) -> None:

@@ -70,13 +70,18 @@ def _impls(ops: GpuOps) -> dict[KernelId, Impl]:
     # The algorithm params (algo, algo_dgrad, algo_wgrad; lowering/cpu/conv.py): a Winograd variant
     # runs lowering/cuda/winograd.py where it applies, anything else the implicit GEMM (GpuOps);
     # memplan-select-conv-algo records "auto" for a cuda plan unless a Winograd variant is forced.
+    # sum / sq_sum (bound under bn_stats, memplan-fuse-bn-stats): y's batch-norm statistics, written
+    # when given, as on the CPU (the arrays decide; their float64 parts in `tmp`, winograd.ws_fwd_cuda):
+    # Winograd reduces each chunk after its output transform, the implicit GEMM makes a pass over y
     @reg("conv_fwd", "conv_inf")
-    def conv_fwd(x, w, y, col=None, wbuf=None, *, k, s=1, p=0, groups=1, algo="auto"):
+    def conv_fwd(x, w, y, col=None, wbuf=None, tmp=None, sum=None, sq_sum=None, *, k, s=1, p=0, groups=1,
+                 algo="auto", bn_stats=False):
         g = conv_geom(tuple(x.shape), tuple(w.shape), k, s, p, groups)
         if tuple(y.shape) != g.y_shape:
             raise ValueError(f"expected conv output of shape {g.y_shape}, got {tuple(y.shape)}")
-        ws = _ws({"col": col, "wbuf": wbuf}, ("col", "wbuf"))
-        ops.conv_forward(x, w, y, g, ws, algo)
+        ws = _ws({"col": col, "wbuf": wbuf, "tmp": tmp}, ("col", "wbuf", "tmp"))
+        stats = None if sum is None and sq_sum is None else (sum, sq_sum)
+        ops.conv_forward(x, w, y, g, ws, algo, stats)
 
     @reg("conv_bwd", "conv_bwd_first_layer")
     def conv_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, *, k, s=1, p=0, groups=1, algo_dgrad="auto",
@@ -186,10 +191,17 @@ def _impls(ops: GpuOps) -> dict[KernelId, Impl]:
         ops.relu_bwd_from_output(dy, y, dx)
 
     # -- batch norm --------------------------------------------------------------------------
+    # sum / sq_sum: x's statistics as the conv before it wrote them (memplan-fuse-bn-stats): the
+    # mean and variance come from them (tr_bn_given_stats) instead of the column-sum passes
+    def _stats(sum, sq_sum):
+        return None if sum is None and sq_sum is None else (sum, sq_sum)
+
     @reg("bn2d_fwd", "bn1d_fwd")
-    def bn_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps=None, momentum=None):
+    def bn_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps=None, momentum=None,
+               sum=None, sq_sum=None):
         ops.bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd,
-                             1e-5 if eps is None else eps, 0.1 if momentum is None else momentum)
+                             1e-5 if eps is None else eps, 0.1 if momentum is None else momentum,
+                             stats=_stats(sum, sq_sum))
 
     @reg("bn2d_bwd", "bn1d_bwd")
     def bn_bwd(dy, x, gamma, save_mean, save_istd, dgamma, dbeta, dx=None):
@@ -197,19 +209,23 @@ def _impls(ops: GpuOps) -> dict[KernelId, Impl]:
 
     # BN + ReLU (+ the residual add before it): the fused epilogue of tr_bn_apply, the ReLU's
     # gate read with dy in tr_bn_bwd_sums / tr_bn_bwd_dx
-    def bn_relu(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask, skip, eps, momentum):
+    def bn_relu(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask, skip, eps, momentum,
+                stats):
         ops.bn_forward_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd,
-                             1e-5 if eps is None else eps, 0.1 if momentum is None else momentum, True, mask, skip)
+                             1e-5 if eps is None else eps, 0.1 if momentum is None else momentum, True, mask, skip,
+                             stats)
 
     @reg("bn2d_relu_fwd")
     def bn_relu_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask=None, eps=None,
-                    momentum=None):
-        bn_relu(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask, None, eps, momentum)
+                    momentum=None, sum=None, sq_sum=None):
+        bn_relu(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask, None, eps, momentum,
+                _stats(sum, sq_sum))
 
     @reg("bn2d_add_relu_fwd")
     def bn_add_relu_fwd(x, skip, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask=None,
-                        eps=None, momentum=None):
-        bn_relu(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask, skip, eps, momentum)
+                        eps=None, momentum=None, sum=None, sq_sum=None):
+        bn_relu(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask, skip, eps, momentum,
+                _stats(sum, sq_sum))
 
     @reg("bn2d_relu_bwd")
     def bn_relu_bwd(dy, mask, x, gamma, save_mean, save_istd, dgamma, dbeta, dx):

@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from tr_mlir.lowering.cpu import conv_stats
 from tr_mlir.lowering.cpu._util import F32, nhwc, take
 from tr_mlir.lowering.cpu.conv import ConvGeom
 from tr_mlir.lowering.cpu.window import window
@@ -41,6 +43,19 @@ def _dt(a: Any) -> np.int32:
 
 def _grid(n: int) -> tuple[int]:
     return (max(1, min(-(-int(n) // BLOCK), MAX_BLOCKS)),)
+
+
+@dataclass(frozen=True)
+class StatsParts:
+    """The float64 parts of a column-statistics reduction (``tr_colstats_part`` /
+    ``tr_colstats_merge``, ``kernels/norm.cu``; :func:`.winograd.stats_layout`) in an fp32
+    workspace ``buf``: parts of ``(3, cols)`` doubles (count, mean, M2 per column), the first
+    ``splits`` those of the chunk of rows being reduced, then, with ``chunks`` > 1, one per chunk."""
+
+    buf: Any
+    cols: int
+    splits: int
+    chunks: int
 
 
 class GpuOps:
@@ -183,13 +198,25 @@ class GpuOps:
                 np.int32(w.k), np.int32(w.s), np.int32(w.p))
 
     def conv_forward(self, x: Any, w: Any, y: Any, g: ConvGeom, ws: Mapping[str, Any],
-                     algo: str | None = None) -> None:
-        """y = conv(x, w) (geometry ``g``); workspaces unused (implicit GEMM), or, when ``algo``
-        selects Winograd (:func:`.winograd.variant_for`), ``wbuf`` and ``col`` (:mod:`.winograd`)."""
+                     algo: str | None = None, stats: tuple[Any, Any] | None = None) -> None:
+        """y (N, Ho, Wo, K) = conv(x (N, H, W, C), w (K, k, k, C/groups)) (geometry ``g``);
+        workspaces unused (implicit GEMM), or, when ``algo`` selects Winograd
+        (:func:`.winograd.variant_for`), ``wbuf`` and ``col`` (:mod:`.winograd`). ``stats``: also
+        y's batch-norm ``(sum, sq_sum)`` (fp32, K elements each; :mod:`tr_mlir.lowering.cpu.conv_stats`)
+        with their parts in ``tmp`` (:func:`.winograd.stats_workspace`): Winograd in its output
+        pass, chunk by chunk, the implicit GEMM in one pass over y after the conv
+        (:meth:`output_stats`). ``ValueError`` for a missing or too small workspace or statistics
+        arrays of another dtype or size."""
         variant = winograd.variant_for(g, algo)
         if variant is not None:
-            winograd.forward(self, x, w, y, g, ws, variant)
+            winograd.forward(self, x, w, y, g, ws, variant, stats)
             return
+        stats = None if stats is None else conv_stats.check(*stats, g.k_out)
+        self._conv_forward(x, w, y, g)
+        if stats is not None:
+            self.output_stats(y, *stats, ws)
+
+    def _conv_forward(self, x: Any, w: Any, y: Any, g: ConvGeom) -> None:
         meth = g.method
         if meth == "pointwise":
             self.gemm(x, (g.c, 1, 0), w, (1, g.c, 0), y, (g.k_out, 1, 0), g.m, g.k_out, g.c)
@@ -298,6 +325,55 @@ class GpuOps:
         cb = -(-cols // 32)
         return cb, max(1, min(TARGET_BLOCKS // cb, -(-rows // 64), 65535))
 
+    def stats_parts(self, ws: Mapping[str, Any], n: int, cols: int, images: int, pixels: int) -> StatsParts:
+        """The statistics parts of an output of ``n`` images x ``pixels`` rows x ``cols`` channels
+        reduced in chunks of ``images`` images (:func:`.winograd.stats_layout`), in workspace
+        ``ws["tmp"]`` (fp32, at least :func:`.winograd.stats_workspace` elements). ``ValueError``
+        when it is missing, too small, of another dtype or not 8-byte aligned."""
+        splits, parts = winograd.stats_layout(n, cols, images, pixels)
+        buf = take(ws.get("tmp"), (parts * 3 * cols * 2,))
+        if self.dev.ptr(buf) % 8:
+            raise ValueError("expected the statistics workspace 'tmp' 8-byte aligned (it holds float64 parts)")
+        return StatsParts(buf, int(cols), splits, -(-int(n) // int(images)))
+
+    def colstats_chunk(self, x: Any, r0: int, rows: int, parts: StatsParts, chunk: int) -> None:
+        """Reduce chunk ``chunk``, the rows ``[r0, r0 + rows)`` of x (rows of ``parts.cols``
+        elements, fp32 or fp16): per column count, mean and M2 in float64, shifted by row r0, into
+        ``parts.splits`` parts (``tr_colstats_part``, no atomics), then, with several chunks,
+        merged into the chunk's own part (``tr_colstats_merge``)."""
+        c = parts.cols
+        self.dev.launch("tr_colstats_part", (-(-c // 32), parts.splits), (32, 8),
+                        (*self.arr(x), np.int64(r0), np.int64(rows), np.int32(c), self.p(parts.buf), np.int32(0)),
+                        self.ext(x, parts.buf))
+        if parts.chunks > 1:
+            dst = np.uint64(self.dev.ptr(parts.buf) + 24 * c * (parts.splits + chunk))
+            self._colstats_merge(parts, 0, parts.splits, dst, None, None)
+
+    def colstats_final(self, parts: StatsParts, out_sum: Any, out_sq: Any) -> None:
+        """After the last :meth:`colstats_chunk`: ``out_sum`` (fp32, cols) = the column sums and
+        ``out_sq`` (fp32, cols) the sums of squared deviations from the column means, from the
+        chunks' parts (``tr_colstats_merge``: Chan's pairwise merge in a fixed order, one fp32
+        rounding)."""
+        first, count = (parts.splits, parts.chunks) if parts.chunks > 1 else (0, parts.splits)
+        self._colstats_merge(parts, first, count, np.uint64(0), out_sum, out_sq)
+
+    def _colstats_merge(self, parts: StatsParts, first: int, count: int, dst: np.uint64, out_sum: Any,
+                        out_sq: Any) -> None:
+        self.dev.launch("tr_colstats_merge", (-(-parts.cols // 32),), (32, 8),
+                        (self.p(parts.buf), np.int32(first), np.int32(count), np.int32(parts.cols), dst,
+                         self.p(out_sum), self.p(out_sq)), self.ext(parts.buf, out_sum, out_sq))
+
+    def output_stats(self, y: Any, out_sum: Any, out_sq: Any, ws: Mapping[str, Any]) -> None:
+        """A conv output's batch-norm statistics by one pass over y (N, Ho, Wo, K) after the conv
+        (the implicit GEMM's; :mod:`tr_mlir.lowering.cpu.conv_stats`): ``out_sum`` (fp32, K) the
+        sums, ``out_sq`` (fp32, K) the sums of squared deviations from the means, deterministic
+        (float64 parts in ``ws["tmp"]``, :meth:`stats_parts` for one chunk of the whole batch)."""
+        n, k = int(y.shape[0]), int(y.shape[-1])
+        pixels = y.size // max(n * k, 1)
+        parts = self.stats_parts(ws, n, k, n, pixels)
+        self.colstats_chunk(y, 0, n * pixels, parts, 0)
+        self.colstats_final(parts, out_sum, out_sq)
+
     def colsum(self, x: Any, out: Any, *, rows: int, cols: int) -> None:
         """out (fp32, cols) = column sums of x (rows, cols)."""
         if out.dtype != F32:
@@ -308,23 +384,32 @@ class GpuOps:
 
     def bn_forward_train(self, x: Any, gamma: Any, beta: Any, rm: Any, rv: Any, y: Any, save_mean: Any,
                          save_istd: Any, eps: Any, momentum: Any, relu: bool = False, mask: Any = None,
-                         skip: Any = None) -> None:
-        """Training-mode batch norm (the NumPy ``bn_forward_train``); y may be x's buffer.
-        ``eps`` / ``momentum``: scalar operand arrays or Python numbers. ``relu``: the fused
-        epilogue ``y = relu(bn(x) + skip)`` (skip may be None) and the INT8 ``mask`` of the
-        pre-activation when given (the NumPy ``bn_relu_forward_train``)."""
+                         skip: Any = None, stats: tuple[Any, Any] | None = None) -> None:
+        """Training-mode batch norm (the NumPy ``bn_forward_train``) of x (N, H, W, C) into y; y
+        may be x's buffer. ``eps`` / ``momentum``: scalar operand arrays or Python numbers.
+        ``relu``: the fused epilogue ``y = relu(bn(x) + skip)`` (skip may be None) and the INT8
+        ``mask`` of the pre-activation when given (the NumPy ``bn_relu_forward_train``).
+        ``stats``: x's ``(sum, sq_sum)`` (fp32, C each) as the conv before it wrote them
+        (:mod:`tr_mlir.lowering.cpu.conv_stats`): the batch mean is ``sum / M`` and the biased
+        variance ``sq_sum / M`` (``tr_bn_given_stats``), no statistics pass over x. ``ValueError``
+        for parameters, statistics, mask or residual of another dtype or size."""
         c = int(x.shape[-1])
         m = x.size // c
         for a in (gamma, beta, rm, rv, save_mean, save_istd):
             if a.dtype != F32 or a.size != c:
                 raise ValueError(f"expected batch-norm parameters and statistics of {c} fp32 elements, "
                                  f"got {a.dtype} {a.shape}")
-        self.colsum(x, save_mean, rows=m, cols=c)
-        self.ew("tr_scale_vec", c, self.p(save_mean), np.int32(c), np.float32(1.0 / m), touch=(save_mean,))
-        self.zero(save_istd)
-        self.dev.launch("tr_colsum_sq", self._colgrid(m, c), (32, 8),
-                        (*self.arr(x), np.int64(m), np.int32(c), self.p(save_mean), self.p(save_istd)),
-                        self.ext(x, save_mean, save_istd))
+        given = None if stats is None else conv_stats.check(*stats, c)
+        if given is not None:
+            self.ew("tr_bn_given_stats", c, self.p(given[0]), self.p(given[1]), self.p(save_mean), self.p(save_istd),
+                    np.int32(c), np.float64(m), touch=(*given, save_mean, save_istd))
+        else:
+            self.colsum(x, save_mean, rows=m, cols=c)
+            self.ew("tr_scale_vec", c, self.p(save_mean), np.int32(c), np.float32(1.0 / m), touch=(save_mean,))
+            self.zero(save_istd)
+            self.dev.launch("tr_colsum_sq", self._colgrid(m, c), (32, 8),
+                            (*self.arr(x), np.int64(m), np.int32(c), self.p(save_mean), self.p(save_istd)),
+                            self.ext(x, save_mean, save_istd))
         e_ptr, e_val = (eps, 1e-5) if not isinstance(eps, (int, float)) else (None, float(eps))
         m_ptr, m_val = (momentum, 0.1) if not isinstance(momentum, (int, float)) else (None, float(momentum))
         self.ew("tr_bn_finalize", c, self.p(save_mean), self.p(save_istd), self.p(rm), self.p(rv), np.int32(c),

@@ -23,8 +23,10 @@ Conventions (kept so that one text compiles for both):
   ``cuda_fp16.h``, so NVRTC needs no include path); all arithmetic and accumulation is fp32;
 * no warp intrinsics and no dynamic shared memory: block-level cooperation is ``__shared__``
   arrays and ``__syncthreads()`` only (``TR_SHARED``), which the CPU shim emulates;
-* ``atomicAdd`` on fp32 is used for column sums (BN statistics, bias and weight gradients)
-  into pre-zeroed fp32 accumulators; everything else writes each output element from one thread.
+* ``atomicAdd`` on fp32 is used for column sums (a BN's own statistics, bias and weight
+  gradients) into pre-zeroed fp32 accumulators; the statistics a conv writes for the BN after it
+  (``tr_colstats_part`` / ``tr_colstats_merge``) use none: fixed slots merged in a fixed order,
+  the same bits on every run. Everything else writes each output element from one thread.
 """
 
 from __future__ import annotations

@@ -21,6 +21,17 @@ transform, GEMM and sum is fp32 and each result is rounded to fp16 once, so unli
 fp32 copies of x, w, y or dw are needed. Workspaces (:func:`workspace_sizes`, fp32 elements):
 ``wbuf`` holds U / dU, ``col`` one chunk's V then M (or dM).
 
+Batch-norm statistics (``conv_fwd``'s ``sum`` / ``sq_sum`` under ``bn_stats``,
+:mod:`tr_mlir.lowering.cpu.conv_stats`): the forward reduces each chunk's output right after its
+``tr_wino_out``, while the chunk is in L2 (``tr_colstats_part``: per channel float64 sums shifted
+by the chunk's first output pixel, a fixed number of parts per chunk, no atomics) into float64
+{count, mean, M2} parts in the ``tmp`` workspace (:func:`stats_workspace`, planned for every
+Winograd forward: :func:`ws_fwd_cuda`), and ``tr_colstats_merge`` merges them into one part per
+chunk (Chan, Golub and LeVeque's pairwise update, a fixed order); after the last chunk it merges
+the chunks' parts and rounds ``sum`` and ``sq_sum`` to fp32 once, so they are the same bits on
+every run. The implicit-GEMM forward does the same over the whole y after the conv (one chunk;
+:meth:`~tr_mlir.lowering.cuda.ops.GpuOps.output_stats`), a separate pass over y.
+
 The kernels use no barriers (one thread per tile-channel or filter-channel pair), so the CPU emulator
 (:class:`~tr_mlir.lowering.cuda.emulator.EmulatedDevice`) runs them directly; the weight gradient's
 fp32 atomic adds make its last bits depend on the order of the GEMM's K-splits on a GPU, as the
@@ -34,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tr_mlir.lowering.cpu import conv_stats
 from tr_mlir.lowering.cpu._util import F32, take
 from tr_mlir.lowering.cpu.conv import ConvGeom, conv_geom
 from tr_mlir.lowering.cpu.conv import ws_bwd_cuda as implicit_ws_bwd
@@ -81,18 +93,52 @@ def workspace_sizes(g: ConvGeom, variant: str, phases: tuple[str, ...] = ("fwd",
     return {"wbuf": (m + 2) ** 2 * g.k_out * g.c, "col": col}
 
 
+STATS_BLOCKS = 256
+"""Blocks one ``tr_colstats_part`` launch (one chunk of output) aims for: about two per H100 SM."""
+
+
+def stats_layout(n: int, k: int, images: int, pixels: int) -> tuple[int, int]:
+    """``(parts per chunk, parts)`` of the batch-norm statistics of an output of ``n`` images of
+    ``pixels`` pixels and ``k`` channels reduced in chunks of ``images`` images (module doc): per
+    chunk :data:`STATS_BLOCKS` ``tr_colstats_part`` blocks in all (32 channels each), at least 64
+    rows (8 per thread) a part, written to the first parts; with more than one chunk, each chunk's
+    parts merged into one part of its own after them."""
+    cb = -(-int(k) // 32)
+    splits = max(1, min(-(-STATS_BLOCKS // cb), -(-int(images) * int(pixels) // 64), 65535))
+    chunks = -(-int(n) // int(images))
+    return splits, splits + (chunks if chunks > 1 else 0)
+
+
+def stats_workspace(g: ConvGeom, variant: str | None) -> int:
+    """fp32 elements of the ``tmp`` workspace holding the statistics parts of conv ``g``'s output
+    (:func:`stats_layout`; per part ``{count, mean, M2}`` float64 for each of the K channels, two
+    fp32 elements each): chunks of :func:`chunk_images` for a Winograd ``variant``, one chunk of
+    the whole batch for None (the implicit GEMM). ``ValueError`` for an unknown variant."""
+    images = g.n if variant is None else chunk_images(fwd_plan(g, variant_tile(variant)))
+    return stats_layout(g.n, g.k_out, images, g.win.ho * g.win.wo)[1] * 3 * g.k_out * 2
+
+
 def _merge(into: dict[str, int], sizes: Mapping[str, int]) -> None:
     for k, v in sizes.items():
         into[k] = max(into.get(k, 0), v)
 
 
 def ws_fwd_cuda(arrays: dict[str, ArrayInfo], *, k: int, s: int = 1, p: int = 0, groups: int = 1,
-                algo: str | None = None, **_: Any) -> dict[str, ArrayInfo]:
+                algo: str | None = None, bn_stats: bool = False, **_: Any) -> dict[str, ArrayInfo]:
     """The CUDA forward's workspaces (a ``target_workspace_fns[CUDA]`` rule of ``conv_fwd``): none
-    for the implicit GEMM, :func:`workspace_sizes` when ``algo`` selects Winograd."""
+    for the implicit GEMM, :func:`workspace_sizes` when ``algo`` selects Winograd; and ``tmp`` for
+    the parts of the output's batch-norm statistics (:func:`stats_workspace`) for every Winograd
+    forward and for an implicit-GEMM one that writes them (``bn_stats``, or ``sum`` among
+    ``arrays``). The Winograd forward plans ``tmp`` whether or not it writes statistics: the
+    planner sizes a node's workspaces before ``memplan-fuse-bn-stats`` sets ``bn_stats`` on the
+    Winograd convs it pairs with a BN (a few MiB at most, next to ``col``'s up to 64 MiB). Shapes
+    (N, H, W, C) / (K, k, k, C/groups) in ``arrays``; sizes in fp32 elements."""
     g = conv_geom(arrays["x"][0], arrays["w"][0], k, s, p, groups)
     v = variant_for(g, algo)
-    return {} if v is None else {n: ((e,), F32) for n, e in workspace_sizes(g, v, ("fwd",)).items()}
+    out = {} if v is None else {n: ((e,), F32) for n, e in workspace_sizes(g, v, ("fwd",)).items()}
+    if v is not None or bn_stats or arrays.get("sum") is not None:
+        out["tmp"] = ((stats_workspace(g, v),), F32)
+    return out
 
 
 def ws_bwd_cuda(arrays: dict[str, ArrayInfo], *, k: int, s: int = 1, p: int = 0, groups: int = 1,
@@ -122,9 +168,12 @@ def ws_bwd_cuda(arrays: dict[str, ArrayInfo], *, k: int, s: int = 1, p: int = 0,
 # --------------------------------------------------------------------------------------
 
 
-def _forward_pass(ops: GpuOps, pl: Plan, src: Any, w: Any, dst: Any, ws: Mapping[str, Any], beta: float) -> None:
-    """dst (n, ho, wo, cout) [= beta dst +] the plan's conv of src (n, h, w, cin) with w (K, 3, 3, C)."""
+def _forward_pass(ops: GpuOps, pl: Plan, src: Any, w: Any, dst: Any, ws: Mapping[str, Any], beta: float,
+                  stats: tuple[Any, Any] | None = None) -> None:
+    """dst (n, ho, wo, cout) [= beta dst +] the plan's conv of src (n, h, w, cin) with w (K, 3, 3, C);
+    ``stats``: also dst's ``(sum, sq_sum)``, chunk by chunk into the ``tmp`` parts (module doc)."""
     a2, m = pl.alpha ** 2, pl.m
+    parts = None if stats is None else ops.stats_parts(ws, pl.n, pl.cout, chunk_images(pl), pl.ho * pl.wo)
     u = take(ws.get("wbuf"), (a2 * pl.kw * pl.cw,))
     col = take(ws.get("col"), (_col_elements(pl),))
     ops.ew("tr_wino_wt", pl.kw * pl.cw, *ops.arr(w), ops.p(u), np.int32(pl.kw), np.int32(pl.cw), np.int32(m),
@@ -148,15 +197,25 @@ def _forward_pass(ops: GpuOps, pl: Plan, src: Any, w: Any, dst: Any, ws: Mapping
         ops.ew("tr_wino_out", tiles * pl.cout, ops.p(mm), *ops.arr(dst), np.int32(n0), np.int32(nimg),
                np.int32(pl.ho), np.int32(pl.wo), np.int32(pl.cout), np.int32(pl.th), np.int32(pl.tw), np.int32(m),
                np.float32(beta), touch=(mm, dst))
+        if parts is not None:
+            ops.colstats_chunk(dst, n0 * pl.ho * pl.wo, nimg * pl.ho * pl.wo, parts, n0 // ci)
+    if parts is not None:
+        ops.colstats_final(parts, *stats)  # type: ignore[misc]
 
 
-def forward(ops: GpuOps, x: Any, w: Any, y: Any, g: ConvGeom, ws: Mapping[str, Any], variant: str) -> None:
+def forward(ops: GpuOps, x: Any, w: Any, y: Any, g: ConvGeom, ws: Mapping[str, Any], variant: str,
+            stats: tuple[Any, Any] | None = None) -> None:
     """y (N, Ho, Wo, K) = conv(x (N, H, W, C), w (K, 3, 3, C)) as ``variant`` on ``ops``' device;
     fp32 or fp16 operands (fp32 arithmetic), workspaces of :func:`workspace_sizes` (``wbuf``, ``col``).
-    ``ValueError`` for an unknown variant, a conv Winograd does not apply to (:func:`variant_for`)
-    or a missing or too small workspace."""
+    ``stats``: also y's batch-norm ``(sum, sq_sum)`` (fp32, K elements each: sum of y and sum of
+    squared deviations from the mean per channel, of the values y holds), fused into the output
+    pass chunk by chunk (module doc; ``tmp`` of :func:`stats_workspace`). ``ValueError`` for an
+    unknown variant, a conv Winograd does not apply to (:func:`variant_for`) or a missing or too
+    small workspace, or statistics arrays that are not both fp32 of K elements."""
     _check(g, variant)
-    _forward_pass(ops, fwd_plan(g, variant_tile(variant)), x, w, y, ws, 0.0)
+    if stats is not None:
+        stats = conv_stats.check(*stats, g.k_out)
+    _forward_pass(ops, fwd_plan(g, variant_tile(variant)), x, w, y, ws, 0.0, stats)
 
 
 def dgrad(ops: GpuOps, dy: Any, w: Any, dx: Any, g: ConvGeom, ws: Mapping[str, Any], variant: str,
