@@ -284,6 +284,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run each FC and the ReLU next to it as one GEMM with a ReLU epilogue "
                         "(memplan-fuse-fc-relu); --no-fuse-fc-relu keeps them separate kernels (same numerics); "
                         "on --resume, the checkpoint's setting unless given (default: on)")
+    p.add_argument("--fuse-bn-stats", action=argparse.BooleanOptionalAction, default=True,
+                   help="let each Winograd conv write the batch-norm statistics of its output for the BN after "
+                        "it (memplan-fuse-bn-stats); --no-fuse-bn-stats keeps the BN's own statistics pass (the "
+                        "last bits differ: reproduces a run without it); on --resume, the checkpoint's setting "
+                        "unless given (default: on)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
                    help="auto: the GPU when the GPU backend can run (CuPy imports and a CUDA device "
                         "answers), else the CPU; gpu without one is an error")
@@ -321,10 +326,10 @@ TRAINING_KEYS: tuple[str, ...] = ("model", "blueprint", "torch_model", "dataset"
                                   "scaler_interval", "ema", "ema_warmup", "resize_schedule", "conv_algo")
 """Options that define a run: fixed by the checkpoint on ``--resume``."""
 
-RESUMED_DEFAULTS: tuple[str, ...] = ("epochs", "device", "reuse", "fuse_fc_relu")
+RESUMED_DEFAULTS: tuple[str, ...] = ("epochs", "device", "reuse", "fuse_fc_relu", "fuse_bn_stats")
 """Options a resumed run takes from its checkpoint unless given again: ``--epochs`` (the cosine
 schedule's length: resuming an interrupted run must not change it), ``--device``,
-``--[no-]reuse``, ``--[no-]fuse-fc-relu``."""
+``--[no-]reuse``, ``--[no-]fuse-fc-relu``, ``--[no-]fuse-bn-stats``."""
 
 
 def check_args(a: argparse.Namespace) -> None:
