@@ -430,7 +430,7 @@ def test_bn_stats_epilogue_kernel_benchmark_runs(capsys):
     bn_stats_kernels(1)
     out = capsys.readouterr().out
     assert all("x".join(map(str, s)) in out for s in SHAPES) and "winograd_4x4_3x3" in out
-    assert "torch conv" in out and "steal" in out
+    assert "torch conv" in out and "torch / ours" in out and "steal" in out
 
 
 def test_thread_scaling_compares_each_side_with_itself():
