@@ -30,7 +30,7 @@ has input and output DTensor ids, a RANGE node has input/output region spans plu
 Kernels take named arrays; the row connects them:
 
 * ``ins`` / ``outs``: the kernel argument of each positional input / output id; ``None`` marks an
-  operand no backend reads (the seed's cuDNN conv statistics ``sum`` / ``sq_sum``, the forward
+  operand no backend reads (the inference conv's statistics ``sum`` / ``sq_sum``, the forward
   loss' ``scaling``, the GPU tree-reduction partials of softmax CE and LARS). One argument may
   appear in both lists (state updated in place: running statistics, the dropout RNG, optimizer
   moments); both must then name one DTensor.
@@ -162,11 +162,12 @@ class Operands:
         """``({arg: operand}, trailing workspace outputs)`` for one node's positional operands.
 
         Operands may be anything (ids, shapes, arrays). Raises ``ValueError`` naming the op when
-        there are fewer operands than the table lists (trailing optional inputs and outputs
-        aside), more inputs than it lists, or one argument gets two different operands.
+        there are fewer operands than the table lists (trailing optional outputs aside, and the
+        trailing optional inputs, which a node gives all or none of), more inputs than it lists,
+        or one argument gets two different operands.
         """
-        if not self.required_ins <= len(ins) <= len(self.ins):
-            least = "" if self.required_ins == len(self.ins) else f"{self.required_ins} to "
+        if len(ins) not in (self.required_ins, len(self.ins)):  # the optional inputs come together
+            least = "" if self.required_ins == len(self.ins) else f"{self.required_ins} or "
             raise ValueError(f"'{op}' node has {len(ins)} inputs, its operand table lists {least}{len(self.ins)} "
                              f"({list(self.ins)})")
         if len(outs) < self.required_outs:

@@ -33,9 +33,11 @@ conv's output pass". The numbers change in the last bits (the sums are taken in 
 so training with and without the pass is not bit-identical; each is deterministic for a given
 thread count, and both are checked against PyTorch (tests/test_fuse_bn_stats.py).
 
-It runs in ``memplan-compile`` right after ``memplan-build-graph`` (option ``fuse-bn-stats``,
-default on); no options of its own; running it again changes nothing. Diagnostics as
+It runs in ``memplan-compile`` after ``memplan-build-graph`` and ``memplan-fuse-fc-relu`` (option
+``fuse_bn_stats``, default on); no options of its own; running it again changes nothing. Diagnostics as
 ``memplan-fuse-fc-relu``: a program without its ``@train`` graph, or one with its atlas already.
+The program verifier (every compile, ``tr-opt``) refuses a BN forward whose statistics inputs are
+not both the bound ``sum`` / ``sq_sum`` of the node that writes its input.
 """
 
 from __future__ import annotations

@@ -75,6 +75,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as _dt
+import importlib
 import json
 import os
 import platform
@@ -128,13 +129,13 @@ def check_kernels(report: dict) -> bool:
         except Exception as e:  # a launch failure is a failed case, the others still run
             failed.append({"case": case.label, "exception": f"{type(e).__name__}: {e}"})
             rows.append({"case": case.label, "ok": False})
-    from tr_mlir.lowering.cuda import checks as cuda_checks, winograd_checks
-
     # the CUDA Winograd convs (every algo of conv_fwd / conv_bwd beyond the implicit GEMM), and
-    # conv_fwd's batch-norm statistics (memplan-fuse-bn-stats: bound, y unchanged, reruns bit-identical)
-    for label, check, error in (("winograd", winograd_checks.check, "bound_ratio"),
-                                ("conv_stats", cuda_checks.conv_stats_check, "stats")):
+    # conv_fwd's batch-norm statistics (memplan-fuse-bn-stats: bound, y unchanged, reruns bit-identical);
+    # an import or launch failure is a failed case, the others still run
+    for label, module, name, error in (("winograd", "winograd_checks", "check", "bound_ratio"),
+                                       ("conv_stats", "checks", "conv_stats_check", "stats")):
         try:
+            check = getattr(importlib.import_module(f"tr_mlir.lowering.cuda.{module}"), name)
             for r in check(backend):
                 rows.append({"case": r["case"], "max_error": r["error"], "ok": r["ok"]})
                 if not r["ok"]:

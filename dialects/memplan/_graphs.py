@@ -528,6 +528,9 @@ class ProgramOp(IRDLOperation):
                     if n is None or i >= n:
                         raise _fail(self, f"expected every node id of @{graph.graph_name} ({gid.value}) to be "
                                           f"a DTensor of the plans ({n or 0} ids), got {i}")
+                problem = _stats_problem(graph, nodes_op.nodes())
+                if problem:
+                    raise _fail(self, f"@{graph.graph_name} ({gid.value}): {problem}")
 
     def _verify_links(self) -> None:
         for v in self.variants():
@@ -549,6 +552,57 @@ class ProgramOp(IRDLOperation):
                     raise _fail(self, f"expected atlas key ({g}, {gid.value}) to name a non-empty bucket")
                 if not isinstance(self.lookup(p), PlanOp):
                     raise _fail(self, f"expected atlas key plans to name a 'memplan.plan', got @{p}")
+
+
+STATS_ARGS = ("sum", "sq_sum")
+"""The batch-norm statistics a conv writes under its ``when`` param and the BN forward after it
+reads (``memplan-fuse-bn-stats``): the operand-row arguments :func:`_stats_problem` follows."""
+
+
+def _stats_problem(graph: GraphOp, nodes: list[Node]) -> str:
+    """What is wrong with the statistics inputs of one bucket's nodes, or ``""``: a node whose
+    operand row lists :data:`STATS_ARGS` as trailing optional inputs gives both or neither, and
+    when it gives them they are the ``sum`` / ``sq_sum`` outputs of the node that last wrote its
+    first input earlier in the bucket, bound there (the ``when`` param true). Reading another
+    conv's sums, or a tensor no kernel writes, would train on stale values without an error."""
+    from tr_mlir.dialects.kernels import KernelIdError, operands_for
+
+    params = graph.params.data
+    for j, node in enumerate(nodes):
+        try:
+            row = operands_for(node.op)
+        except KernelIdError:
+            continue
+        if tuple(row.ins[-2:]) != STATS_ARGS or row.required_ins == len(row.ins):
+            continue
+        if len(node.inputs) not in (row.required_ins, len(row.ins)):
+            return (f"node {j} '{node.op}' has {len(node.inputs)} inputs, expected {row.required_ins} or "
+                    f"{len(row.ins)} (sum and sq_sum come together)")
+        if len(node.inputs) == row.required_ins:
+            continue
+        x, stats = node.inputs[0], tuple(node.inputs[-2:])
+        writer = next((i for i in range(j - 1, -1, -1) if x in nodes[i].outputs), None)
+        bound = None
+        if writer is not None:
+            prod = nodes[writer]
+            try:
+                prow = operands_for(prod.op)
+            except KernelIdError:
+                prow = None
+            if prow is not None and all(a in prow.outs for a in STATS_ARGS):
+                pos = [prow.outs.index(a) for a in STATS_ARGS]
+                flags = {prow.when.get(a) for a in STATS_ARGS} - {None}
+                entry = params[prod.param].data if 0 <= prod.param < len(params) else {}
+                on = all(getattr(getattr(entry.get(f), "value", None), "data", 0) for f in flags)
+                if on and max(pos) < len(prod.outputs):
+                    bound = tuple(prod.outputs[p] for p in pos)
+        if stats != bound:
+            source = "no earlier node in the bucket" if writer is None else f"node {writer} '{nodes[writer].op}'"
+            return (f"node {j} '{node.op}' reads statistics {list(stats)} of its input {x}, which {source} "
+                    f"writes{'' if bound is None else f' with statistics {list(bound)}'}; expected the "
+                    f"sum and sq_sum outputs of the conv that writes it, bound by its bn_stats param "
+                    f"(memplan-fuse-bn-stats)")
+    return ""
 
 
 def _parse_with_entry_block(op_cls: type[IRDLOperation]) -> None:

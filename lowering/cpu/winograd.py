@@ -403,15 +403,22 @@ def _split_k(k: int, fn, piece, channels: int) -> None:
     _split_range(0, k, fn, piece)
 
 
-def _split_range(start: int, stop: int, fn, piece, indexed: bool = False) -> None:
+def _split_range(start: int, stop: int, fn, piece, fixed: int | None = None) -> None:
     """The compiled kernel ``fn(*piece(lo, hi))`` over contiguous blocks ``[lo, hi)`` of
-    range(start, stop), one per kernel thread (:func:`_run_pieces`); ``indexed``:
-    ``piece(lo, hi, i)`` with the block's index ``i`` (its own partial sums)."""
-    t = max(1, min(_parallel.workers(), stop - start))
+    range(start, stop), one per kernel thread (:func:`_run_pieces`). ``fixed``: that many blocks
+    whatever the thread count (one thread runs them in turn), and ``piece(lo, hi, i)`` with the
+    block's index ``i``: blocks that keep partial sums of their own give the same bits on any
+    thread count."""
+    t = max(1, min(fixed or _parallel.workers(), stop - start))
     bounds = [start + (stop - start) * i // t for i in range(t + 1)]
     blocks = list(zip(bounds, bounds[1:]))
-    _run_pieces(fn, [piece(lo, hi, i) if indexed else piece(lo, hi) for i, (lo, hi) in enumerate(blocks)],
-                [hi - lo for lo, hi in blocks])
+    pieces = [piece(lo, hi, i) if fixed else piece(lo, hi) for i, (lo, hi) in enumerate(blocks)]
+    if _parallel.workers() >= len(pieces):
+        _run_pieces(fn, pieces, [hi - lo for lo, hi in blocks])
+        return
+    with _parallel.one_thread():
+        for p in pieces:
+            fn(*p)
 
 
 def _run_pieces(fn, pieces: list[tuple[int, ...]], work: list[int]) -> None:
@@ -450,13 +457,15 @@ def _run_forward(pl: Plan, x32: np.ndarray, u: np.ndarray, y32: np.ndarray, ws: 
     px, pu, py = x32.ctypes.data, u.ctypes.data, y32.ctypes.data
     if pl.split_components:
         part = _kernels(pl).part
-        sts = conv_stats.partials(max(1, _parallel.workers()), pl.cout) if stats is not None else None
+        sts = conv_stats.partials(_parallel.MAX_WORKERS, pl.cout) if stats is not None else None
         for c0 in range(0, pl.tiles, pl.chunk_tiles):
             c1 = min(c0 + pl.chunk_tiles, pl.tiles)
             for phase, lo, hi in ((0, c0, c1), (1, 0, pl.alpha ** 2), (2, c0, c1)):
-                _split_range(lo, hi, part, lambda a, b, w, phase=phase, c0=c0, c1=c1: (
+                # the output transform with statistics in MAX_WORKERS fixed blocks, each with its own sums
+                fixed = _parallel.MAX_WORKERS if sts is not None and phase == 2 else None
+                _split_range(lo, hi, part, lambda a, b, w=0, phase=phase, c0=c0, c1=c1: (
                     pg, px, pu, py, col.ctypes.data, c0, c1, phase, a, b, sg, int(ilp),
-                    sts[w].ctypes.data if sts is not None and phase == 2 else 0), indexed=True)
+                    sts[w].ctypes.data if sts is not None and phase == 2 else 0), fixed)
         if sts is not None:
             conv_stats.combine(sts, *stats)
         return
