@@ -1017,3 +1017,21 @@ def test_seed_op_names_resolve():
         assert lookup(op).name == kernel_name(op)
     with pytest.raises(KeyError, match="no kernel for op 'MUL_FWD'"):
         lookup("MUL_FWD")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_sum_transposed_gives_the_whole_array_sum_and_copy_bits(dtype):
+    """``_util.sum_transposed`` (the im2col weight gradient's last step, by blocks of rows): the
+    same bits as adding the parts whole in order and copying the transposed view, for every group
+    and a row count that is no multiple of the block."""
+    from tr_mlir.lowering.cpu._util import TRANSPOSE_BLOCK, sum_transposed
+
+    rng = np.random.default_rng(0)
+    parts = [rng.standard_normal((2, 3 * TRANSPOSE_BLOCK + 5, 40)).astype(np.float32) for _ in range(3)]
+    want = parts[0] + parts[1]
+    want += parts[2]
+    ref = np.empty((2, 40, 3 * TRANSPOSE_BLOCK + 5), dtype)
+    np.copyto(ref, want.transpose(0, 2, 1), casting="same_kind")
+    got = np.empty_like(ref)
+    sum_transposed(got, [p.copy() for p in parts])
+    assert got.tobytes() == ref.tobytes()

@@ -67,7 +67,7 @@ import numpy as np
 from tr_mlir.dialects.kernels import AlgorithmTable
 
 from . import _cc, _cconv, _cdepthwise, _parallel, conv_stats, winograd
-from ._util import F32, nhwc, take
+from ._util import F32, nhwc, sum_transposed, take
 from ._util import as32 as _as32
 from ._util import finish as _finish
 from ._util import out32 as _out32
@@ -645,13 +645,11 @@ def conv_wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: d
 
 
 def _wgrad_chunked(dy4: np.ndarray, x: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray]) -> None:
-    """im2col weight gradient over batch chunks: dw = sum over chunks of col.T @ dy.
-
-    Each chunk's product is formed in the fast orientation of :func:`_gemm_tn` (more rows than
-    columns). Worker ``w`` sums its chunks in its own pair of ``wbuf`` blocks (the sum, one
-    chunk's product); worker 0 sums into dw itself when that is fp32 and in the same
-    orientation. The workers' sums are added in worker order and copied into dw.
-    """
+    """im2col weight gradient over batch chunks: dw = sum over chunks of col.T @ dy. Each chunk's
+    product is formed in the fast orientation of :func:`_gemm_tn` (more rows than columns).
+    Worker ``w`` sums its chunks in its own pair of ``wbuf`` blocks (the sum, one chunk's
+    product); worker 0 sums into dw itself when that is fp32 and in the same orientation. The
+    workers' sums are added in worker order and copied into dw (transposed: by blocks of rows)."""
     wn = g.groups * g.kg * g.kkc
     slots = col_slots(g)
     buf = take(ws.get("wbuf"), (2 * slots * wn,))
@@ -676,11 +674,13 @@ def _wgrad_chunked(dy4: np.ndarray, x: np.ndarray, dw: np.ndarray, g: ConvGeom, 
             np.add(accs[slot], parts[slot], out=accs[slot])
 
     used = _for_chunks(g, body)
+    if not direct:
+        sum_transposed(dw.reshape(g.groups, g.kg, g.kkc), accs[:used])
+        return
     for w in range(1, used):
         np.add(accs[0], accs[w], out=accs[0])
     if not in_place:
-        np.copyto(dw.reshape(g.groups, g.kg, g.kkc), accs[0] if direct else accs[0].transpose(0, 2, 1),
-                  casting="same_kind")
+        np.copyto(dw.reshape(g.groups, g.kg, g.kkc), accs[0], casting="same_kind")
 
 
 def _dgrad_tap_major(dy4: np.ndarray, w: np.ndarray, acc: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray]) -> None:
