@@ -51,6 +51,7 @@ from xdsl.passes import ModulePass
 
 from tr_mlir.dialects.kernels import K, implementation, operands_for
 from tr_mlir.dialects.memplan import GraphOp, Node, NodesOp, ProgramOp
+from tr_mlir.passes._dataflow import static_flag
 from tr_mlir.passes.memplan_build_graph import TRAIN_GRAPH, graph_programs
 
 FLAG = "bn_stats"
@@ -67,15 +68,10 @@ def _winograd_variants() -> frozenset[str]:
     return frozenset(table.variants) if table is not None else frozenset()
 
 
-def _param(graph: GraphOp, node: Node, name: str):
-    if node.param < 0:
-        return None
-    value = graph.params.data[node.param].data.get(name)
-    if isinstance(value, StringAttr):
-        return value.data
-    if isinstance(value, IntegerAttr):
-        return bool(value.value.data)
-    return value
+def _algo(graph: GraphOp, node: Node) -> str | None:
+    """The conv node's forward algorithm param (``memplan-select-conv-algo``), or None."""
+    value = graph.params.data[node.param].data.get("algo") if node.param >= 0 else None
+    return value.data if isinstance(value, StringAttr) else None
 
 
 def _bn_for(nodes: list[Node], i: int) -> int | None:
@@ -110,7 +106,7 @@ def _fuse(program: ProgramOp) -> int:
         for i, conv in enumerate(nodes):
             if conv.op != conv_op or len(conv.outputs) < 3 or 1 in conv.skipped or 2 in conv.skipped:
                 continue
-            if _param(graph, conv, "algo") not in variants or _param(graph, conv, FLAG):
+            if _algo(graph, conv) not in variants or static_flag(graph.params.data, conv, FLAG):
                 continue
             j = _bn_for(nodes, i)
             if j is None:

@@ -73,6 +73,9 @@ def _impls(ops: GpuOps) -> dict[KernelId, Impl]:
     # sum / sq_sum (bound under bn_stats, memplan-fuse-bn-stats): y's batch-norm statistics, written
     # when given, as on the CPU (the arrays decide; their float64 parts in `tmp`, winograd.ws_fwd_cuda):
     # Winograd reduces each chunk after its output transform, the implicit GEMM makes a pass over y
+    def _stats(sum, sq_sum):  # the optional statistics pair of conv_fwd and the BN forwards
+        return None if sum is None and sq_sum is None else (sum, sq_sum)
+
     @reg("conv_fwd", "conv_inf")
     def conv_fwd(x, w, y, col=None, wbuf=None, tmp=None, sum=None, sq_sum=None, *, k, s=1, p=0, groups=1,
                  algo="auto", bn_stats=False):
@@ -80,8 +83,7 @@ def _impls(ops: GpuOps) -> dict[KernelId, Impl]:
         if tuple(y.shape) != g.y_shape:
             raise ValueError(f"expected conv output of shape {g.y_shape}, got {tuple(y.shape)}")
         ws = _ws({"col": col, "wbuf": wbuf, "tmp": tmp}, ("col", "wbuf", "tmp"))
-        stats = None if sum is None and sq_sum is None else (sum, sq_sum)
-        ops.conv_forward(x, w, y, g, ws, algo, stats)
+        ops.conv_forward(x, w, y, g, ws, algo, _stats(sum, sq_sum))
 
     @reg("conv_bwd", "conv_bwd_first_layer")
     def conv_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, *, k, s=1, p=0, groups=1, algo_dgrad="auto",
@@ -193,9 +195,6 @@ def _impls(ops: GpuOps) -> dict[KernelId, Impl]:
     # -- batch norm --------------------------------------------------------------------------
     # sum / sq_sum: x's statistics as the conv before it wrote them (memplan-fuse-bn-stats): the
     # mean and variance come from them (tr_bn_given_stats) instead of the column-sum passes
-    def _stats(sum, sq_sum):
-        return None if sum is None and sq_sum is None else (sum, sq_sum)
-
     @reg("bn2d_fwd", "bn1d_fwd")
     def bn_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps=None, momentum=None,
                sum=None, sq_sum=None):
