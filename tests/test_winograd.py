@@ -288,11 +288,11 @@ def test_weight_transforms_keep_every_write(guard, monkeypatch):
         x, w, dy, g = _data(geom)
         ws = _ws(g, "winograd_2x2_3x3")
         for pl in (W.fwd_plan(g, 2), W.dgrad_plan(g, 2)):
-            ref = np.empty((pl.alpha ** 2, pl.kw, pl.cw), np.float32)
+            ref = np.empty(pl.u_shape, np.float32)
             W.numpy_weights(pl, w, ref)
-            u, _ = W._wbuf(g, ws, 2, False)
+            u = W._wbuf(g, ws, 2, False)[0].reshape(pl.u_shape)
             with threadpool_limits(2):
                 for _ in range(300):
                     u.fill(np.nan)
-                    W._weights(pl, w, u, True)
+                    W._weights(pl, w, u, True, ws["col"])
                     np.testing.assert_allclose(u, ref, rtol=1e-6, atol=1e-6)

@@ -10,7 +10,7 @@ named as the algorithm-selection pass puts them in the kernel params (:data:`VAR
 is ``y = A^T [sum_c U_c (.) V_c] A`` with ``U = G g G^T`` (the 3x3 filter of one (k, c) pair, alpha
 x alpha) and ``V = B^T d B`` (the alpha x alpha input tile ``d`` at ``(m ty - p, m tx - p)``).
 Gathering the P tiles of a chunk and the C channels, the sum over c is one GEMM per component
-xi of the alpha^2: ``M[xi] (P x K) = V[xi] (P x C) @ U[xi]^T``. The matrices come from the
+xi of the alpha^2: ``M[xi] (P x K) = V[xi] (P x C) @ U[xi] (C x K)``. The matrices come from the
 Toom-Cook construction on the interpolation points :data:`POINTS` and infinity
 (:func:`transform`: ``A^T`` rows are powers of the points, ``G`` rows the powers scaled by
 ``1 / prod_(j != i) (a_i - a_j)``, ``B^T`` rows the coefficients of ``prod_(j != i) (x - a_j)``
@@ -18,10 +18,14 @@ and, for the point at infinity, of ``prod_j (x - a_j)``); for F(2x2, 3x3) they a
 Gray's up to the signs and scales of matching rows of G and B^T.
 
 * forward (:func:`forward`): transform w into U (``wbuf``), then chunk by chunk of tiles: input
-  transform into V, the alpha^2 GEMMs into M, output transform into y;
+  transform into V, the alpha^2 GEMMs into M, output transform into y. U is stored (C, K) per
+  component, the GEMM's B operand as it is (:attr:`Plan.u_shape`): OpenBLAS's NN GEMM ran the
+  ResNet-18 forwards 0.5-2.1 ms faster on one thread than the NT one on U stored (K, C) (Zen 5
+  host, 2026-12-07: 64 @ 32x32 12.4 -> 10.5 ms, 128 @ 16x16 10.6 -> 9.0, 256 @ 8x8 11.6 -> 9.5,
+  512 @ 4x4 13.4 -> 12.9, including the transpose of w the transform then reads, in ``col``);
 * input gradient (:func:`dgrad`): the forward algorithm applied to dy zero-padded by 2 - p, with
   the filters rotated by 180 degrees and their channel axes swapped (the same identity conv.py's
-  im2col input gradient uses; with U kept (K, C) the GEMM simply does not transpose it). It reads
+  im2col input gradient uses; with U kept (K, C), which is its (CI, CO), the GEMM is NN too). It reads
   only dy and w, so dx may be x's buffer, and it writes every dx element once: no scatter-add of
   overlapping tiles, and the chunks of the two threads are independent;
 * weight gradient (:func:`wgrad`): the adjoint, ``dU[xi] (K x C) = sum over tiles of dM[xi]^T
@@ -280,6 +284,12 @@ class Plan:
         return self.alpha ** 2 * self.cin * self.cout
 
     @property
+    def u_shape(self) -> tuple[int, int, int]:
+        """The layout of U: (alpha^2, cin, cout), each component the B operand of its GEMM
+        ``M[xi] = V[xi] @ U[xi]`` as it is (module doc)."""
+        return self.alpha ** 2, self.cin, self.cout
+
+    @property
     def split_components(self) -> bool:
         """Whether the forward-style pass splits the components among the threads rather than
         the chunks (module doc): U of :data:`U_UNCACHED` elements or more."""
@@ -324,7 +334,8 @@ def workspace_sizes(g, variant: str, *, x16: bool, w16: bool, y16: bool, dw16: b
     """fp32 elements per workspace name for the ``phases`` of conv ``g`` as ``variant``:
 
     * ``wbuf``: U or dU (alpha^2 K C), then an fp32 copy of w (9 K C) when ``w16`` or of dw when ``dw16``;
-    * ``col``: :meth:`Plan.slots` slots of :attr:`Plan.slot_elements`;
+    * ``col``: :meth:`Plan.slots` slots of :attr:`Plan.slot_elements` (the forward also transposes
+      w there, as many channels at a time as fit, ahead of its weight transform);
     * ``xbuf``: x (fwd, wgrad) or dx (dgrad) in fp32 when ``x16``;
     * ``ybuf``: y or dy in fp32 when ``y16``.
     """
@@ -340,6 +351,8 @@ def workspace_sizes(g, variant: str, *, x16: bool, w16: bool, y16: bool, dw16: b
         cast = (w16 and ph != "wgrad") or (dw16 and ph == "wgrad")
         need("wbuf", a2kc + (9 * g.k_out * g.c if cast else 0))
         need("col", pl.slots(ph) * pl.slot_elements)
+        if ph == "fwd":
+            need("col", 9 * g.k_out)  # one channel of w transposed (:func:`_weights`; always less)
         if x16:
             need("xbuf", int(np.prod(g.x_shape)))
         if y16:
@@ -362,26 +375,48 @@ def compiled(*arrays: np.ndarray) -> bool:
 
 
 def _wbuf(g, ws: dict[str, np.ndarray], m: int, cast: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    """U / dU (alpha^2, K, C) and the fp32 copy of w or dw behind it (or None) in ``wbuf``."""
+    """U / dU (alpha^2, K, C) and the fp32 copy of w or dw behind it (or None) in ``wbuf`` (the
+    forward-style passes view U as their plan's :attr:`Plan.u_shape`)."""
     a2kc = (m + 2) ** 2 * g.k_out * g.c
     buf = take(ws.get("wbuf"), (a2kc + (9 * g.k_out * g.c if cast else 0),))
     return buf[:a2kc].reshape((m + 2) ** 2, g.k_out, g.c), (buf[a2kc:].reshape(g.w_shape) if cast else None)
 
 
-def _weights(pl: Plan, w32: np.ndarray, u: np.ndarray, use_c: bool) -> None:
-    """U[xi, k, c] = (G w[k, :, :, c] G^T)[xi] (w rotated 180 degrees for the input gradient)."""
-    if use_c:
-        fn = _kernels(pl).wt
-        _split_k(pl.kw, fn, lambda lo, hi: (w32.ctypes.data, u.ctypes.data, lo, hi), pl.cw)
-    else:
+def _weights(pl: Plan, w32: np.ndarray, u: np.ndarray, use_c: bool, scratch: np.ndarray | None = None) -> None:
+    """U of plan ``pl`` (:attr:`Plan.u_shape`) from w32 (kw, 3, 3, cw): ``U[xi, c, k] = (G w[k, :, :, c]
+    G^T)[xi]`` for the forward, ``U[xi, k, c]`` of w rotated by 180 degrees for the input
+    gradient. The compiled forward transposes w into ``scratch`` (fp32, at least 9 kw elements:
+    ``col``, free until the chunks start), as many channels at a time as it holds, so that its
+    transform, like the input gradient's, reads and writes along the contiguous axis of U (module
+    doc). Raises ``ValueError`` for a missing or too small scratch."""
+    if not use_c:
         numpy_weights(pl, w32, u)
+        return
+    kern = _kernels(pl)
+    pw, pu = w32.ctypes.data, u.ctypes.data
+    if pl.flip:
+        _split_k(pl.kw, kern.wt, lambda lo, hi: (pw, pu, lo, hi), pl.cw)
+        return
+    per = 9 * pl.kw  # wT elements per channel
+    wt = take(scratch, (per,))
+    block = min(pl.cw, scratch.size // per)
+    pt = wt.ctypes.data
+    for c0 in range(0, pl.cw, block):
+        c1 = min(c0 + block, pl.cw)
+        # split along w's filters, then along U's channels: a thread's writes to a row of wT or
+        # U (kw elements) lie in its own range, so the one-thread guard is on kw
+        _split_k(pl.kw, kern.wtrans, lambda lo, hi, c0=c0, c1=c1: (pw, pt, c0, c1, lo, hi), pl.kw)
+        _split_k(c1 - c0, kern.wt, lambda lo, hi, c0=c0: (pt, pu, c0, c0 + lo, c0 + hi), pl.kw)
 
 
 def numpy_weights(pl: Plan, w32: np.ndarray, u: np.ndarray) -> None:
-    """The NumPy weight transform of plan ``pl``: u (alpha^2, kw, cw) from w32 (kw, 3, 3, cw), fp32."""
-    wt = w32[:, ::-1, ::-1, :] if pl.flip else w32
+    """The NumPy weight transform of plan ``pl``: u (:attr:`Plan.u_shape`) from w32 (kw, 3, 3, cw), fp32."""
     gm = pl.transform.g.astype(np.float32)
-    np.copyto(u.reshape(pl.alpha, pl.alpha, pl.kw, pl.cw), np.einsum("ir,krsc,js->ijkc", gm, wt, gm))
+    if pl.flip:
+        np.copyto(u.reshape(pl.alpha, pl.alpha, pl.kw, pl.cw),
+                  np.einsum("ir,krsc,js->ijkc", gm, w32[:, ::-1, ::-1, :], gm))
+    else:
+        np.copyto(u.reshape(pl.alpha, pl.alpha, pl.cw, pl.kw), np.einsum("ir,krsc,js->ijck", gm, w32, gm))
 
 
 SPLIT_K_MIN_CHANNELS = 16
@@ -496,7 +531,8 @@ def _pass(pl: Plan, src: np.ndarray, w: np.ndarray, dst: np.ndarray, ws: dict[st
         np.copyto(wcast, w)
     dst32 = _out32(dst, ws, names[1], shapes[1])
     use_c = compiled(src32, w32, dst32)
-    _weights(pl, w32, u, use_c)
+    u = u.reshape(pl.u_shape)
+    _weights(pl, w32, u, use_c, ws.get("col"))  # col is free until the chunks: w transposed there
     in_place = dst.dtype == F32  # dst32 is dst (a view of it): the statistics of what is written
     _run_forward(pl, src32, u, dst32, ws, use_c, stats if in_place else None)
     _finish(dst, dst32)
@@ -607,10 +643,10 @@ def _input_chunk(pl: Plan, x32: np.ndarray, s: int, scratch: np.ndarray
 
 def numpy_forward(pl: Plan, x32: np.ndarray, u: np.ndarray, y32: np.ndarray, scratch: np.ndarray) -> None:
     """The NumPy forward of plan ``pl``: y32 (n, Ho, Wo, cout) from x32 (n, h, w, cin) and the
-    transformed weights u (alpha^2, kw, cw), fp32, chunk by chunk in ``scratch`` (one slot)."""
+    transformed weights u (:attr:`Plan.u_shape`), fp32, chunk by chunk in ``scratch`` (one slot)."""
     a, m = pl.alpha, pl.m
     at = pl.transform.at.astype(np.float32)
-    ub = u.transpose(0, 2, 1) if not pl.flip else u  # (alpha^2, cin, cout)
+    ub = u.reshape(pl.u_shape)
     for s in range(0, pl.n, pl.chunk_images):
         n, v, mm, pad = _input_chunk(pl, x32, s, scratch)
         np.matmul(v, ub, out=mm)
