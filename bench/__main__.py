@@ -21,8 +21,10 @@ BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 _MARK = "TR_MLIR_BENCH_UNSET"
 
 
-def _reexec_without_blas_env(argv: list[str]) -> None:
-    """Re-exec ``python -m bench`` without :data:`BLAS_ENV` (before NumPy is imported)."""
+def reexec_without_blas_env(argv: list[str], module: str = "bench") -> None:
+    """Re-exec ``python -m <module> <argv>`` (``bench`` or one of its entry points, such as
+    ``bench.scaling``) without :data:`BLAS_ENV`, before NumPy is imported; nothing when neither
+    is set, ``--keep-blas-env`` is given or this process is already the re-executed one."""
     if "--keep-blas-env" in argv or _MARK in os.environ:
         return
     set_vars = [k for k in BLAS_ENV if k in os.environ]
@@ -30,11 +32,11 @@ def _reexec_without_blas_env(argv: list[str]) -> None:
         return
     env = {k: v for k, v in os.environ.items() if k not in BLAS_ENV}
     env[_MARK] = ",".join(set_vars)
-    os.execve(sys.executable, [sys.executable, "-m", "bench", *argv], env)
+    os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)
 
 
 if __name__ == "__main__":
-    _reexec_without_blas_env(sys.argv[1:])
+    reexec_without_blas_env(sys.argv[1:])
     from bench.cli import main
 
     sys.exit(main(sys.argv[1:]))

@@ -503,3 +503,30 @@ def test_stream_rate_reraises_a_probe_threads_error(monkeypatch):
     with pytest.raises(MemoryError, match="probe thread"):
         throughput.stream_rate(2, 4096, seconds=0.001, repeats=1)
     assert threading.active_count() == before
+
+
+def test_scaling_writes_both_sides_per_round(tmp_path):
+    """``python -m bench.scaling`` (the thread counts interleaved): one round of one step a side
+    on the MLP writes the JSON and markdown with each side's step per thread count, its scaling
+    (1-thread median over 2-thread median) and one per-round value each."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-m", "bench.scaling", "mlp", "--rounds", "1", "--steps", "1", "--pause", "0",
+                           "--out-dir", str(tmp_path), "--name", "s"], cwd=REPO, capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads((tmp_path / "s.json").read_text())
+    (m,) = res["models"]
+    assert m["model"] == "mlp" and m["rounds"] == 1 and m["steps"] == 1 and m["threads"] == [2, 1]
+    for side in ("tr_mlir", "torch"):
+        step = m["step_s"][side]
+        assert step["1"] > 0 and step["2"] > 0
+        assert m["scaling"][side] == pytest.approx(step["1"] / step["2"])
+        assert len(m["round_scaling"][side]) == 1 and len(m["step_times_s"][side]["2"]) == 1
+    assert m["rounds_at_least_torch"] in (0, 1)
+    assert "| mlp (200) | 1 x 1 |" in (tmp_path / "s.md").read_text()
+
+
+def test_scaling_rejects_unknown_models():
+    proc = subprocess.run([sys.executable, "-m", "bench.scaling", "nope"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "unknown model(s) nope" in proc.stderr

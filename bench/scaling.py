@@ -1,0 +1,192 @@
+"""``python -m bench.scaling``: each side's 1 -> 2 thread speed-up of the training step, measured
+with the thread counts interleaved (issue 13, "both threads busy").
+
+Section 2 of ``python -m bench`` measures every model on 2 threads and then again on 1
+(``by_threads``), minutes apart, and ``bench.throughput.thread_scaling`` divides the medians; a
+change in the host between the two blocks moves both sides' scaling the same way but not by the
+same amount. Here every round times four blocks of ``--steps`` steps: tr-mlir on 2 threads,
+PyTorch eager on 2, tr-mlir on 1, PyTorch on 1, in an order that rotates by one block each round
+(so no block always follows the same one). Each block starts with one untimed step after the
+thread count is set (``torch.set_num_threads``, ``threadpoolctl.threadpool_limits`` for
+OpenBLAS and tr-mlir's kernel threads), and is followed by a ``--pause`` (default 0.3 s) so that
+PyTorch's OpenMP threads, which spin for a while after a parallel region, are asleep before the
+next block starts.
+
+Per model the report gives each side's median step (seconds) per thread count over all rounds,
+its scaling ``median step on 1 thread / median step on 2``, the same per round (each round's
+block medians) as a median and a range, and in how many rounds tr-mlir's speed-up was at least
+PyTorch's. The models and the two sides are ``bench.throughput``'s (same networks, batches,
+synthetic data, SGD with momentum, fp32); the 1-minute load average before and after and the
+steal / other-process CPU time per model (:mod:`bench.cpu_time`) are recorded.
+
+Run from the repository root (the test extra: ``torch==2.13.0``, ``threadpoolctl``)::
+
+    python -m bench.scaling resnet18_cifar --rounds 12 --steps 3 --name scaling-zen5-2026-12-07
+
+It writes ``<out-dir>/<name>.json`` and ``.md`` (default ``bench/results``, name
+``scaling-<date>``) and prints the markdown. As ``python -m bench``, it re-executes itself once
+without ``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` (``--keep-blas-env`` keeps them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+THREADS = (2, 1)
+"""The thread counts compared: the step on ``THREADS[1]`` over the step on ``THREADS[0]``."""
+
+
+def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[str, Any]:
+    """Both sides' thread scaling for the model ``name`` (a key of
+    :data:`bench.models.THROUGHPUT_MODELS`), ``rounds`` rounds of four blocks of ``steps`` timed
+    steps (module doc). Returns ``{"model", "batch", "rounds", "steps", "step_s": {side: {threads:
+    median seconds}}, "scaling": {side: float}, "round_scaling": {side: [float per round]},
+    "median_round_scaling": {side: float}, "rounds_at_least_torch": int, "step_times_s": {side:
+    {threads: [seconds]}}, "quiet"}``; sides ``tr_mlir`` and ``torch``. Raises ValueError for
+    ``rounds`` or ``steps`` below 1 and KeyError for an unknown model."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from bench.cpu_time import quietness, sample
+    from bench.models import THROUGHPUT_MODELS
+    from bench.throughput import _Ours, _Torch
+    from tr_mlir.data import load_dataset
+
+    if rounds < 1 or steps < 1:
+        raise ValueError(f"expected rounds and steps of at least 1, got {rounds} and {steps}")
+    m = THROUGHPUT_MODELS[name]
+    data = load_dataset("synthetic", input_shape=m.input_shape, num_classes=m.num_classes, train_size=m.batch,
+                        val_size=1, seed=0)
+    x, y = data.train_x[:m.batch], data.train_y[:m.batch]
+    sides = {"tr_mlir": _Ours(m, x, y, m.fuse), "torch": _Torch(m, x, y)}
+    times: dict[str, dict[int, list[float]]] = {s: {th: [] for th in THREADS} for s in sides}
+    per_round: dict[str, dict[int, list[float]]] = {s: {th: [] for th in THREADS} for s in sides}
+    blocks = [(s, th) for th in THREADS for s in sides]
+    torch_threads = torch.get_num_threads()
+    s0 = sample()
+    try:
+        for th in THREADS:  # warm-up on each thread count
+            torch.set_num_threads(th)
+            with threadpool_limits(limits=th):
+                for side in sides.values():
+                    side.step(), side.step()
+        for r in range(rounds):
+            for side, th in blocks[r % len(blocks):] + blocks[:r % len(blocks)]:
+                torch.set_num_threads(th)
+                with threadpool_limits(limits=th):
+                    sides[side].step()
+                    block = []
+                    for _ in range(steps):
+                        t0 = time.perf_counter()
+                        sides[side].step()
+                        block.append(time.perf_counter() - t0)
+                times[side][th] += block
+                per_round[side][th].append(statistics.median(block))
+                time.sleep(pause)
+    finally:
+        torch.set_num_threads(torch_threads)
+    quiet = quietness(s0, sample())
+    one, two = THREADS[1], THREADS[0]
+    step_s = {s: {th: statistics.median(t) for th, t in times[s].items()} for s in sides}
+    round_scaling = {s: [a / b for a, b in zip(per_round[s][one], per_round[s][two])] for s in sides}
+    return {
+        "model": name, "batch": m.batch, "rounds": rounds, "steps": steps, "threads": list(THREADS),
+        "step_s": step_s,
+        "scaling": {s: step_s[s][one] / step_s[s][two] for s in sides},
+        "round_scaling": round_scaling,
+        "median_round_scaling": {s: statistics.median(v) for s, v in round_scaling.items()},
+        "rounds_at_least_torch": sum(a >= b for a, b in zip(round_scaling["tr_mlir"], round_scaling["torch"])),
+        "step_times_s": times, "quiet": quiet,
+    }
+
+
+def report(res: dict[str, Any]) -> str:
+    """The markdown table of a :func:`run` result."""
+    from bench.cpu_time import describe
+
+    mach = res["machine"]
+    lines = [f"# Thread scaling, tr-mlir against PyTorch eager ({res['date']})", "",
+             f"Commit {(mach['git'] or {}).get('commit')}; {mach['cpu']}, {mach['cores']} cores; load before "
+             f"{mach['load_before'][0]:.2f}, after {mach['load_after'][0]:.2f}; OpenBLAS variables unset: "
+             f"{res['openblas_env_unset'] or 'none'}; {res['duration_s']:.0f} s.", "",
+             "| model (batch) | rounds x steps | tr-mlir step 1t / 2t (ms) | PyTorch step 1t / 2t (ms) | "
+             "scaling tr-mlir / PyTorch | per round, median (range) tr-mlir; PyTorch | rounds tr-mlir >= PyTorch | "
+             "steal / others |",
+             "|---|---|---|---|---|---|---|---|"]
+    for m in res["models"]:
+        st, rs = m["step_s"], m["round_scaling"]
+
+        def ms(side: str) -> str:
+            return f"{st[side][1] * 1e3:.1f} / {st[side][2] * 1e3:.1f}"
+
+        def rng(side: str) -> str:
+            return f"{m['median_round_scaling'][side]:.2f} ({min(rs[side]):.2f}-{max(rs[side]):.2f})"
+
+        lines.append(f"| {m['model']} ({m['batch']}) | {m['rounds']} x {m['steps']} | {ms('tr_mlir')} | {ms('torch')} | "
+                     f"**{m['scaling']['tr_mlir']:.2f} / {m['scaling']['torch']:.2f}** | {rng('tr_mlir')}; "
+                     f"{rng('torch')} | {m['rounds_at_least_torch']} of {m['rounds']} | {describe(m['quiet'])} |")
+    lines += ["", "Scaling: each side's median step on 1 thread / its median step on 2 (`python -m bench.scaling`, "
+              "bench/README.md)."]
+    return "\n".join(lines) + "\n"
+
+
+def run(names: list[str], *, rounds: int, steps: int, pause: float = 0.3, log=print) -> dict[str, Any]:
+    """:func:`measure` for each model of ``names``, with the machine (:func:`bench.cli.machine_info`,
+    the load average before and after), the date and the duration in seconds."""
+    from bench.cli import machine_info
+
+    t0 = time.perf_counter()
+    res: dict[str, Any] = {"date": datetime.date.today().isoformat(), "machine": machine_info(),
+                           "openblas_env_unset": os.environ.get("TR_MLIR_BENCH_UNSET", ""), "models": []}
+    for name in names:
+        log(f"[bench.scaling] {name}: {rounds} rounds of 4 x {steps} steps")
+        res["models"].append(measure(name, rounds=rounds, steps=steps, pause=pause))
+    res["machine"]["load_after"] = list(os.getloadavg())
+    res["duration_s"] = time.perf_counter() - t0
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line (module doc). Returns the exit status: 0, or 2 for an unknown model."""
+    from bench.cli import REPO, dumps
+    from bench.models import THROUGHPUT_MODELS
+
+    ap = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__.splitlines()[0])
+    ap.add_argument("models", nargs="*", default=["resnet18_cifar"],
+                    help=f"models (default resnet18_cifar): {', '.join(THROUGHPUT_MODELS)}")
+    ap.add_argument("--rounds", type=int, default=12, help="rounds of four blocks (default 12)")
+    ap.add_argument("--steps", type=int, default=3, help="timed steps per block (default 3)")
+    ap.add_argument("--pause", type=float, default=0.3, help="seconds after each block (default 0.3)")
+    ap.add_argument("--out-dir", type=Path, default=REPO / "bench" / "results")
+    ap.add_argument("--name", default=None, help="file name stem (default scaling-<date>)")
+    ap.add_argument("--keep-blas-env", action="store_true",
+                    help="do not unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE for the run")
+    args = ap.parse_args(argv)
+    unknown = [n for n in args.models if n not in THROUGHPUT_MODELS]
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)}; expected some of {', '.join(THROUGHPUT_MODELS)}")
+    if args.rounds < 1 or args.steps < 1:
+        ap.error("--rounds and --steps must be at least 1")
+    res = run(args.models, rounds=args.rounds, steps=args.steps, pause=args.pause,
+              log=lambda s: print(s, file=sys.stderr))
+    md = report(res)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stem = args.name or f"scaling-{res['date']}"
+    (args.out_dir / f"{stem}.json").write_text(dumps(res))
+    (args.out_dir / f"{stem}.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    from bench.__main__ import reexec_without_blas_env
+
+    reexec_without_blas_env(sys.argv[1:], "bench.scaling")
+    sys.exit(main(sys.argv[1:]))
