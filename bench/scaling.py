@@ -21,7 +21,7 @@ steal / other-process CPU time per model (:mod:`bench.cpu_time`) are recorded.
 
 Run from the repository root (the test extra: ``torch==2.13.0``, ``threadpoolctl``)::
 
-    python -m bench.scaling resnet18_cifar --rounds 12 --steps 3 --name scaling-zen5-2026-12-07
+    python -m bench.scaling resnet18_cifar mlp lenet5 --rounds 12 --name scaling-zen5-2026-12-07
 
 It writes ``<out-dir>/<name>.json`` and ``.md`` (default ``bench/results``, name
 ``scaling-<date>``) and prints the markdown. As ``python -m bench``, it re-executes itself once
@@ -42,11 +42,16 @@ from typing import Any
 THREADS = (2, 1)
 """The thread counts compared: the step on ``THREADS[1]`` over the step on ``THREADS[0]``."""
 
+STEPS = {"mlp": 30, "lenet5": 30, "resnet18_cifar": 3, "resnet18_cifar_unfused": 3, "resnet50": 1, "mobilenet_v2": 10}
+"""Timed steps per block by default (``--steps`` overrides): 0.1-1 s a block. With 3 steps of
+LeNet-5 (3 ms each) a block measured the thread switch more than the step: its 2-thread median
+was 4.4 ms against 2.1 ms with 20 steps (2026-12-07)."""
+
 
 def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[str, Any]:
     """Both sides' thread scaling for the model ``name`` (a key of
     :data:`bench.models.THROUGHPUT_MODELS`), ``rounds`` rounds of four blocks of ``steps`` timed
-    steps (module doc). Returns ``{"model", "batch", "rounds", "steps", "step_s": {side: {threads:
+    steps (module doc; each block after ``max(1, steps // 5)`` untimed steps). Returns ``{"model", "batch", "rounds", "steps", "step_s": {side: {threads:
     median seconds}}, "scaling": {side: float}, "round_scaling": {side: [float per round]},
     "median_round_scaling": {side: float}, "rounds_at_least_torch": int, "step_times_s": {side:
     {threads: [seconds]}}, "quiet"}``; sides ``tr_mlir`` and ``torch``. Raises ValueError for
@@ -81,7 +86,8 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
             for side, th in blocks[r % len(blocks):] + blocks[:r % len(blocks)]:
                 torch.set_num_threads(th)
                 with threadpool_limits(limits=th):
-                    sides[side].step()
+                    for _ in range(max(1, steps // 5)):  # untimed, after the switch
+                        sides[side].step()
                     block = []
                     for _ in range(steps):
                         t0 = time.perf_counter()
@@ -137,17 +143,19 @@ def report(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(names: list[str], *, rounds: int, steps: int, pause: float = 0.3, log=print) -> dict[str, Any]:
-    """:func:`measure` for each model of ``names``, with the machine (:func:`bench.cli.machine_info`,
-    the load average before and after), the date and the duration in seconds."""
+def run(names: list[str], *, rounds: int, steps: int | None = None, pause: float = 0.3, log=print) -> dict[str, Any]:
+    """:func:`measure` for each model of ``names`` (``steps`` None: :data:`STEPS`' count, else 3),
+    with the machine (:func:`bench.cli.machine_info`, the load average before and after), the date
+    and the duration in seconds."""
     from bench.cli import machine_info
 
     t0 = time.perf_counter()
     res: dict[str, Any] = {"date": datetime.date.today().isoformat(), "machine": machine_info(),
                            "openblas_env_unset": os.environ.get("TR_MLIR_BENCH_UNSET", ""), "models": []}
     for name in names:
-        log(f"[bench.scaling] {name}: {rounds} rounds of 4 x {steps} steps")
-        res["models"].append(measure(name, rounds=rounds, steps=steps, pause=pause))
+        n = steps or STEPS.get(name, 3)
+        log(f"[bench.scaling] {name}: {rounds} rounds of 4 x {n} steps")
+        res["models"].append(measure(name, rounds=rounds, steps=n, pause=pause))
     res["machine"]["load_after"] = list(os.getloadavg())
     res["duration_s"] = time.perf_counter() - t0
     return res
@@ -162,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("models", nargs="*", default=["resnet18_cifar"],
                     help=f"models (default resnet18_cifar): {', '.join(THROUGHPUT_MODELS)}")
     ap.add_argument("--rounds", type=int, default=12, help="rounds of four blocks (default 12)")
-    ap.add_argument("--steps", type=int, default=3, help="timed steps per block (default 3)")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="timed steps per block (default per model: " +
+                         ", ".join(f"{k} {v}" for k, v in STEPS.items()) + ")")
     ap.add_argument("--pause", type=float, default=0.3, help="seconds after each block (default 0.3)")
     ap.add_argument("--out-dir", type=Path, default=REPO / "bench" / "results")
     ap.add_argument("--name", default=None, help="file name stem (default scaling-<date>)")
@@ -172,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in args.models if n not in THROUGHPUT_MODELS]
     if unknown:
         ap.error(f"unknown model(s) {', '.join(unknown)}; expected some of {', '.join(THROUGHPUT_MODELS)}")
-    if args.rounds < 1 or args.steps < 1:
+    if args.rounds < 1 or (args.steps is not None and args.steps < 1):
         ap.error("--rounds and --steps must be at least 1")
     res = run(args.models, rounds=args.rounds, steps=args.steps, pause=args.pause,
               log=lambda s: print(s, file=sys.stderr))
