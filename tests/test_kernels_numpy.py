@@ -1035,3 +1035,40 @@ def test_sum_transposed_gives_the_whole_array_sum_and_copy_bits(dtype):
     got = np.empty_like(ref)
     sum_transposed(got, [p.copy() for p in parts])
     assert got.tobytes() == ref.tobytes()
+
+
+@pytest.mark.parametrize("count", [1, 2, 4, 5])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compiled_sum_transposed_gives_the_numpy_bits(count, threads, monkeypatch):
+    """``transpose.sum_transposed``: the C kernel (one block of source rows per kernel thread,
+    tiles of 16) gives the bits of the NumPy blocks for 1-4 parts, sizes that are no multiple of
+    the tile and two groups; 5 parts and fp16 outputs take the NumPy code. Parts are not changed
+    by the C kernel."""
+    from threadpoolctl import threadpool_limits
+
+    from tr_mlir.lowering.cpu import _cc, transpose
+    from tr_mlir.lowering.cpu._util import sum_transposed as numpy_sum_transposed
+
+    monkeypatch.setattr(transpose, "C_ELEMENTS", 1)
+    rng = np.random.default_rng(count)
+    parts = [rng.standard_normal((2, 83, 37)).astype(np.float32) for _ in range(count)]
+    ref = np.empty((2, 37, 83), np.float32)
+    numpy_sum_transposed(ref, [p.copy() for p in parts])
+    for dtype in (np.float32, np.float16):
+        got = np.full((2, 37, 83), np.nan, dtype)
+        mine = [p.copy() for p in parts]
+        with threadpool_limits(threads):
+            transpose.sum_transposed(got, mine)
+        assert got.tobytes() == ref.astype(dtype).tobytes()
+        if dtype == np.float32 and count <= transpose.MAX_PARTS and _cc.available():
+            assert all(a.tobytes() == b.tobytes() for a, b in zip(mine, parts))
+
+
+def test_compiled_sum_transposed_rejects_mismatched_shapes():
+    from tr_mlir.lowering.cpu import transpose
+
+    with pytest.raises(ValueError, match="expected parts of one shape"):
+        transpose.sum_transposed(np.empty((1, 4, 3), np.float32), [np.empty((1, 4, 3), np.float32)])
+    with pytest.raises(ValueError, match="expected parts of one shape"):
+        transpose.sum_transposed(np.empty((1, 3, 4), np.float32), [np.empty((1, 4, 3), np.float32),
+                                                                   np.empty((1, 4, 4), np.float32)])

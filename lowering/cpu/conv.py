@@ -67,7 +67,8 @@ import numpy as np
 from tr_mlir.dialects.kernels import AlgorithmTable
 
 from . import _cc, _cconv, _cdepthwise, _parallel, conv_stats, winograd
-from ._util import F32, nhwc, sum_transposed, take
+from ._util import F32, nhwc, take
+from .transpose import sum_transposed
 from ._util import as32 as _as32
 from ._util import finish as _finish
 from ._util import out32 as _out32
@@ -596,14 +597,13 @@ def _gemm_tn(a: np.ndarray, b: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: dict
 
     Both operands are transposed along the long M axis. OpenBLAS runs such a GEMM several
     times faster when the output has more rows than columns, so the larger of Kg and kkc is
-    made the row count: dw directly, or dw.T in ``wbuf`` followed by a transposed copy.
-    """
+    made the row count: dw directly, or dw.T in ``wbuf`` and a transposed copy (:mod:`.transpose`)."""
     if g.kg >= g.kkc and dw.dtype == F32:
         _parallel.matmul(b.transpose(0, 2, 1), a, out=dw.reshape(g.groups, g.kg, g.kkc))
         return
     wt = take(ws.get("wbuf"), (g.groups, g.kkc, g.kg))
     _parallel.matmul(a.transpose(0, 2, 1), b, out=wt)
-    np.copyto(dw.reshape(g.groups, g.kg, g.kkc), wt.transpose(0, 2, 1), casting="same_kind")
+    sum_transposed(dw.reshape(g.groups, g.kg, g.kkc), [wt])  # by tiles (a strided copy: 2.6 ms at 2048 x 512)
 
 
 def conv_wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray],
