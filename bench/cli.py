@@ -154,7 +154,8 @@ def dumps(res: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """The command line (module doc of :mod:`bench.__main__`). Returns the exit status."""
     ap = argparse.ArgumentParser(prog="python -m bench", description="tr-mlir benchmarks: compile time, CPU "
-                                 "training throughput vs PyTorch, memory (see bench/README.md).")
+                                 "training throughput vs PyTorch, memory (see bench/README.md).",
+                                 allow_abbrev=False)  # the re-exec (bench/__main__.py) sees --keep-blas-env whole
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="the quick mode: about 6 minutes on 2 cores")
     g.add_argument("--smoke", action="store_true", help="seconds: every section on the MLP only (tests)")

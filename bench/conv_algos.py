@@ -131,7 +131,7 @@ def error_table(points: dict | None = None, n: int = 2) -> str:
             try:
                 y = np.empty(g.y_shape, np.float32)
                 pl = W.fwd_plan(g, 4)
-                u = np.empty((36, c, c), np.float32)
+                u = np.empty(pl.u_shape, np.float32)
                 W.numpy_weights(pl, w, u)
                 W.numpy_forward(pl, x, u, y, np.empty(pl.slot_elements, np.float32))
                 cells.append(np.abs(y - ref).max() / np.abs(ref).max())

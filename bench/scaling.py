@@ -6,8 +6,8 @@ Section 2 of ``python -m bench`` measures every model on 2 threads and then agai
 change in the host between the two blocks moves both sides' scaling the same way but not by the
 same amount. Here every round times four blocks of ``--steps`` steps: tr-mlir on 2 threads,
 PyTorch eager on 2, tr-mlir on 1, PyTorch on 1, in an order that rotates by one block each round
-(so no block always follows the same one). Each block starts with one untimed step after the
-thread count is set (``torch.set_num_threads``, ``threadpoolctl.threadpool_limits`` for
+(so no block always follows the same one). Each block starts with ``max(1, steps // 5)`` untimed
+steps after the thread count is set (``torch.set_num_threads``, ``threadpoolctl.threadpool_limits`` for
 OpenBLAS and tr-mlir's kernel threads), and is followed by a ``--pause`` (default 0.3 s) so that
 PyTorch's OpenMP threads, which spin for a while after a parallel region, are asleep before the
 next block starts.
@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -43,7 +45,8 @@ THREADS = (2, 1)
 """The thread counts compared: the step on ``THREADS[1]`` over the step on ``THREADS[0]``."""
 
 STEPS = {"mlp": 30, "lenet5": 30, "resnet18_cifar": 3, "resnet18_cifar_unfused": 3, "resnet50": 1, "mobilenet_v2": 10}
-"""Timed steps per block by default (``--steps`` overrides): 0.1-1 s a block. With 3 steps of
+"""Timed steps per block by default (``--steps`` overrides): 0.1-0.3 s a block for the small
+nets, 1-3.5 s for the ResNets (one step of ResNet-50 on one thread takes ~1 s). With 3 steps of
 LeNet-5 (3 ms each) a block measured the thread switch more than the step: its 2-thread median
 was 4.4 ms against 2.1 ms with 20 steps (2026-12-07)."""
 
@@ -51,11 +54,12 @@ was 4.4 ms against 2.1 ms with 20 steps (2026-12-07)."""
 def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[str, Any]:
     """Both sides' thread scaling for the model ``name`` (a key of
     :data:`bench.models.THROUGHPUT_MODELS`), ``rounds`` rounds of four blocks of ``steps`` timed
-    steps (module doc; each block after ``max(1, steps // 5)`` untimed steps). Returns ``{"model", "batch", "rounds", "steps", "step_s": {side: {threads:
-    median seconds}}, "scaling": {side: float}, "round_scaling": {side: [float per round]},
-    "median_round_scaling": {side: float}, "rounds_at_least_torch": int, "step_times_s": {side:
-    {threads: [seconds]}}, "quiet"}``; sides ``tr_mlir`` and ``torch``. Raises ValueError for
-    ``rounds`` or ``steps`` below 1 and KeyError for an unknown model."""
+    steps (module doc; each block after ``max(1, steps // 5)`` untimed steps). Returns
+    ``{"model", "batch", "rounds", "steps", "step_s": {side: {threads: median seconds}},
+    "scaling": {side: float}, "round_scaling": {side: [float per round]}, "median_round_scaling":
+    {side: float}, "rounds_at_least_torch": int, "step_times_s": {side: {threads: [seconds]}},
+    "quiet"}``; sides ``tr_mlir`` and ``torch``. Raises ValueError for ``rounds`` or ``steps``
+    below 1 and KeyError for an unknown model."""
     import torch
     from threadpoolctl import threadpool_limits
 
@@ -135,7 +139,8 @@ def report(res: dict[str, Any]) -> str:
         def rng(side: str) -> str:
             return f"{m['median_round_scaling'][side]:.2f} ({min(rs[side]):.2f}-{max(rs[side]):.2f})"
 
-        lines.append(f"| {m['model']} ({m['batch']}) | {m['rounds']} x {m['steps']} | {ms('tr_mlir')} | {ms('torch')} | "
+        lines.append(f"| {m['model']} ({m['batch']}) | {m['rounds']} x {m['steps']} | {ms('tr_mlir')} | "
+                     f"{ms('torch')} | "
                      f"**{m['scaling']['tr_mlir']:.2f} / {m['scaling']['torch']:.2f}** | {rng('tr_mlir')}; "
                      f"{rng('torch')} | {m['rounds_at_least_torch']} of {m['rounds']} | {describe(m['quiet'])} |")
     lines += ["", "Scaling: each side's median step on 1 thread / its median step on 2 (`python -m bench.scaling`, "
@@ -162,13 +167,16 @@ def run(names: list[str], *, rounds: int, steps: int | None = None, pause: float
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line (module doc). Returns the exit status: 0, or 2 for an unknown model."""
+    """The command line (module doc). Returns the exit status: 0; 2 for a usage error (an unknown
+    model, a count below 1, a pause that is not a finite number of seconds >= 0, an output folder
+    that cannot be made or written, a ``--name`` with a path in it: all checked before measuring);
+    1 without the test extra (torch, threadpoolctl)."""
     from bench.cli import REPO, dumps
-    from bench.models import THROUGHPUT_MODELS
 
-    ap = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__.splitlines()[0],
+                                 allow_abbrev=False)
     ap.add_argument("models", nargs="*", default=["resnet18_cifar"],
-                    help=f"models (default resnet18_cifar): {', '.join(THROUGHPUT_MODELS)}")
+                    help="models (default resnet18_cifar): keys of bench.models.THROUGHPUT_MODELS")
     ap.add_argument("--rounds", type=int, default=12, help="rounds of four blocks (default 12)")
     ap.add_argument("--steps", type=int, default=None,
                     help="timed steps per block (default per model: " +
@@ -179,15 +187,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-blas-env", action="store_true",
                     help="do not unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE for the run")
     args = ap.parse_args(argv)
+    try:
+        import threadpoolctl  # noqa: F401 - needed by measure(); checked before anything runs
+        import torch  # noqa: F401
+
+        from bench.models import THROUGHPUT_MODELS
+    except ImportError as e:
+        print(f"python -m bench.scaling: needs the test extra (torch==2.13.0, threadpoolctl): {e}; "
+              "install with: pip install -e '.[test]'", file=sys.stderr)
+        return 1
     unknown = [n for n in args.models if n not in THROUGHPUT_MODELS]
     if unknown:
         ap.error(f"unknown model(s) {', '.join(unknown)}; expected some of {', '.join(THROUGHPUT_MODELS)}")
     if args.rounds < 1 or (args.steps is not None and args.steps < 1):
         ap.error("--rounds and --steps must be at least 1")
+    if not 0 <= args.pause < math.inf:
+        ap.error(f"--pause must be a finite number of seconds >= 0, got {args.pause}")
+    if args.name is not None and (not args.name or Path(args.name).name != args.name):
+        ap.error(f"--name must be a file name stem without a folder, got {args.name!r}")
+    try:
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=args.out_dir):
+            pass
+    except OSError as e:
+        ap.error(f"cannot write results into --out-dir {args.out_dir}: {e.strerror or e}")
     res = run(args.models, rounds=args.rounds, steps=args.steps, pause=args.pause,
               log=lambda s: print(s, file=sys.stderr))
     md = report(res)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
     stem = args.name or f"scaling-{res['date']}"
     (args.out_dir / f"{stem}.json").write_text(dumps(res))
     (args.out_dir / f"{stem}.md").write_text(md)

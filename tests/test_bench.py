@@ -530,3 +530,16 @@ def test_scaling_rejects_unknown_models():
     proc = subprocess.run([sys.executable, "-m", "bench.scaling", "nope"], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2 and "unknown model(s) nope" in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--pause", "-1"], "--pause must be a finite number of seconds >= 0"),
+    (["--name", "a/b"], "--name must be a file name stem without a folder"),
+    (["--out-dir", "/proc/no/such/folder"], "cannot write results into --out-dir"),
+    (["--keep-blas"], "unrecognized arguments: --keep-blas"),
+])
+def test_scaling_checks_its_arguments_before_measuring(args, message):
+    """Bad arguments are usage errors (rc 2, no traceback) found before any model is compiled."""
+    proc = subprocess.run([sys.executable, "-m", "bench.scaling", "mlp", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr

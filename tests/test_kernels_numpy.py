@@ -1072,3 +1072,16 @@ def test_compiled_sum_transposed_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match="expected parts of one shape"):
         transpose.sum_transposed(np.empty((1, 3, 4), np.float32), [np.empty((1, 4, 3), np.float32),
                                                                    np.empty((1, 4, 4), np.float32)])
+
+
+def test_im2col_weight_gradient_refuses_a_strided_dw():
+    """The im2col / pointwise weight gradients write dw through reshapes; a dw that is not
+    C-contiguous would be written into a copy and lost, so it is refused by name."""
+    from tr_mlir.lowering.cpu import conv as C
+
+    g = C.conv_geom((2, 6, 6, 4), (8, 1, 1, 4), 1, 1, 0, 1)
+    x = np.ones((2, 6, 6, 4), np.float32)
+    dy = np.ones(g.y_shape, np.float32)
+    dw = np.zeros((8, 1, 1, 8), np.float32)[..., :4]
+    with pytest.raises(ValueError, match="expected a C-contiguous dw"):
+        C.conv_wgrad(dy, x, dw, g, {}, "auto")

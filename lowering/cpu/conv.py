@@ -300,9 +300,7 @@ def compiled(g: ConvGeom, *arrays: np.ndarray, accumulate: bool = False) -> bool
     return _cc.available()
 
 
-# --------------------------------------------------------------------------------------
-# Algorithms (the compile-time choice of the kernels' algo params)
-# --------------------------------------------------------------------------------------
+# ---- Algorithms (the compile-time choice of the kernels' algo params) ----
 
 AUTO = "auto"
 """The algorithm value that leaves the choice to the run-time rule (:func:`compiled`, then
@@ -612,6 +610,8 @@ def conv_wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: d
     if algo in winograd.VARIANTS and winograd.applicable(g):
         winograd.wgrad(dy, x, dw, g, ws, algo)
         return
+    if not dw.flags.c_contiguous:  # the paths below write dw through reshapes (a copy, lost, if it is not)
+        raise ValueError(f"expected a C-contiguous dw of conv {g.x_shape} -> {g.y_shape}, got strides {dw.strides}")
     meth = _method(g, algo, dy, x, dw)
     if meth == "direct":
         _cconv.wgrad(dy, x, dw, g, ws.get("tmp"))
@@ -783,9 +783,7 @@ def conv_dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g: ConvGeom, ws: d
     _finish(dx, acc)
 
 
-# --------------------------------------------------------------------------------------
-# Registered kernels
-# --------------------------------------------------------------------------------------
+# ---- Registered kernels ----
 
 
 def _geom_from(arrays: dict[str, ArrayInfo], k: int, s: int, p: int, groups: int) -> ConvGeom:

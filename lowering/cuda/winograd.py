@@ -15,7 +15,8 @@ Each pass is a few launches over the whole batch, image chunk by image chunk (:f
   zeroed fp32 dU), then ``tr_wino_dwt`` (dw = G^T dU G).
 
 Layouts as the CPU path: x (N, H, W, C), w / dw (K, 3, 3, C), y / dy (N, Ho, Wo, K); U / dU
-(alpha^2, K, C) fp32, V (alpha^2, P, Cin) and M (alpha^2, P, Cout) fp32 for the P tiles of a chunk.
+(alpha^2, K, C) fp32 (the CPU forward stores its U as (alpha^2, C, K) for an NN GEMM; here every
+direction keeps (K, C)), V (alpha^2, P, Cin) and M (alpha^2, P, Cout) fp32 for the P tiles of a chunk.
 fp16 operands (AMP) are read and written in place by the transforms (``ldf`` / ``stf``): every
 transform, GEMM and sum is fp32 and each result is rounded to fp16 once, so unlike the CPU path no
 fp32 copies of x, w, y or dw are needed. Workspaces (:func:`workspace_sizes`, fp32 elements):
