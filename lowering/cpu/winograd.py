@@ -40,13 +40,16 @@ the same chunks), so the two threads get the same number of images. (Cutting the
 into chunks and giving each thread half of them gave one thread 35 of ResNet-18's 64 images at
 16x16x128, 7-image chunks, and 33 at 32x32 and 8x8: the other waited 6-20% of the pass.) The
 part a thread gets is the half of the batch the split kernels before it (batch norm, ReLU,
-residual adds) left in that core's cache. The exception is where U has :data:`U_UNCACHED` elements or more (512
-channels: 4-9M, out of cache, so each thread's GEMMs would stream all of U from memory for
-each of its chunks): there the chunk is the whole batch (as many images as U has elements) and
-it runs in three phases, the input transform split by tiles, the GEMMs split by component (each
-thread reads half of U, once), the output transform split by tiles (F(4x4, 3x3) forward plus
-input gradient of 512 @ 4x4: 168 -> 124 ms, interleaved, load 5.8; slower where U fits, 256 @
-8x8: 120 -> 157 ms). The weight gradient instead gives each thread a block of the
+residual adds) left in that core's cache. The exception is where U has :data:`U_UNCACHED` elements or more (256
+channels: 2.4M, 512: 9.4M; more than the share of the L3 cache a step leaves it, so each
+thread's GEMMs would read all of U from memory for each of its chunks): there the chunk is the
+whole batch (as many images as U has elements) and it runs in three phases, the input transform
+split by tiles, the GEMMs split by component (each thread reads half of U, once), the output
+transform split by tiles (F(4x4, 3x3) forward plus input gradient of 512 @ 4x4: 168 -> 124 ms,
+interleaved, load 5.8). 256 @ 8x8 was slower that way while the forward's GEMMs were NT (120 ->
+157 ms); with NN ones it is faster (Zen 5 host, 2026-12-07, batch 64, one / two threads: forward
+10.1 -> 8.8 / 5.1 -> 4.8 ms, input gradient 9.6 -> 8.4 / 4.9 -> 4.6 ms), and 128 @ 16x16 (U of
+0.6M) still much slower (two threads: 4.7 -> 8.0 ms). The weight gradient instead gives each thread a block of the
 alpha rows of the components: the thread transforms only its rows (the transforms are
 separable, so that is half the work) and sums its components' GEMMs over all chunks, with
 beta = 1 after the first: no partial sums, and each dU element is summed in one fixed order
@@ -130,9 +133,10 @@ module doc's measured maxima (up to 512 channels) with a margin of about 8x."""
 CHUNK = 1 << 20
 """Target fp32 elements of one thread's transformed tiles (V and M of one chunk: 4 MiB)."""
 
-U_UNCACHED = 1 << 22
-"""Elements of U (16 MiB of fp32, half the L3 cache) from which it is read from memory by every
-chunk's GEMMs, so chunks grow to one per thread (:attr:`Plan.chunk_images`)."""
+U_UNCACHED = 1 << 21
+"""Elements of U (8 MiB of fp32, a quarter of the L3 cache) from which it is read from memory by
+every chunk's GEMMs, so the components are split instead and the chunk grows to the batch
+(:attr:`Plan.chunk_images`; module doc: 256 channels and up, measured)."""
 
 
 @dataclass(frozen=True)
