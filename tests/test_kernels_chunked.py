@@ -139,6 +139,35 @@ def test_dgrad_paths_are_chosen_by_shape():
         assert not C.dgrad_tap_major(g) and C.dgrad_geom(g) is None
 
 
+@pytest.mark.parametrize("k,s,p", [(1, 2, 0), (3, 2, 1), (3, 3, 0)])
+def test_col2im_dgrad_overwrites_every_element_of_dx(k, s, p, monkeypatch):
+    """The col2im input gradient zeroes each chunk's images of dx on the thread that adds into
+    them (no serial fill of the whole dx first): a dx full of NaN comes out as torch's dX, with
+    the positions no window reaches (stride above k) zero, the same bits on one thread or two."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((11, 10, 10, 16)).astype(np.float32)
+    w = rng.standard_normal((6, k, k, 16)).astype(np.float32)
+    g = C.conv_geom(x.shape, w.shape, k, s, p, 1)
+    assert C.dgrad_geom(g) is None and not C.dgrad_tap_major(g)
+    dy = rng.standard_normal(g.y_shape).astype(np.float32)
+    monkeypatch.setattr(C, "COL_MIN_ROWS", 2 * g.win.ho * g.win.wo)  # 2-image chunks, several a part
+    monkeypatch.setattr(C, "COL_CHUNK", 1)
+    ws = KERNELS["conv_bwd"].allocate_workspaces(dict(dy=dy, x=x, w=w, dw=np.empty_like(w), dx=np.empty_like(x)),
+                                                 k=k, s=s, p=p, groups=1)
+    runs = []
+    for threads in (1, 2):
+        dx = np.full(x.shape, np.nan, np.float32)
+        with threadpool_limits(threads):
+            C.conv_dgrad(dy, w, dx, g, C._ws(**ws), algo="im2col")
+        runs.append(dx)
+    xt = torch.from_numpy(x.transpose(0, 3, 1, 2).copy()).requires_grad_()
+    F.conv2d(xt, torch.from_numpy(w.transpose(0, 3, 1, 2).copy()), stride=s, padding=p).backward(
+        torch.from_numpy(dy.transpose(0, 3, 1, 2).copy()))
+    want = xt.grad.numpy().transpose(0, 2, 3, 1)
+    assert runs[0].tobytes() == runs[1].tobytes()
+    assert np.abs(runs[0] - want).max() <= 1e-5 * np.abs(want).max()
+
+
 def test_chunk_rule_bounds_the_col_workspace():
     """A large early ResNet layer gets a col chunk of about COL_CHUNK elements, not the whole batch."""
     g = C.conv_geom((64, 32, 32, 64), (64, 3, 3, 64), 3, 1, 1, 1)

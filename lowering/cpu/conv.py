@@ -748,7 +748,7 @@ def conv_dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g: ConvGeom, ws: d
     if accumulate:
         if acc.dtype == F32 and dx.dtype != F32:
             np.copyto(acc, dx)
-    elif gd is None:
+    elif gd is None and (meth == "depthwise" or dgrad_tap_major(g)):  # col2im zeroes each chunk's images
         acc.fill(0)
     if meth == "depthwise":
         win = g.win
@@ -777,6 +777,8 @@ def conv_dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g: ConvGeom, ws: d
             col, _ = _col_pad(g, gc, ws, slot)
             _parallel.matmul(dy4[s:s + n].reshape(gc.m, g.groups, g.kg).transpose(1, 0, 2), w3,
                              out=col.reshape(g.groups, gc.m, g.kkc))
+            if not accumulate:  # on this chunk's thread, just before its adds (no serial fill of dx)
+                acc[s:s + n].fill(0)
             col2im(col, acc[s:s + n], gc)
 
         _for_chunks(g, body)
