@@ -17,7 +17,11 @@ its scaling ``median step on 1 thread / median step on 2``, the same per round (
 block medians) as a median and a range, and in how many rounds tr-mlir's speed-up was at least
 PyTorch's. The models and the two sides are ``bench.throughput``'s (same networks, batches,
 synthetic data, SGD with momentum, fp32); the 1-minute load average before and after and the
-steal / other-process CPU time per model (:mod:`bench.cpu_time`) are recorded.
+steal / other-process CPU time per model (:mod:`bench.cpu_time`) are recorded. Before the models,
+the host's own 1 -> 2 thread ratio of a streaming add (:func:`bench.throughput.stream_rate`, over
+the operand sizes of :data:`bench.throughput.STREAM_ELEMENTS`, best of two probes per thread count)
+is measured and reported under the table: the scaling the memory-bound passes of a step can
+expect once their operands come from memory rather than the cache.
 
 Run from the repository root (the test extra: ``torch==2.13.0``, ``threadpoolctl``)::
 
@@ -117,6 +121,27 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
     }
 
 
+def host_stream(log=print) -> dict[str, dict[str, float]]:
+    """The host's streaming-add rate (bytes/s) per thread count of :data:`THREADS` and operand size
+    (str elements of :data:`bench.throughput.STREAM_ELEMENTS`), the best of two probes taken in the
+    order 2, 1, 2, 1 threads: ``{"rate": {threads: {elements: bytes/s}}, "ratio": {elements:
+    rate on THREADS[0] / rate on THREADS[1]}}``. Threads are held with ``threadpoolctl`` as for
+    the models (the probe's own threads run NumPy's add, which takes no BLAS)."""
+    from threadpoolctl import threadpool_limits
+
+    from bench.throughput import STREAM_ELEMENTS, stream_rate
+
+    log(f"[bench.scaling] host streaming add over {', '.join(str(n) for n in STREAM_ELEMENTS)} fp32 elements")
+    rate: dict[int, dict[str, float]] = {th: {} for th in THREADS}
+    for th in THREADS + THREADS:
+        with threadpool_limits(limits=th):
+            for n in STREAM_ELEMENTS:
+                rate[th][str(n)] = max(rate[th].get(str(n), 0.0), stream_rate(th, n))
+    two, one = THREADS
+    return {"rate": {str(th): r for th, r in rate.items()},
+            "ratio": {n: rate[two][n] / rate[one][n] for n in rate[two]}}
+
+
 def report(res: dict[str, Any]) -> str:
     """The markdown table of a :func:`run` result."""
     from bench.cpu_time import describe
@@ -145,18 +170,27 @@ def report(res: dict[str, Any]) -> str:
                      f"{rng('torch')} | {m['rounds_at_least_torch']} of {m['rounds']} | {describe(m['quiet'])} |")
     lines += ["", "Scaling: each side's median step on 1 thread / its median step on 2 (`python -m bench.scaling`, "
               "bench/README.md)."]
+    host = res.get("host_stream")
+    if host:
+        from bench.report import _operand_mib
+
+        one, two = THREADS[1], THREADS[0]
+        lines += ["", f"The host itself, {one} -> {two} threads, a split np.add streaming three operands: " + ", ".join(
+            f"**{r:.2f}x** over {_operand_mib(n)} operands ({host['rate'][str(one)][n] / 1e9:.0f} -> "
+            f"{host['rate'][str(two)][n] / 1e9:.0f} GB/s)" for n, r in host["ratio"].items()) + "."]
     return "\n".join(lines) + "\n"
 
 
 def run(names: list[str], *, rounds: int, steps: int | None = None, pause: float = 0.3, log=print) -> dict[str, Any]:
     """:func:`measure` for each model of ``names`` (``steps`` None: :data:`STEPS`' count, else 3),
-    with the machine (:func:`bench.cli.machine_info`, the load average before and after), the date
+    after the host's streaming probe (:func:`host_stream`, key ``host_stream``), with the machine (:func:`bench.cli.machine_info`, the load average before and after), the date
     and the duration in seconds."""
     from bench.cli import machine_info
 
     t0 = time.perf_counter()
     res: dict[str, Any] = {"date": datetime.date.today().isoformat(), "machine": machine_info(),
                            "openblas_env_unset": os.environ.get("TR_MLIR_BENCH_UNSET", ""), "models": []}
+    res["host_stream"] = host_stream(log)
     for name in names:
         n = steps or STEPS.get(name, 3)
         log(f"[bench.scaling] {name}: {rounds} rounds of 4 x {n} steps")

@@ -63,10 +63,14 @@ def gemm_peak(n: int = 2048, repeats: int = 5) -> dict[str, float]:
             "torch_flops": best(lambda: torch.mm(ta, tb, out=tc)), "n": n}
 
 
-STREAM_ELEMENTS = (1 << 18, 1 << 22)
+STREAM_ELEMENTS = (1 << 18, 1 << 22, 1 << 24)
 """fp32 elements per operand of the host's streaming probe (:func:`stream_rate`): 1 MiB (3 MiB in
-all, inside the L3 of the Zen 5 host) and 16 MiB (48 MiB in all, past its 32 MiB L3; a
-ResNet-18 batch-norm activation of the first stage at batch 64 is 16 MiB)."""
+all, inside the L3 of the Zen 5 host), 16 MiB (48 MiB in all, past its 32 MiB L3; a ResNet-18
+batch-norm activation of the first stage at batch 64 is 16 MiB; part of the operands still come
+from the L3 on each repeat) and 64 MiB (192 MiB in all: every pass from and to memory, as a step's
+passes are after the kernels between them moved their own data through the cache). On the Zen 5
+host (2026-12-07) the 1 -> 2 thread ratios were 2.05x, 1.59x and 1.17x: a second core adds little
+memory bandwidth there."""
 
 
 def stream_rate(threads: int, elements: int, seconds: float = 0.02, repeats: int = 5) -> float:

@@ -508,7 +508,8 @@ def test_stream_rate_reraises_a_probe_threads_error(monkeypatch):
 def test_scaling_writes_both_sides_per_round(tmp_path):
     """``python -m bench.scaling`` (the thread counts interleaved): one round of one step a side
     on the MLP writes the JSON and markdown with each side's step per thread count, its scaling
-    (1-thread median over 2-thread median) and one per-round value each."""
+    (1-thread median over 2-thread median) and one per-round value each, and the host's own
+    streaming-add ratio per operand size."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run([sys.executable, "-m", "bench.scaling", "mlp", "--rounds", "1", "--steps", "1", "--pause", "0",
                            "--out-dir", str(tmp_path), "--name", "s"], cwd=REPO, capture_output=True, text=True,
@@ -523,7 +524,16 @@ def test_scaling_writes_both_sides_per_round(tmp_path):
         assert m["scaling"][side] == pytest.approx(step["1"] / step["2"])
         assert len(m["round_scaling"][side]) == 1 and len(m["step_times_s"][side]["2"]) == 1
     assert m["rounds_at_least_torch"] in (0, 1)
-    assert "| mlp (200) | 1 x 1 |" in (tmp_path / "s.md").read_text()
+    md = (tmp_path / "s.md").read_text()
+    assert "| mlp (200) | 1 x 1 |" in md
+    from bench.throughput import STREAM_ELEMENTS
+
+    host = res["host_stream"]  # the host's streaming add on both thread counts, every operand size
+    assert set(host["rate"]) == {"1", "2"} and set(host["ratio"]) == {str(n) for n in STREAM_ELEMENTS}
+    for n, r in host["ratio"].items():
+        assert host["rate"]["1"][n] > 0 and r == pytest.approx(host["rate"]["2"][n] / host["rate"]["1"][n])
+    assert "The host itself, 1 -> 2 threads, a split np.add streaming three operands: **" in md
+    assert "over 64 MiB operands" in md
 
 
 def test_scaling_rejects_unknown_models():
