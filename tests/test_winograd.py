@@ -130,11 +130,30 @@ def test_c_path_matches_torch(geom, variant):
 @pytest.mark.parametrize("geom", [GEOMS[1], GEOMS[3], GEOMS[6]], ids=_ids)
 def test_c_path_split_components_matches_torch(geom, variant, monkeypatch):
     """The pass that splits the GEMM components among the threads (taken for U of
-    W.U_UNCACHED elements, 512 channels; forced here), chunked when U is small."""
+    W.U_UNCACHED elements, 256 channels and up; forced here), chunked when U is small: each
+    thread transforms and multiplies its block of component rows, then the output transform is
+    split by tiles. The same bits on one thread or two, the forward's batch-norm statistics
+    (summed per fixed block of tiles) included."""
+    from tr_mlir.lowering.cpu import conv_stats
+
     monkeypatch.setattr(W, "U_UNCACHED", 1)
     x, w, dy, g = _data(geom, seed=11)
     assert W.fwd_plan(g, W.VARIANTS[variant]).split_components
-    _check_all(_run(x, w, dy, g, variant, _ws(g, variant)), _torch(x, w, dy, geom[5]), W.VARIANTS[variant], "split")
+    ws = _ws(g, variant)
+    runs, sums = [], []
+    for threads in (2, 1):
+        with threadpool_limits(threads):
+            runs.append(_run(x, w, dy, g, variant, ws))
+            stats = (np.zeros(g.k_out, np.float32), np.zeros(g.k_out, np.float32))
+            W.forward(x, w, np.empty(g.y_shape, np.float32), g, ws, variant, stats)
+            sums.append(stats)
+    _check_all(runs[0], _torch(x, w, dy, geom[5]), W.VARIANTS[variant], "split")
+    for a, b in zip(runs[0] + sums[0], runs[1] + sums[1]):
+        assert a.tobytes() == b.tobytes()
+    want = (np.zeros(g.k_out, np.float32), np.zeros(g.k_out, np.float32))
+    conv_stats.from_output(runs[0][0], *want)  # the sum and the sum of squared deviations of y
+    for got, ref in zip(sums[0], want):
+        np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-6 * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -27,8 +27,9 @@ Functions of one plan (tiles ``t`` numbered ``(n * TH + ty) * TW + tx``):
   pivot);
 * ``tr_part(x, U, y, scratch, c0, c1, phase, lo, hi, sgemm, ilp64, st)``: one phase of the
   chunk of tiles ``[c0, c1)`` when the threads split the components
-  (:attr:`.winograd.Plan.split_components`): 0, the input transform of tiles ``[lo, hi)``; 1, the
-  GEMMs of components ``[lo, hi)``; 2, the output transform of tiles ``[lo, hi)`` (and their
+  (:attr:`.winograd.Plan.split_components`): 0, the component rows ``[lo, hi)`` of the input
+  transform of every tile of the chunk, then those rows' GEMMs (components ``[lo A, hi A)``, as
+  ``tr_wgrad`` takes its rows); 1, the output transform of tiles ``[lo, hi)`` (and their
   statistics into ``st``);
 * ``tile_stats(y, t0, t1, st)``: per output channel, ``count``, the pivot ``p`` (the first pixel
   of the first tile this ``st`` sees), ``s1 = sum (y - p)`` and ``s2 = sum (y - p)^2`` in double
@@ -346,12 +347,13 @@ void tr_part(const long* geo, const float* restrict x, const float* restrict U, 
   GEO
   float* restrict V = scratch;
   float* restrict Mb = scratch + (long)A * A * P * CI;
-  if (phase == 0) in_tiles(geo, x, V, lo, hi, c0, 0, A);
-  if (phase == 1)
-    for (long xi = lo; xi < hi; xi++)
+  if (phase == 0) {{
+    in_tiles(geo, x, V, c0, c1, c0, (int)lo, (int)hi);
+    for (long xi = lo * A; xi < hi * A; xi++)
       gemm(sg, ilp64, 111, {tb}, c1 - c0, CO, CI, V + xi * P * CI, CI, U + xi * CO * CI, {ldb}, 0.0f,
            Mb + xi * P * CO, CO);
-  if (phase == 2) out_stats(geo, Mb, y, lo, hi, c0, st);
+  }}
+  if (phase == 1) out_stats(geo, Mb, y, lo, hi, c0, st);
 }}
 
 """

@@ -43,10 +43,16 @@ part a thread gets is the half of the batch the split kernels before it (batch n
 residual adds) left in that core's cache. The exception is where U has :data:`U_UNCACHED` elements or more (256
 channels: 2.4M, 512: 9.4M; more than the share of the L3 cache a step leaves it, so each
 thread's GEMMs would read all of U from memory for each of its chunks): there the chunk is the
-whole batch (as many images as U has elements) and it runs in three phases, the input transform
-split by tiles, the GEMMs split by component (each thread reads half of U, once), the output
-transform split by tiles (F(4x4, 3x3) forward plus input gradient of 512 @ 4x4: 168 -> 124 ms,
-interleaved, load 5.8). 256 @ 8x8 was slower that way while the forward's GEMMs were NT (120 ->
+whole batch (as many images as U has elements) and it runs in two phases: each thread takes a
+block of the alpha rows of the components, transforms only those rows of every tile (as the
+weight gradient below does) and runs their GEMMs (so it reads its half of U, once, and only the
+V it wrote itself), then the output transform is split by tiles (F(4x4, 3x3) forward plus input
+gradient of 512 @ 4x4: 168 -> 124 ms, interleaved, load 5.8, against a chunk list per thread).
+The input transform split by tiles, a phase of its own before the GEMMs until 2026-12-07, ran
+no faster on two threads than on one inside a step (each thread's GEMMs then read V that the
+other core had written): the forwards and input gradients of these convs took 67.5 -> 66.8 ms
+on two threads in ResNet-18's step and 50.5 -> 49.2 in ResNet-50's (Zen 5 host, per-kernel
+timing; the same bits, as each GEMM and each transformed row is the same computation). 256 @ 8x8 was slower that way while the forward's GEMMs were NT (120 ->
 157 ms); with NN ones it is faster (Zen 5 host, 2026-12-07, batch 64, one / two threads: forward
 10.1 -> 8.8 / 5.1 -> 4.8 ms, input gradient 9.6 -> 8.4 / 4.9 -> 4.6 ms), and 128 @ 16x16 (U of
 0.6M) still much slower (two threads: 4.7 -> 8.0 ms). The weight gradient instead gives each thread a block of the
@@ -499,12 +505,12 @@ def _run_forward(pl: Plan, x32: np.ndarray, u: np.ndarray, y32: np.ndarray, ws: 
         sts = conv_stats.partials(_parallel.MAX_WORKERS, pl.cout) if stats is not None else None
         for c0 in range(0, pl.tiles, pl.chunk_tiles):
             c1 = min(c0 + pl.chunk_tiles, pl.tiles)
-            for phase, lo, hi in ((0, c0, c1), (1, 0, pl.alpha ** 2), (2, c0, c1)):
+            for phase, lo, hi in ((0, 0, pl.alpha), (1, c0, c1)):  # component rows, then tiles
                 # the output transform with statistics in MAX_WORKERS fixed blocks, each with its own sums
-                fixed = _parallel.MAX_WORKERS if sts is not None and phase == 2 else None
+                fixed = _parallel.MAX_WORKERS if sts is not None and phase == 1 else None
                 _split_range(lo, hi, part, lambda a, b, w=0, phase=phase, c0=c0, c1=c1: (
                     pg, px, pu, py, col.ctypes.data, c0, c1, phase, a, b, sg, int(ilp),
-                    sts[w].ctypes.data if sts is not None and phase == 2 else 0), fixed)
+                    sts[w].ctypes.data if sts is not None and phase == 1 else 0), fixed)
         if sts is not None:
             conv_stats.combine(sts, *stats)
         return
