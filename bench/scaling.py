@@ -121,7 +121,7 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
     }
 
 
-def host_stream(log=print) -> dict[str, dict[str, float]]:
+def host_stream(log=print) -> dict[str, Any]:
     """The host's streaming-add rate (bytes/s) per thread count of :data:`THREADS` and operand size
     (str elements of :data:`bench.throughput.STREAM_ELEMENTS`), the best of two probes taken in the
     order 2, 1, 2, 1 threads: ``{"rate": {threads: {elements: bytes/s}}, "ratio": {elements:
@@ -183,8 +183,10 @@ def report(res: dict[str, Any]) -> str:
 
 def run(names: list[str], *, rounds: int, steps: int | None = None, pause: float = 0.3, log=print) -> dict[str, Any]:
     """:func:`measure` for each model of ``names`` (``steps`` None: :data:`STEPS`' count, else 3),
-    after the host's streaming probe (:func:`host_stream`, key ``host_stream``), with the machine (:func:`bench.cli.machine_info`, the load average before and after), the date
-    and the duration in seconds."""
+    after the host's streaming probe (:func:`host_stream`, key ``host_stream``), with the machine
+    (:func:`bench.cli.machine_info`, the load average before and after), the date and the duration
+    in seconds. An error of the probe (e.g. ``MemoryError`` for its 192 MiB of operands) stops the
+    run before any model is measured."""
     from bench.cli import machine_info
 
     t0 = time.perf_counter()

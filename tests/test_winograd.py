@@ -140,6 +140,10 @@ def test_c_path_split_components_matches_torch(geom, variant, monkeypatch):
     x, w, dy, g = _data(geom, seed=11)
     assert W.fwd_plan(g, W.VARIANTS[variant]).split_components
     ws = _ws(g, variant)
+    parts: list[list[np.ndarray]] = []
+    combine = conv_stats.combine
+    monkeypatch.setattr(conv_stats, "combine", lambda ps, *out: (parts.append([p.copy() for p in ps]),
+                                                                 combine(ps, *out)))
     runs, sums = [], []
     for threads in (2, 1):
         with threadpool_limits(threads):
@@ -149,6 +153,13 @@ def test_c_path_split_components_matches_torch(geom, variant, monkeypatch):
             sums.append(stats)
     _check_all(runs[0], _torch(x, w, dy, geom[5]), W.VARIANTS[variant], "split")
     for a, b in zip(runs[0] + sums[0], runs[1] + sums[1]):
+        assert a.tobytes() == b.tobytes()
+    # the statistics' float64 partials: one per fixed block of tiles (not per thread), each of its
+    # own block's pixels, the same bits on two threads and one
+    pixels = g.n * g.win.ho * g.win.wo
+    assert len(parts) == 2 and len(parts[0]) == _parallel.MAX_WORKERS == 2
+    assert all(p[0] > 0 for p in parts[0]) and sum(p[0] for p in parts[0]) == pixels
+    for a, b in zip(*parts):
         assert a.tobytes() == b.tobytes()
     want = (np.zeros(g.k_out, np.float32), np.zeros(g.k_out, np.float32))
     conv_stats.from_output(runs[0][0], *want)  # the sum and the sum of squared deviations of y

@@ -40,23 +40,25 @@ the same chunks), so the two threads get the same number of images. (Cutting the
 into chunks and giving each thread half of them gave one thread 35 of ResNet-18's 64 images at
 16x16x128, 7-image chunks, and 33 at 32x32 and 8x8: the other waited 6-20% of the pass.) The
 part a thread gets is the half of the batch the split kernels before it (batch norm, ReLU,
-residual adds) left in that core's cache. The exception is where U has :data:`U_UNCACHED` elements or more (256
-channels: 2.4M, 512: 9.4M; more than the share of the L3 cache a step leaves it, so each
+residual adds) left in that core's cache. The exception is where U has :data:`U_UNCACHED`
+elements or more (256 channels: 2.4M, 512: 9.4M; more than the share of the L3 cache a step leaves it, so each
 thread's GEMMs would read all of U from memory for each of its chunks): there the chunk is the
 whole batch (as many images as U has elements) and it runs in two phases: each thread takes a
-block of the alpha rows of the components, transforms only those rows of every tile (as the
-weight gradient below does) and runs their GEMMs (so it reads its half of U, once, and only the
-V it wrote itself), then the output transform is split by tiles (F(4x4, 3x3) forward plus input
-gradient of 512 @ 4x4: 168 -> 124 ms, interleaved, load 5.8, against a chunk list per thread).
-The input transform split by tiles, a phase of its own before the GEMMs until 2026-12-07, ran
-no faster on two threads than on one inside a step (each thread's GEMMs then read V that the
-other core had written): the forwards and input gradients of these convs took 67.5 -> 66.8 ms
-on two threads in ResNet-18's step and 50.5 -> 49.2 in ResNet-50's (Zen 5 host, per-kernel
-timing; the same bits, as each GEMM and each transformed row is the same computation). 256 @ 8x8 was slower that way while the forward's GEMMs were NT (120 ->
-157 ms); with NN ones it is faster (Zen 5 host, 2026-12-07, batch 64, one / two threads: forward
-10.1 -> 8.8 / 5.1 -> 4.8 ms, input gradient 9.6 -> 8.4 / 4.9 -> 4.6 ms), and 128 @ 16x16 (U of
-0.6M) still much slower (two threads: 4.7 -> 8.0 ms). The weight gradient instead gives each thread a block of the
-alpha rows of the components: the thread transforms only its rows (the transforms are
+block of the alpha rows of the components, transforms only those rows of every tile and runs
+their GEMMs (so it reads its half of U, once, and only the V it wrote itself), then the output
+transform is split by tiles. Against a chunk list per thread, the whole-batch chunk with its
+components split (then in three phases: the input transform split by tiles, the GEMMs by
+component, the output transform by tiles) took F(4x4, 3x3) forward plus input gradient of 512 @
+4x4 from 168 to 124 ms (interleaved, load 5.8); 256 @ 8x8 was slower that way while the
+forward's GEMMs were NT (120 -> 157 ms) and faster with NN ones (Zen 5 host, 2026-12-07, batch
+64, one / two threads: forward 10.1 -> 8.8 / 5.1 -> 4.8 ms, input gradient 9.6 -> 8.4 / 4.9 ->
+4.6 ms), and 128 @ 16x16 (U of 0.6M) is still much slower (two threads: 4.7 -> 8.0 ms). The
+input transform split by tiles ran no faster on two threads than on one inside a step (each
+thread's GEMMs then read V that the other core had written); transforming by rows instead took
+these convs' forwards and input gradients from 67.5 to 66.8 ms on two threads in ResNet-18's
+step and from 50.5 to 49.2 in ResNet-50's (per-kernel timing; the same bits: each GEMM and each
+transformed row is the same computation). The weight gradient also gives each thread a block of
+the alpha rows of the components: the thread transforms only its rows (the transforms are
 separable, so that is half the work) and sums its components' GEMMs over all chunks, with
 beta = 1 after the first: no partial sums, and each dU element is summed in one fixed order
 whatever the thread count (the threads share one ``col`` slot: their rows are disjoint).
