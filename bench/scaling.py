@@ -14,8 +14,9 @@ next block starts.
 
 Per model the report gives each side's median step (seconds) per thread count over all rounds,
 its scaling ``median step on 1 thread / median step on 2``, the same per round (each round's
-block medians) as a median and a range, and in how many rounds tr-mlir's speed-up was at least
-PyTorch's. The models and the two sides are ``bench.throughput``'s (same networks, batches,
+block medians) as a median and a range, in how many rounds tr-mlir's speed-up was at least
+PyTorch's, and the host's memory scaling after each round (:func:`_memory_ratio`, a streaming
+add over 64 MiB operands on 2 threads over 1 thread) as a median and a range. The models and the two sides are ``bench.throughput``'s (same networks, batches,
 synthetic data, SGD with momentum, fp32); the 1-minute load average before and after and the
 steal / other-process CPU time per model (:mod:`bench.cpu_time`) are recorded. Before the models,
 the host's own 1 -> 2 thread ratio of a streaming add (:func:`bench.throughput.stream_rate`, over
@@ -62,7 +63,7 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
     ``{"model", "batch", "rounds", "steps", "step_s": {side: {threads: median seconds}},
     "scaling": {side: float}, "round_scaling": {side: [float per round]}, "median_round_scaling":
     {side: float}, "rounds_at_least_torch": int, "step_times_s": {side: {threads: [seconds]}},
-    "quiet"}``; sides ``tr_mlir`` and ``torch``. Raises ValueError for ``rounds`` or ``steps``
+    "quiet", "host_memory_ratio": [float per round]}``; sides ``tr_mlir`` and ``torch``. Raises ValueError for ``rounds`` or ``steps``
     below 1 and KeyError for an unknown model."""
     import torch
     from threadpoolctl import threadpool_limits
@@ -82,6 +83,7 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
     times: dict[str, dict[int, list[float]]] = {s: {th: [] for th in THREADS} for s in sides}
     per_round: dict[str, dict[int, list[float]]] = {s: {th: [] for th in THREADS} for s in sides}
     blocks = [(s, th) for th in THREADS for s in sides]
+    host: list[float] = []
     torch_threads = torch.get_num_threads()
     s0 = sample()
     try:
@@ -104,6 +106,7 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
                 times[side][th] += block
                 per_round[side][th].append(statistics.median(block))
                 time.sleep(pause)
+            host.append(_memory_ratio())
     finally:
         torch.set_num_threads(torch_threads)
     quiet = quietness(s0, sample())
@@ -117,7 +120,7 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
         "round_scaling": round_scaling,
         "median_round_scaling": {s: statistics.median(v) for s, v in round_scaling.items()},
         "rounds_at_least_torch": sum(a >= b for a, b in zip(round_scaling["tr_mlir"], round_scaling["torch"])),
-        "step_times_s": times, "quiet": quiet,
+        "step_times_s": times, "quiet": quiet, "host_memory_ratio": host,
     }
 
 
@@ -142,6 +145,26 @@ def host_stream(log=print) -> dict[str, Any]:
             "ratio": {n: rate[two][n] / rate[one][n] for n in rate[two]}}
 
 
+MEMORY_PROBE_ELEMENTS = 1 << 24
+"""fp32 elements per operand (64 MiB) of the per-round memory probe (:func:`_memory_ratio`)."""
+
+
+def _memory_ratio() -> float:
+    """The host's streaming add over :data:`MEMORY_PROBE_ELEMENTS` operands (every pass from and
+    to memory) on THREADS[0] threads over THREADS[1], measured now (about 0.2 s). The 2-thread
+    memory bandwidth of the Zen 5 VM changed from one second to the next (2026-12-07: 1.0-1.15x
+    of one thread, then 2.0x a few seconds later), so every round records it."""
+    from threadpoolctl import threadpool_limits
+
+    from bench.throughput import stream_rate
+
+    rate = {}
+    for th in THREADS:
+        with threadpool_limits(limits=th):
+            rate[th] = stream_rate(th, MEMORY_PROBE_ELEMENTS, repeats=3)
+    return rate[THREADS[0]] / rate[THREADS[1]]
+
+
 def report(res: dict[str, Any]) -> str:
     """The markdown table of a :func:`run` result."""
     from bench.cpu_time import describe
@@ -153,8 +176,12 @@ def report(res: dict[str, Any]) -> str:
              f"{res['openblas_env_unset'] or 'none'}; {res['duration_s']:.0f} s.", "",
              "| model (batch) | rounds x steps | tr-mlir step 1t / 2t (ms) | PyTorch step 1t / 2t (ms) | "
              "scaling tr-mlir / PyTorch | per round, median (range) tr-mlir; PyTorch | rounds tr-mlir >= PyTorch | "
-             "steal / others |",
-             "|---|---|---|---|---|---|---|---|"]
+             "host memory 1 -> 2 threads per round, median (range) | steal / others |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    def memory(m: dict[str, Any]) -> str:
+        r = m.get("host_memory_ratio") or []
+        return f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})" if r else "-"
+
     for m in res["models"]:
         st, rs = m["step_s"], m["round_scaling"]
 
@@ -167,7 +194,8 @@ def report(res: dict[str, Any]) -> str:
         lines.append(f"| {m['model']} ({m['batch']}) | {m['rounds']} x {m['steps']} | {ms('tr_mlir')} | "
                      f"{ms('torch')} | "
                      f"**{m['scaling']['tr_mlir']:.2f} / {m['scaling']['torch']:.2f}** | {rng('tr_mlir')}; "
-                     f"{rng('torch')} | {m['rounds_at_least_torch']} of {m['rounds']} | {describe(m['quiet'])} |")
+                     f"{rng('torch')} | {m['rounds_at_least_torch']} of {m['rounds']} | {memory(m)} | "
+                     f"{describe(m['quiet'])} |")
     lines += ["", "Scaling: each side's median step on 1 thread / its median step on 2 (`python -m bench.scaling`, "
               "bench/README.md)."]
     host = res.get("host_stream")

@@ -524,6 +524,7 @@ def test_scaling_writes_both_sides_per_round(tmp_path):
         assert m["scaling"][side] == pytest.approx(step["1"] / step["2"])
         assert len(m["round_scaling"][side]) == 1 and len(m["step_times_s"][side]["2"]) == 1
     assert m["rounds_at_least_torch"] in (0, 1)
+    assert len(m["host_memory_ratio"]) == 1 and m["host_memory_ratio"][0] > 0  # the memory probe after each round
     md = (tmp_path / "s.md").read_text()
     assert "| mlp (200) | 1 x 1 |" in md
     from bench.throughput import STREAM_ELEMENTS
