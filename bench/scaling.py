@@ -16,8 +16,9 @@ Per model the report gives each side's median step (seconds) per thread count ov
 its scaling ``median step on 1 thread / median step on 2``, the same per round (each round's
 block medians) as a median and a range, in how many rounds tr-mlir's speed-up was at least
 PyTorch's, and the host's memory scaling after each round (:func:`_memory_ratio`, a streaming
-add over 64 MiB operands on 2 threads over 1 thread) as a median and a range. The models and the two sides are ``bench.throughput``'s (same networks, batches,
-synthetic data, SGD with momentum, fp32); the 1-minute load average before and after and the
+add over 64 MiB operands on 2 threads over 1 thread) as a median and a range. The models and
+the two sides are ``bench.throughput``'s (same networks, batches, synthetic data, SGD with
+momentum, fp32); the 1-minute load average before and after and the
 steal / other-process CPU time per model (:mod:`bench.cpu_time`) are recorded. Before the models,
 the host's own 1 -> 2 thread ratio of a streaming add (:func:`bench.throughput.stream_rate`, over
 the operand sizes of :data:`bench.throughput.STREAM_ELEMENTS`, best of two probes per thread count)
@@ -63,8 +64,8 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
     ``{"model", "batch", "rounds", "steps", "step_s": {side: {threads: median seconds}},
     "scaling": {side: float}, "round_scaling": {side: [float per round]}, "median_round_scaling":
     {side: float}, "rounds_at_least_torch": int, "step_times_s": {side: {threads: [seconds]}},
-    "quiet", "host_memory_ratio": [float per round]}``; sides ``tr_mlir`` and ``torch``. Raises ValueError for ``rounds`` or ``steps``
-    below 1 and KeyError for an unknown model."""
+    "quiet", "host_memory_ratio": [float per round]}``; sides ``tr_mlir`` and ``torch``. Raises
+    ValueError for ``rounds`` or ``steps`` below 1 and KeyError for an unknown model."""
     import torch
     from threadpoolctl import threadpool_limits
 
@@ -178,6 +179,7 @@ def report(res: dict[str, Any]) -> str:
              "scaling tr-mlir / PyTorch | per round, median (range) tr-mlir; PyTorch | rounds tr-mlir >= PyTorch | "
              "host memory 1 -> 2 threads per round, median (range) | steal / others |",
              "|---|---|---|---|---|---|---|---|---|"]
+
     def memory(m: dict[str, Any]) -> str:
         r = m.get("host_memory_ratio") or []
         return f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})" if r else "-"

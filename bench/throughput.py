@@ -69,8 +69,9 @@ all, inside the L3 of the Zen 5 host), 16 MiB (48 MiB in all, past its 32 MiB L3
 batch-norm activation of the first stage at batch 64 is 16 MiB; part of the operands still come
 from the L3 on each repeat) and 64 MiB (192 MiB in all: every pass from and to memory, as a step's
 passes are after the kernels between them moved their own data through the cache). On the Zen 5
-host (2026-12-07) the 1 -> 2 thread ratios were 2.05x, 1.59x and 1.17x: a second core adds little
-memory bandwidth there."""
+host (2026-12-07) the 1 -> 2 thread ratios were about 2x, 1.3-2.7x and 1.0-2.0x: the last changed
+from one second to the next (1.0-1.2x most of the time), so ``bench.scaling`` probes it every
+round."""
 
 
 def stream_rate(threads: int, elements: int, seconds: float = 0.02, repeats: int = 5) -> float:
