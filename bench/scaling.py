@@ -125,22 +125,24 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
     }
 
 
-def host_stream(log=print) -> dict[str, Any]:
+def host_stream(log=print, elements: tuple[int, ...] | None = None, probes: int = 2) -> dict[str, Any]:
     """The host's streaming-add rate (bytes/s) per thread count of :data:`THREADS` and operand size
-    (str elements of :data:`bench.throughput.STREAM_ELEMENTS`), the best of two probes taken in the
-    order 2, 1, 2, 1 threads: ``{"rate": {threads: {elements: bytes/s}}, "ratio": {elements:
-    rate on THREADS[0] / rate on THREADS[1]}}``. Threads are held with ``threadpoolctl`` as for
-    the models (the probe's own threads run NumPy's add, which takes no BLAS)."""
+    (str elements of ``elements``, default :data:`bench.throughput.STREAM_ELEMENTS`), the best of
+    ``probes`` probes taken in the order 2, 1, 2, 1 threads: ``{"rate": {threads: {elements:
+    bytes/s}}, "ratio": {elements: rate on THREADS[0] / rate on THREADS[1]}}``. Threads are held
+    with ``threadpoolctl`` as for the models (the probe's own threads run NumPy's add, which takes
+    no BLAS)."""
     from threadpoolctl import threadpool_limits
 
     from bench.throughput import STREAM_ELEMENTS, stream_rate
 
-    log(f"[bench.scaling] host streaming add over {', '.join(str(n) for n in STREAM_ELEMENTS)} fp32 elements")
+    sizes = STREAM_ELEMENTS if elements is None else elements
+    log(f"[bench.scaling] host streaming add over {', '.join(str(n) for n in sizes)} fp32 elements")
     rate: dict[int, dict[str, float]] = {th: {} for th in THREADS}
-    for th in THREADS + THREADS:
+    for th in THREADS * probes:
         with threadpool_limits(limits=th):
-            for n in STREAM_ELEMENTS:
-                rate[th][str(n)] = max(rate[th].get(str(n), 0.0), stream_rate(th, n))
+            for n in sizes:
+                rate[th][str(n)] = max(rate[th].get(str(n), 0.0), stream_rate(th, n, repeats=3 if probes == 1 else 5))
     two, one = THREADS
     return {"rate": {str(th): r for th, r in rate.items()},
             "ratio": {n: rate[two][n] / rate[one][n] for n in rate[two]}}
@@ -152,18 +154,11 @@ MEMORY_PROBE_ELEMENTS = 1 << 24
 
 def _memory_ratio() -> float:
     """The host's streaming add over :data:`MEMORY_PROBE_ELEMENTS` operands (every pass from and
-    to memory) on THREADS[0] threads over THREADS[1], measured now (about 0.2 s). The 2-thread
-    memory bandwidth of the Zen 5 VM changed from one second to the next (2026-12-07: 1.0-1.15x
-    of one thread, then 2.0x a few seconds later), so every round records it."""
-    from threadpoolctl import threadpool_limits
-
-    from bench.throughput import stream_rate
-
-    rate = {}
-    for th in THREADS:
-        with threadpool_limits(limits=th):
-            rate[th] = stream_rate(th, MEMORY_PROBE_ELEMENTS, repeats=3)
-    return rate[THREADS[0]] / rate[THREADS[1]]
+    to memory) on THREADS[0] threads over THREADS[1], one probe each, measured now (about 0.2 s;
+    :func:`host_stream`). The 2-thread memory bandwidth of the Zen 5 VM changed from one second to
+    the next (2026-12-07: 1.0-1.15x of one thread, then 2.0x a few seconds later), so every round
+    records it."""
+    return host_stream(lambda _: None, (MEMORY_PROBE_ELEMENTS,), probes=1)["ratio"][str(MEMORY_PROBE_ELEMENTS)]
 
 
 def report(res: dict[str, Any]) -> str:
