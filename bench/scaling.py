@@ -16,7 +16,10 @@ Per model the report gives each side's median step (seconds) per thread count ov
 its scaling ``median step on 1 thread / median step on 2``, the same per round (each round's
 block medians) as a median and a range, in how many rounds tr-mlir's speed-up was at least
 PyTorch's, and the host's memory scaling after each round (:func:`_memory_ratio`, a streaming
-add over 64 MiB operands on 2 threads over 1 thread) as a median and a range. The models and
+add over 64 MiB operands on 2 threads over 1 thread) and the time a cache line takes from one
+core to the other and back (:func:`bench.throughput.core_round_trip`: 90-140 ns on the Zen 5 VM
+while its two vCPUs sat close, 360-430 ns while they sat far apart, which cost LeNet-5's 2-thread
+step a quarter of its speed), each as a median and a range. The models and
 the two sides are ``bench.throughput``'s (same networks, batches, synthetic data, SGD with
 momentum, fp32); the 1-minute load average before and after and the
 steal / other-process CPU time per model (:mod:`bench.cpu_time`) are recorded. Before the models,
@@ -64,14 +67,15 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
     ``{"model", "batch", "rounds", "steps", "step_s": {side: {threads: median seconds}},
     "scaling": {side: float}, "round_scaling": {side: [float per round]}, "median_round_scaling":
     {side: float}, "rounds_at_least_torch": int, "step_times_s": {side: {threads: [seconds]}},
-    "quiet", "host_memory_ratio": [float per round]}``; sides ``tr_mlir`` and ``torch``. Raises
+    "quiet", "host_memory_ratio": [float per round], "core_round_trip_s": [[seconds after each
+    block] per round]}`` (no seconds where :func:`bench.throughput.core_round_trip` cannot run); sides ``tr_mlir`` and ``torch``. Raises
     ValueError for ``rounds`` or ``steps`` below 1 and KeyError for an unknown model."""
     import torch
     from threadpoolctl import threadpool_limits
 
     from bench.cpu_time import quietness, sample
     from bench.models import THROUGHPUT_MODELS
-    from bench.throughput import _Ours, _Torch
+    from bench.throughput import _Ours, _Torch, core_round_trip
     from tr_mlir.data import load_dataset
 
     if rounds < 1 or steps < 1:
@@ -85,6 +89,7 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
     per_round: dict[str, dict[int, list[float]]] = {s: {th: [] for th in THREADS} for s in sides}
     blocks = [(s, th) for th in THREADS for s in sides]
     host: list[float] = []
+    round_trip: list[list[float]] = []
     torch_threads = torch.get_num_threads()
     s0 = sample()
     try:
@@ -94,6 +99,7 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
                 for side in sides.values():
                     side.step(), side.step()
         for r in range(rounds):
+            round_trip.append([])
             for side, th in blocks[r % len(blocks):] + blocks[:r % len(blocks)]:
                 torch.set_num_threads(th)
                 with threadpool_limits(limits=th):
@@ -106,6 +112,9 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
                         block.append(time.perf_counter() - t0)
                 times[side][th] += block
                 per_round[side][th].append(statistics.median(block))
+                rt = core_round_trip()
+                if rt is not None:
+                    round_trip[-1].append(rt)
                 time.sleep(pause)
             host.append(_memory_ratio())
     finally:
@@ -121,7 +130,7 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
         "round_scaling": round_scaling,
         "median_round_scaling": {s: statistics.median(v) for s, v in round_scaling.items()},
         "rounds_at_least_torch": sum(a >= b for a, b in zip(round_scaling["tr_mlir"], round_scaling["torch"])),
-        "step_times_s": times, "quiet": quiet, "host_memory_ratio": host,
+        "step_times_s": times, "quiet": quiet, "host_memory_ratio": host, "core_round_trip_s": round_trip,
     }
 
 
@@ -161,6 +170,25 @@ def _memory_ratio() -> float:
     return host_stream(lambda _: None, (MEMORY_PROBE_ELEMENTS,), probes=1)["ratio"][str(MEMORY_PROBE_ELEMENTS)]
 
 
+FAR_ROUND_TRIP_S = 250e-9
+"""A round whose core-to-core round trips (:func:`bench.throughput.core_round_trip`, one after each
+block) have a median above this ran with the two cores far apart: the Zen 5 VM showed 90-140 ns
+or 360-430 ns for minutes at a time (2026-12-07), with single probes of either kind in between."""
+
+
+def placement_scaling(m: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
+    """A :func:`measure` result's per-round scaling of each side, split into the rounds whose
+    core-to-core round trips have a median of at most :data:`FAR_ROUND_TRIP_S` (``"close"``) and
+    those above it (``"far"``); rounds without a probe are left out."""
+    out: dict[str, dict[str, list[float]]] = {w: {"tr_mlir": [], "torch": []} for w in ("close", "far")}
+    for r, probes in enumerate(m.get("core_round_trip_s") or []):
+        if probes:
+            where = "far" if statistics.median(probes) > FAR_ROUND_TRIP_S else "close"
+            for side in out[where]:
+                out[where][side].append(m["round_scaling"][side][r])
+    return out
+
+
 def report(res: dict[str, Any]) -> str:
     """The markdown table of a :func:`run` result."""
     from bench.cpu_time import describe
@@ -172,12 +200,22 @@ def report(res: dict[str, Any]) -> str:
              f"{res['openblas_env_unset'] or 'none'}; {res['duration_s']:.0f} s.", "",
              "| model (batch) | rounds x steps | tr-mlir step 1t / 2t (ms) | PyTorch step 1t / 2t (ms) | "
              "scaling tr-mlir / PyTorch | per round, median (range) tr-mlir; PyTorch | rounds tr-mlir >= PyTorch | "
-             "host memory 1 -> 2 threads per round, median (range) | steal / others |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "host memory 1 -> 2 threads per round, median (range) | core-to-core round trip after each block, ns, "
+             "median (range); scaling tr-mlir / PyTorch in close and far rounds | steal / others |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
 
     def memory(m: dict[str, Any]) -> str:
         r = m.get("host_memory_ratio") or []
         return f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})" if r else "-"
+
+    def round_trip(m: dict[str, Any]) -> str:
+        r = [t * 1e9 for probes in m.get("core_round_trip_s") or [] for t in probes]
+        if not r:
+            return "-"
+        by = placement_scaling(m)
+        split = "; ".join(f"{where} rounds ({len(v['tr_mlir'])}): {statistics.median(v['tr_mlir']):.2f} / "
+                          f"{statistics.median(v['torch']):.2f}" for where, v in by.items() if v["tr_mlir"])
+        return f"{statistics.median(r):.0f} ({min(r):.0f}-{max(r):.0f}); {split}"
 
     for m in res["models"]:
         st, rs = m["step_s"], m["round_scaling"]
@@ -191,7 +229,7 @@ def report(res: dict[str, Any]) -> str:
         lines.append(f"| {m['model']} ({m['batch']}) | {m['rounds']} x {m['steps']} | {ms('tr_mlir')} | "
                      f"{ms('torch')} | "
                      f"**{m['scaling']['tr_mlir']:.2f} / {m['scaling']['torch']:.2f}** | {rng('tr_mlir')}; "
-                     f"{rng('torch')} | {m['rounds_at_least_torch']} of {m['rounds']} | {memory(m)} | "
+                     f"{rng('torch')} | {m['rounds_at_least_torch']} of {m['rounds']} | {memory(m)} | {round_trip(m)} | "
                      f"{describe(m['quiet'])} |")
     lines += ["", "Scaling: each side's median step on 1 thread / its median step on 2 (`python -m bench.scaling`, "
               "bench/README.md)."]

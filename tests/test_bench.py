@@ -525,6 +525,8 @@ def test_scaling_writes_both_sides_per_round(tmp_path):
         assert len(m["round_scaling"][side]) == 1 and len(m["step_times_s"][side]["2"]) == 1
     assert m["rounds_at_least_torch"] in (0, 1)
     assert len(m["host_memory_ratio"]) == 1 and m["host_memory_ratio"][0] > 0  # the memory probe after each round
+    (probes,) = m["core_round_trip_s"]  # the core-to-core round trip after each of the round's four blocks
+    assert len(probes) == (4 if len(os.sched_getaffinity(0)) >= 2 else 0) and all(0 < t < 1e-3 for t in probes)
     md = (tmp_path / "s.md").read_text()
     assert "| mlp (200) | 1 x 1 |" in md
     from bench.throughput import STREAM_ELEMENTS
@@ -535,6 +537,38 @@ def test_scaling_writes_both_sides_per_round(tmp_path):
         assert host["rate"]["1"][n] > 0 and r == pytest.approx(host["rate"]["2"][n] / host["rate"]["1"][n])
     assert "The host itself, 1 -> 2 threads, a split np.add streaming three operands: **" in md
     assert "over 64 MiB operands" in md
+
+
+def test_core_round_trip_measures_and_checks_its_arguments(monkeypatch):
+    """The cache-line ping-pong gives a time per round trip between 1 ns and 1 ms in both of its
+    stopping rules (rounds, seconds), refuses bad arguments, and gives None rather than spinning two
+    threads on one CPU."""
+    from bench.throughput import core_round_trip
+
+    if len(os.sched_getaffinity(0)) < 2:
+        assert core_round_trip() is None
+    else:
+        assert 1e-9 < core_round_trip(rounds=2000) < 1e-3
+        assert 1e-9 < core_round_trip(rounds=10**12, limit=0.005) < 1e-3  # stopped by the time limit
+    for bad in ({"rounds": 0}, {"limit": 0.0}, {"limit": float("nan")}, {"limit": float("inf")}):
+        with pytest.raises(ValueError, match="expected"):
+            core_round_trip(**bad)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert core_round_trip() is None
+
+
+def test_scaling_splits_rounds_by_core_placement():
+    """Rounds whose round trips have a median above FAR_ROUND_TRIP_S count as far, the others as
+    close (one slow probe does not make a round far), rounds without a probe as neither."""
+    from bench import scaling
+
+    far = scaling.FAR_ROUND_TRIP_S
+    m = {"round_scaling": {"tr_mlir": [1.5, 1.1, 1.6, 1.2], "torch": [1.8, 1.7, 1.9, 1.6]},
+         "core_round_trip_s": [[1e-7, 2 * far, 1e-7, 1e-7], [2 * far, 2 * far, 1e-7, 3 * far], [], [far] * 4]}
+    assert scaling.placement_scaling(m) == {"close": {"tr_mlir": [1.5, 1.2], "torch": [1.8, 1.6]},
+                                            "far": {"tr_mlir": [1.1], "torch": [1.7]}}
+    assert scaling.placement_scaling({"round_scaling": m["round_scaling"]}) == {
+        "close": {"tr_mlir": [], "torch": []}, "far": {"tr_mlir": [], "torch": []}}
 
 
 def test_scaling_rejects_unknown_models():

@@ -47,17 +47,22 @@ from . import _cc, _parallel
 KERNELS = ("maxpool_fwd", "maxpool_bwd", "avgpool_fwd", "avgpool_bwd")
 """The C functions of every pooling library."""
 
-MIN_SPLIT_FWD = 1 << 19
+MIN_SPLIT_FWD = 1 << 16
 """Smallest input (elements of x) whose forward pooling is split by images among the kernel
-threads. Measured in LeNet's step on the shared 2-core machine (load 2-3, best of 8-15
-interleaved rounds, ms, one thread -> split in two): 128x28x28x6 0.165 -> 0.148 and 0.145 ->
-0.142 (two runs: at best a small gain while the other core is busy), 128x10x10x16 0.056 ->
-0.081 (a hand-off to a sleeping pool thread costs ~20-50 us)."""
+threads (:func:`._parallel.run_c`: the calling thread takes the first images, the C worker the
+rest, as the split producers before it did). Splitting even a small pool keeps each thread on
+the images whose activations it wrote and will read again, in its own core's cache: on the
+Zen 5 VM the two vCPUs were at times placed far apart (a cache-line round trip between them of
+360-430 ns instead of 90-140), and then a kernel run whole on one thread pulls the other
+half of its input across. LeNet-5's step on 2 threads (batch 128: 204,800-element pools
+newly split, and the 602,112-element backward), medians of 40 steps interleaved in one
+process, 2026-12-07: 2.70 -> 2.40 ms with the vCPUs far apart, 1.97 -> 1.84 with them close
+(`bench/README.md`, "Where each thread's data lives"). Below 65,536 elements (a hand-off of a
+few microseconds to the spinning C worker against ~20 us of work) nothing was measured to gain."""
 
-MIN_SPLIT_BWD = 1 << 20
-"""Smallest dx (elements) whose backward pooling is split by images: the backward costs about
-half the forward per element (128x28x28x6: 0.090 ms on one thread, 0.111-0.117 split in two;
-128x10x10x16: 0.026 -> 0.047)."""
+MIN_SPLIT_BWD = 1 << 16
+"""Smallest dx (elements) whose backward pooling is split by images (:data:`MIN_SPLIT_FWD`
+says why and what it measured)."""
 
 ROWBUF_MAX = 16384
 """Longest input row (W*C elements) the max pool forward works on in stack row buffers (9 bytes

@@ -210,12 +210,11 @@ void tanh_bwd(const float* dy, const float* x, float* dx, long n0, long n1) {
 """
 """C source of the fused tanh backward (``dx = dy * sech(x)^2`` over ``[n0, n1)``)."""
 
-C_SPLIT_ELEMENTS = 1 << 18
-"""Smallest array the C tanh backward splits among the kernel threads by element ranges.
-Measured in LeNet's step on the shared 2-core machine (load ~3, best of 8 interleaved rounds,
-ms, one thread -> split in two; measured with the 1 - t*t version, 1.4x slower per element than
-the present one): 602,112 elements 0.33 -> 0.23-0.25, 204,800 0.12 -> 0.14 (a hand-off costs
-~20-30 us, more when the other core is busy)."""
+C_SPLIT_ELEMENTS = 1 << 16
+"""Smallest array the C tanh backward splits among the kernel threads by element ranges (the
+calling thread the first half, the C worker the second: the images each wrote in the kernels
+before, :data:`._cpool.MIN_SPLIT_FWD`). Lowered from 262,144 with the pooling thresholds: LeNet-5's
+204,800-element tanh backward now splits (step figures there)."""
 
 _tanh_bwd_c: list = []
 
