@@ -264,11 +264,14 @@ def test_activation_split_by_threads_equals_serial(monkeypatch):
     """tanh forward/backward on an array large enough to be split among the kernel threads
     (both the forward's whole-block halves and the backward's chunks) equals the serial result
     and torch; the split is checked to have happened."""
-    from tr_mlir.lowering.cpu import _parallel, activation
+    from tr_mlir.lowering.cpu import _parallel, _ufunc, activation
 
     pieces = []
     real_run = _parallel.run
     monkeypatch.setattr(_parallel, "run", lambda tasks: (pieces.append(len(tasks)), real_run(tasks)))
+    # the forward's fallback: the ufunc on whole-block halves when NumPy's loop cannot run on the C
+    # worker (tests/test_ufunc_loops.py covers that path)
+    monkeypatch.setattr(_ufunc, "unary", lambda *a, **kw: False)
     rng = np.random.default_rng(5)
     n = max(activation.SPLIT_ELEMENTS, activation.HALVES_SPLIT_ELEMENTS) + 1000
     x = rng.standard_normal(n).astype(np.float32).reshape(-1, 1, 1, 8)
