@@ -68,7 +68,8 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
     "scaling": {side: float}, "round_scaling": {side: [float per round]}, "median_round_scaling":
     {side: float}, "rounds_at_least_torch": int, "step_times_s": {side: {threads: [seconds]}},
     "quiet", "host_memory_ratio": [float per round], "core_round_trip_s": [[seconds after each
-    block] per round]}`` (no seconds where :func:`bench.throughput.core_round_trip` cannot run); sides ``tr_mlir`` and ``torch``. Raises
+    block's pause] per round]}`` (no seconds where :func:`bench.throughput.core_round_trip` cannot
+    run); sides ``tr_mlir`` and ``torch``. Raises
     ValueError for ``rounds`` or ``steps`` below 1 and KeyError for an unknown model."""
     import torch
     from threadpoolctl import threadpool_limits
@@ -112,10 +113,10 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
                         block.append(time.perf_counter() - t0)
                 times[side][th] += block
                 per_round[side][th].append(statistics.median(block))
-                rt = core_round_trip()
+                time.sleep(pause)
+                rt = core_round_trip()  # after the pause: PyTorch's OpenMP threads spin right after a block
                 if rt is not None:
                     round_trip[-1].append(rt)
-                time.sleep(pause)
             host.append(_memory_ratio())
     finally:
         torch.set_num_threads(torch_threads)
@@ -229,7 +230,8 @@ def report(res: dict[str, Any]) -> str:
         lines.append(f"| {m['model']} ({m['batch']}) | {m['rounds']} x {m['steps']} | {ms('tr_mlir')} | "
                      f"{ms('torch')} | "
                      f"**{m['scaling']['tr_mlir']:.2f} / {m['scaling']['torch']:.2f}** | {rng('tr_mlir')}; "
-                     f"{rng('torch')} | {m['rounds_at_least_torch']} of {m['rounds']} | {memory(m)} | {round_trip(m)} | "
+                     f"{rng('torch')} | {m['rounds_at_least_torch']} of {m['rounds']} | {memory(m)} | "
+                     f"{round_trip(m)} | "
                      f"{describe(m['quiet'])} |")
     lines += ["", "Scaling: each side's median step on 1 thread / its median step on 2 (`python -m bench.scaling`, "
               "bench/README.md)."]

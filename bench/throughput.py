@@ -143,40 +143,51 @@ ROUND_TRIP_C_SOURCE = r"""
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
-static _Atomic long tr_flag __attribute__((aligned(64)));
+typedef struct { _Atomic long flag __attribute__((aligned(64))); double limit; double t0; } tr_pingpong;
 static double tr_now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+/* Wait until p->flag is `want` (1) or negative (0: the other side stopped), or until the time
+   limit is past by twice (-1: the other side is not running; the caller then stops both). */
+static int tr_wait(tr_pingpong *p, long want) {
+  for (long spins = 1;; spins++) {
+    const long v = atomic_load_explicit(&p->flag, memory_order_acquire);
+    if (v == want) return 1;
+    if (v < 0) return 0;
+    if ((spins & 1023) == 0 && tr_now() - p->t0 > 2.0 * p->limit) return -1;
+  }
+}
 static void *tr_pong(void *arg) {
-  (void)arg;
+  tr_pingpong *p = arg;
   for (long i = 0;; i++) {
-    long v;
-    while ((v = atomic_load_explicit(&tr_flag, memory_order_acquire)) != 2 * i + 1)
-      if (v < 0) return 0;
-    atomic_store_explicit(&tr_flag, 2 * i + 2, memory_order_release);
+    if (tr_wait(p, 2 * i + 1) != 1) return 0;
+    atomic_store_explicit(&p->flag, 2 * i + 2, memory_order_release);
   }
 }
 /* Seconds per round trip of a cache line between this thread and a second one (each waits for
    the other's store), over up to `rounds` trips or about `limit` seconds, whichever ends first;
-   -1 when the thread cannot be started. */
+   -1 when the thread cannot be started or no trip completed in twice the limit. Each call has
+   its own line, so concurrent calls do not interfere. */
 double tr_round_trip(long rounds, double limit) {
+  tr_pingpong p;
   pthread_t th;
-  atomic_store(&tr_flag, 0);
-  if (pthread_create(&th, 0, tr_pong, 0) != 0) return -1.0;
-  const double t0 = tr_now();
+  atomic_store(&p.flag, 0);
+  p.limit = limit;
+  p.t0 = tr_now();
+  if (pthread_create(&th, 0, tr_pong, &p) != 0) return -1.0;
   long done = 0;
   while (done < rounds) {
-    atomic_store_explicit(&tr_flag, 2 * done + 1, memory_order_release);
-    while (atomic_load_explicit(&tr_flag, memory_order_acquire) != 2 * done + 2) ;
+    atomic_store_explicit(&p.flag, 2 * done + 1, memory_order_release);
+    if (tr_wait(&p, 2 * done + 2) != 1) break;
     done++;
-    if ((done & 63) == 0 && tr_now() - t0 > limit) break;
+    if ((done & 63) == 0 && tr_now() - p.t0 > limit) break;
   }
-  const double t = tr_now() - t0;
-  atomic_store_explicit(&tr_flag, -1, memory_order_release);
+  const double t = tr_now() - p.t0;
+  atomic_store_explicit(&p.flag, -1, memory_order_release);
   pthread_join(th, 0);
-  return t / (double)done;
+  return done > 0 ? t / (double)done : -1.0;
 }
 """
 """C source of :func:`core_round_trip`."""
@@ -186,20 +197,24 @@ def core_round_trip(rounds: int = 100_000, limit: float = 0.1) -> float | None:
     """Seconds one cache line takes to go from one core to another and back (two threads, each
     spinning until it sees the other's store, ``rounds`` times or for about ``limit`` seconds,
     whichever ends first; 10-40 ms by default), the threads placed by the OS as the kernel
-    threads are. On the 2-vCPU Zen 5 VM (2026-12-07) it was 90-140
-    ns while LeNet-5 ran 1.45x faster on 2 threads than on 1, and 360-430 ns, for minutes at a
-    time, while the same step ran 1.08x faster (the vCPUs placed on distant cores: every line one
-    thread wrote and the other reads crosses between them). None without a C compiler
-    (:mod:`tr_mlir.lowering.cpu._cc`) or when the second thread cannot be started. Raises
-    ValueError for ``rounds`` below 1."""
+    threads are. On the 2-vCPU Zen 5 VM (2026-12-07) it was 90-140 ns while LeNet-5 ran 1.45x
+    faster on 2 threads than on 1, and 360-430 ns, for minutes at a time, while the same step ran
+    1.08x faster (the vCPUs placed on distant cores: every line one thread wrote and the other
+    reads crosses between them). Concurrent calls each use a cache line of their own.
+
+    Returns None with fewer than two CPUs to run on (the two spinning threads would share one),
+    without a C compiler (:mod:`tr_mlir.lowering.cpu._cc`), when the second thread cannot be
+    started, or when no round trip completed within twice ``limit`` (the second thread never
+    ran: a busy host). Raises ValueError for ``rounds`` outside 1 to 2**62 or a ``limit`` that
+    is not a positive finite number of seconds."""
     import ctypes
 
     from tr_mlir.lowering.cpu import _cc
 
-    if rounds < 1:
-        raise ValueError(f"expected at least 1 round, got {rounds}")
+    if not 1 <= rounds <= 2 ** 62:
+        raise ValueError(f"expected 1 to 2**62 rounds, got {rounds}")
     if not limit > 0 or limit == float("inf"):
-        raise ValueError(f"expected a positive number of seconds for limit, got {limit}")
+        raise ValueError(f"expected a positive finite number of seconds for limit, got {limit}")
     cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
     if len(cpus) < 2 or not _cc.available():
         return None

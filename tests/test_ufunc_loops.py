@@ -21,23 +21,27 @@ def fresh(monkeypatch):
 
 @needs_cc
 def test_tanh_loop_is_found_and_gives_numpys_bits(fresh):
+    """On two threads the split loop gives np.tanh's bits, in place too; on one thread (and below
+    the split size) it declines, and the caller's np.tanh is the same function anyway."""
     assert _ufunc.unary_loop(np.tanh) is not None
     rng = np.random.default_rng(3)
     x = np.concatenate([_ufunc._probe_values(), (rng.standard_normal(200_003) * 4).astype(np.float32)])
     want = np.tanh(x)
-    for threads in (1, 2):
-        with threadpool_limits(threads):
-            y = np.full_like(x, 5.0)
-            assert _ufunc.unary(np.tanh, x, y, split_elements=1000)
-            assert y.tobytes() == want.tobytes()
-            inplace = x.copy()  # y may be x's buffer
-            assert _ufunc.unary(np.tanh, inplace, inplace, split_elements=1000)
-            assert inplace.tobytes() == want.tobytes()
+    with threadpool_limits(2):
+        y = np.full_like(x, 5.0)
+        assert _ufunc.unary(np.tanh, x, y, split_elements=1000)
+        assert y.tobytes() == want.tobytes()
+        inplace = x.copy()  # y may be x's buffer
+        assert _ufunc.unary(np.tanh, inplace, inplace, split_elements=1000)
+        assert inplace.tobytes() == want.tobytes()
+        assert not _ufunc.unary(np.tanh, x, y, split_elements=x.size + 1)
+    with threadpool_limits(1):
+        assert not _ufunc.unary(np.tanh, x, y, split_elements=1000)
 
 
 @needs_cc
 def test_split_runs_on_both_threads(fresh, monkeypatch):
-    """From split_elements on, two element ranges through run_c; below it, one."""
+    """From split_elements on, two element ranges through run_c; below it, nothing."""
     seen = []
     real = _parallel.run_c
     monkeypatch.setattr(_parallel, "run_c", lambda fn, pieces, **kw: (seen.append([p[-2:] for p in pieces]),
@@ -45,9 +49,35 @@ def test_split_runs_on_both_threads(fresh, monkeypatch):
     x = np.linspace(-3, 3, 10_001, dtype=np.float32)
     y = np.empty_like(x)
     with threadpool_limits(2):
-        _ufunc.unary(np.tanh, x, y, split_elements=10_001)
-        _ufunc.unary(np.tanh, x, y, split_elements=10_002)
-    assert seen == [[(0, 5000), (5000, 10_001)], [(0, 10_001)]]
+        assert _ufunc.unary(np.tanh, x, y, split_elements=10_001)
+        assert not _ufunc.unary(np.tanh, x, y, split_elements=10_002)
+    assert seen == [[(0, 5000), (5000, 10_001)]]
+
+
+@needs_cc
+def test_overlapping_read_only_and_unaligned_outputs_are_left_to_numpy(fresh):
+    """What NumPy treats specially (a partly overlapping output, which it copies first; a read-only
+    one, which it refuses; unaligned data) is left to it."""
+    buf = np.linspace(-2, 2, 20_001, dtype=np.float32)
+    with threadpool_limits(2):
+        assert not _ufunc.unary(np.tanh, buf[:-1], buf[1:], split_elements=1)
+        ro = np.empty(buf.size, np.float32)
+        ro.flags.writeable = False
+        assert not _ufunc.unary(np.tanh, buf, ro, split_elements=1)
+        raw = np.zeros(4 * buf.size + 1, np.uint8)
+        unaligned = raw[1:].view(np.float32)
+        assert not unaligned.flags.aligned
+        assert not _ufunc.unary(np.tanh, buf, unaligned, split_elements=1)
+
+
+@needs_cc
+def test_the_search_works_under_a_raising_error_state(fresh):
+    """The probe's own arithmetic (underflowing casts) does not depend on the caller's np.errstate."""
+    x = np.linspace(-2, 2, 70_000, dtype=np.float32)
+    y = np.empty_like(x)
+    with threadpool_limits(2), np.errstate(all="raise"):
+        assert _ufunc.unary(np.tanh, x, y, split_elements=1)
+    assert y.tobytes() == np.tanh(x).tobytes()
 
 
 @needs_cc
@@ -66,7 +96,8 @@ def test_tr_mlir_cc_0_is_read_on_every_call(fresh, monkeypatch):
     """TR_MLIR_CC=0 leaves tanh to NumPy while it is set, and the loop comes back after."""
     x = np.linspace(-2, 2, 101, dtype=np.float32)
     monkeypatch.setenv("TR_MLIR_CC", "0")
-    assert _ufunc.unary_loop(np.tanh) is None and not _ufunc.unary(np.tanh, x, x.copy(), split_elements=1)
+    with threadpool_limits(2):
+        assert _ufunc.unary_loop(np.tanh) is None and not _ufunc.unary(np.tanh, x, x.copy(), split_elements=1)
     monkeypatch.delenv("TR_MLIR_CC")
     assert _ufunc.unary_loop(np.tanh) is not None
 
@@ -94,7 +125,12 @@ def test_a_wrong_layout_or_probe_leaves_numpy(fresh, monkeypatch):
     monkeypatch.setattr(_ufunc, "_shim_fn", lambda: wrong)
     assert _ufunc.unary_loop(np.tanh) is None
     x = np.array([-0.5, 0.5], np.float32)
-    assert not _ufunc.unary(np.tanh, x, x.copy(), split_elements=1)
+    with threadpool_limits(2):
+        assert not _ufunc.unary(np.tanh, x, x.copy(), split_elements=1)
+    monkeypatch.undo()
+    monkeypatch.setattr(_ufunc, "_found", {})
+    monkeypatch.setattr(_ufunc, "_executable", lambda address: False)  # a loop outside executable memory
+    assert _ufunc.unary_loop(np.tanh) is None
 
 
 @needs_cc

@@ -54,11 +54,14 @@ rest, as the split producers before it did). Splitting even a small pool keeps e
 the images whose activations it wrote and will read again, in its own core's cache: on the
 Zen 5 VM the two vCPUs were at times placed far apart (a cache-line round trip between them of
 360-430 ns instead of 90-140), and then a kernel run whole on one thread pulls the other
-half of its input across. LeNet-5's step on 2 threads (batch 128: 204,800-element pools
-newly split, and the 602,112-element backward), medians of 40 steps interleaved in one
-process, 2026-12-07: 2.70 -> 2.40 ms with the vCPUs far apart, 1.97 -> 1.84 with them close
-(`bench/README.md`, "Where each thread's data lives"). Below 65,536 elements (a hand-off of a
-few microseconds to the spinning C worker against ~20 us of work) nothing was measured to gain."""
+half of its input across. LeNet-5's step on 2 threads (batch 128: its 204,800-element pools
+newly split, the 602,112-element backward, and with them the 204,800-element tanh backward,
+:data:`.activation.C_SPLIT_ELEMENTS`), medians of 40 steps, both settings alternated in one
+process (a scratch script), 2026-12-07: 2.68-2.78 -> 2.43-2.50 ms with the vCPUs far apart (five
+rounds), 1.91-2.10 -> 1.81-1.97 ms with them close (eight rounds) (`bench/README.md`, "Where
+each thread's data lives"). 65,536 elements (about 20 us of work against a hand-off of a few
+microseconds to the spinning C worker) is a choice, not a measured optimum: LeNet-5 has no
+pool between 51,200 and 204,800 elements, and 16,384, 65,536 and 131,072 gave the same step."""
 
 MIN_SPLIT_BWD = 1 << 16
 """Smallest dx (elements) whose backward pooling is split by images (:data:`MIN_SPLIT_FWD`

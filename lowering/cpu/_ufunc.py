@@ -16,10 +16,16 @@ ntypes, reserved1``, ``const char *name``, ``const char *types`` (``ntypes`` row
 type numbers). Before anything is dereferenced the integers must match the ufunc's Python
 attributes (``nin``, ``nout``, ``nargs``, ``ntypes``), then the name and the type table; the loop
 taken is the first row whose types are the requested ones, the row NumPy's own type resolution
-picks for arrays of exactly those dtypes. A probe then runs it on special values (signed zeros,
-infinities, NaN, subnormals, large and small magnitudes) at odd offsets and lengths, and it is used
-only if every bit equals the ufunc's own result. Anything else (another layout, a ufunc without a
-legacy loop, no C compiler) leaves :func:`unary_loop` None and the callers on NumPy.
+picks for arrays of exactly those dtypes, and its address must lie in an executable mapping of the
+process (``/proc/self/maps``; no such check, no loop). A probe then runs it on special values
+(signed zeros, infinities, NaN, subnormals, large and small magnitudes) at odd offsets and lengths,
+and it is used only if every bit equals the ufunc's own result. Anything else (another layout, a
+ufunc without a legacy loop, no C compiler, not Linux) leaves :func:`unary_loop` None and the
+callers on NumPy.
+
+"The same bits" assumes the kernel threads run with the same floating-point environment as the
+calling thread: a flush-to-zero mode set on the calling thread only (``torch.set_flush_denormal``)
+applies to the calling thread's half and not to the C worker's, as for every kernel split there.
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ _OFF_NTYPES = _OFF_DATA + _PTR
 _OFF_NAME = _OFF_NTYPES + 2 * _INT
 _OFF_TYPES = _OFF_NAME + _PTR
 
-_found: dict[tuple[str, str], tuple[int, int] | None] = {}
+_found: dict[np.ufunc, tuple[int, int] | None] = {}
 _shim: list = []
 
 
@@ -67,9 +73,10 @@ def _probe_values() -> np.ndarray:
                         -f.smallest_subnormal, f.max, -f.max, 1.0, -1.0, 0.5, 1e-8, -1e-8, 9.0, -9.0, 20.0],
                        np.float32)
     rng = np.random.default_rng(12345)
-    spread = np.concatenate([rng.standard_normal(3000) * 3, rng.uniform(-40, 40, 2000),
-                             np.ldexp(rng.uniform(-1, 1, 1000), rng.integers(-140, 120, 1000))])
-    return np.concatenate([special, spread.astype(np.float32), special[::-1]])
+    with np.errstate(all="ignore"):  # the float64 -> float32 cast of the tiny ones underflows
+        spread = np.concatenate([rng.standard_normal(3000) * 3, rng.uniform(-40, 40, 2000),
+                                 np.ldexp(rng.uniform(-1, 1, 1000), rng.integers(-140, 120, 1000))]).astype(np.float32)
+    return np.concatenate([special, spread, special[::-1]])
 
 
 def _table_row(ufunc: np.ufunc, types: tuple[int, ...]) -> int | None:
@@ -79,7 +86,9 @@ def _table_row(ufunc: np.ufunc, types: tuple[int, ...]) -> int | None:
     addr = id(ufunc)
     nin, nout, nargs = (ctypes.c_int.from_address(addr + _HEAD + i * _INT).value for i in range(3))
     ntypes = ctypes.c_int.from_address(addr + _OFF_NTYPES).value
-    if (nin, nout, nargs, ntypes) != (ufunc.nin, ufunc.nout, ufunc.nin + ufunc.nout, ufunc.ntypes) or ntypes <= 0:
+    reserved1 = ctypes.c_int.from_address(addr + _OFF_NTYPES + _INT).value
+    if (nin, nout, nargs, ntypes, reserved1) != (ufunc.nin, ufunc.nout, ufunc.nin + ufunc.nout, ufunc.ntypes, 0) \
+            or ntypes <= 0:
         return None
     name = ctypes.c_char_p.from_address(addr + _OFF_NAME).value
     if name is None or name.decode("ascii", "replace") != ufunc.__name__:
@@ -95,7 +104,24 @@ def _table_row(ufunc: np.ufunc, types: tuple[int, ...]) -> int | None:
     return next((i for i in range(ntypes) if tuple(rows[i * nargs:(i + 1) * nargs]) == types), None)
 
 
+def _executable(address: int) -> bool:
+    """Whether ``address`` lies in an executable mapping of this process (Linux ``/proc/self/maps``;
+    False where it cannot be read): a loop pointer is called only then."""
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+            for line in f:
+                span, perms = line.split(None, 2)[:2]
+                lo, hi = (int(v, 16) for v in span.split("-"))
+                if lo <= address < hi:
+                    return "x" in perms
+    except (OSError, ValueError):
+        return False
+    return False
+
+
 def _shim_fn():
+    """The compiled :data:`SHIM_SOURCE` function (built once; raises ``_cc.CompileError`` when the
+    compiler fails on it)."""
     if not _shim:
         _shim.append(_cc.function(SHIM_SOURCE, "tr_ufunc_unary_f32", [ctypes.c_void_p] * 4 + [ctypes.c_long] * 2))
     return _shim[0]
@@ -109,13 +135,22 @@ def unary_loop(ufunc: np.ufunc) -> tuple[int, int] | None:
     ufunc's in any bit."""
     if not _cc.available():  # re-read every call (``TR_MLIR_CC=0`` switches the C paths off for now)
         return None
-    key = (ufunc.__name__, "f->f")
-    if key in _found:
-        return _found[key]
-    _found[key] = None
+    if ufunc in _found:
+        return _found[ufunc]
+    _found[ufunc] = None
     if (ufunc.nin, ufunc.nout) != (1, 1) or "f->f" not in ufunc.types or sys.implementation.name != "cpython" \
             or np.dtype(np.intp).itemsize != ctypes.sizeof(ctypes.c_long):
         return None
+    try:
+        _found[ufunc] = _validated(ufunc)
+    except Exception:  # noqa: BLE001 - a probe that raises (an error state, a failed compile): NumPy then
+        _found[ufunc] = None
+    return _found[ufunc]
+
+
+def _validated(ufunc: np.ufunc) -> tuple[int, int] | None:
+    """:func:`unary_loop`'s search and probe (module doc) for a one-in one-out ufunc with an
+    ``f->f`` loop."""
     row = _table_row(ufunc, (np.dtype(np.float32).num,) * 2)
     if row is None:
         return None
@@ -126,7 +161,7 @@ def unary_loop(ufunc: np.ufunc) -> tuple[int, int] | None:
         return None
     loop = ctypes.c_void_p.from_address(functions + row * _PTR).value
     loop_data = (ctypes.c_void_p.from_address(data + row * _PTR).value or 0) if data else 0
-    if not loop:
+    if not loop or not _executable(loop):
         return None
     x = _probe_values()
     with np.errstate(all="ignore"):
@@ -137,25 +172,29 @@ def unary_loop(ufunc: np.ufunc) -> tuple[int, int] | None:
         shim(loop, loop_data, x.ctypes.data, y.ctypes.data, lo, hi)
         if y[lo:hi].tobytes() != want[lo:hi].tobytes() or (y[:lo] != 7).any() or (y[hi:] != 7).any():
             return None
-    _found[key] = (loop, loop_data)
-    return _found[key]
+    return loop, loop_data
 
 
 def unary(ufunc: np.ufunc, x: np.ndarray, y: np.ndarray, split_elements: int) -> bool:
-    """``y = ufunc(x)`` for flat C-contiguous fp32 ``x`` and ``y`` of one size (y may be x) through
-    the ufunc's own loop (:func:`unary_loop`), split in two element ranges on the calling thread
-    and the C worker from ``split_elements`` elements (:func:`._parallel.run_c`), the same bits as
-    ``ufunc(x, out=y)``; False (nothing done) when the loop cannot be used or the arrays are not of
-    that kind."""
+    """``y = ufunc(x)`` split in two element ranges on the calling thread and the C worker
+    (:func:`._parallel.run_c`) through the ufunc's own loop (:func:`unary_loop`): the same bits as
+    ``ufunc(x, out=y)``. For flat, aligned, C-contiguous fp32 ``x`` and writeable ``y`` of one size
+    and at least ``split_elements`` elements, y either x itself or not overlapping it, on two
+    kernel threads; False (nothing done: the caller runs the ufunc, which is faster on one thread
+    than a call through the shim) otherwise, or when the loop cannot be used. Raises nothing of its
+    own; what the loop search raises leaves the loop unused (:func:`unary_loop`)."""
     if x.dtype != np.float32 or y.dtype != np.float32 or x.size != y.size or x.ndim != 1 or y.ndim != 1 \
-            or not (x.flags.c_contiguous and y.flags.c_contiguous):
+            or x.size < split_elements or not (x.flags.c_contiguous and y.flags.c_contiguous) \
+            or not (x.flags.aligned and y.flags.aligned and y.flags.writeable):
+        return False
+    px, py = x.ctypes.data, y.ctypes.data
+    if px != py and np.may_share_memory(x, y):  # a partial overlap: NumPy copies first, the ranges would not
+        return False
+    if _parallel.workers() < 2:
         return False
     found = unary_loop(ufunc)
     if found is None:
         return False
     n = x.size
-    t = _parallel.workers() if n >= split_elements else 1
-    bounds = [n * i // t for i in range(t + 1)]
-    px, py = x.ctypes.data, y.ctypes.data
-    _parallel.run_c(_shim_fn(), [(*found, px, py, lo, hi) for lo, hi in zip(bounds, bounds[1:])])
+    _parallel.run_c(_shim_fn(), [(*found, px, py, lo, hi) for lo, hi in ((0, n // 2), (n // 2, n))])
     return True

@@ -215,10 +215,11 @@ void tanh_bwd(const float* dy, const float* x, float* dx, long n0, long n1) {
 """C source of the fused tanh backward (``dx = dy * sech(x)^2`` over ``[n0, n1)``)."""
 
 C_SPLIT_ELEMENTS = 1 << 16
-"""Smallest array the C tanh backward splits among the kernel threads by element ranges (the
-calling thread the first half, the C worker the second: the images each wrote in the kernels
-before, :data:`._cpool.MIN_SPLIT_FWD`). Lowered from 262,144 with the pooling thresholds: LeNet-5's
-204,800-element tanh backward now splits (step figures there)."""
+"""Smallest array the C tanh backward and the fp32 tanh forward (NumPy's loop on the kernel
+threads, :mod:`._ufunc`) split among the kernel threads by element ranges (the calling thread the
+first half, the C worker the second: the images each wrote in the kernels before,
+:data:`._cpool.MIN_SPLIT_FWD`). Lowered from 262,144 together with the pooling thresholds:
+LeNet-5's 204,800-element tanh backward now splits (step figures there)."""
 
 _tanh_bwd_c: list = []
 
