@@ -609,3 +609,50 @@ def test_scaling_checks_its_arguments_before_measuring(args, message):
     proc = subprocess.run([sys.executable, "-m", "bench.scaling", "mlp", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_kernel_scaling_times_every_kernel_call(tmp_path):
+    """``python -m bench.kernel_scaling``: one 2-thread block and one 1-thread block of the MLP give
+    each kernel call's time per step on 1 thread, the totals, and the JSON of the measurements."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = tmp_path / "k.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.kernel_scaling", "mlp", "--blocks", "1", "--steps", "1",
+                           "--top", "3", "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["model"] == "mlp" and res["blocks"]["1t"] == 1 and res["blocks"]["close"] + res["blocks"]["far"] <= 1
+    ran = [k for k in res["kernels"] if k["1t"] is not None]  # the other slot's graphs did not run in one step
+    assert res["step_s"]["1t"] > 0 and len(ran) >= 10 and all(k["1t"] >= 0 for k in ran)
+    assert any(k["label"].startswith("fc_relu_fwd (200, 1, 1, 784)") for k in res["kernels"])
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("mlp (batch 200): blocks 1t 1,") and lines[1].startswith("kernel sums ms per step: 1t ")
+    assert len(lines) == 3 + 3  # header lines and the top 3 calls
+
+
+def test_kernel_scaling_report_sorts_by_the_larger_loss():
+    """Kernel calls of one label are summed; the loss is t2 - t1/2 on each placement, rows sorted by
+    the larger of the two; a side without blocks prints '-'."""
+    from bench.kernel_scaling import report
+
+    res = {"model": "m", "batch": 2, "blocks": {"1t": 1, "close": 1, "far": 0},
+           "step_s": {"1t": 0.004, "close": 0.003, "far": None},
+           "kernels": [{"label": "a", "1t": 0.002, "close": 0.0011, "far": None},
+                       {"label": "b", "1t": 0.001, "close": 0.0009, "far": None},
+                       {"label": "a", "1t": 0.001, "close": 0.0005, "far": None}]}
+    text = report(res, top=5).splitlines()
+    assert text[0] == "m (batch 2): blocks 1t 1, close 1, far 0; median step ms 1t 4.000, close 3.000, far -"
+    assert text[1] == "kernel sums ms per step: 1t 4.000, close 2.500, far -"
+    assert [line.split()[-1] for line in text[3:]] == ["b", "a"]  # b loses 0.4 ms, a 0.1 ms
+    assert text[3].split()[:2] == ["0.400", "-"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["mlp", "--blocks", "0"], "--blocks must be at least 1"),
+    (["mlp", "--json", "/proc/no/such/file.json"], "cannot write --json"),
+    (["nope"], "invalid choice: 'nope'"),
+])
+def test_kernel_scaling_checks_its_arguments_first(args, message):
+    proc = subprocess.run([sys.executable, "-m", "bench.kernel_scaling", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
