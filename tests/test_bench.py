@@ -621,13 +621,52 @@ def test_kernel_scaling_times_every_kernel_call(tmp_path):
                           env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(out.read_text())
-    assert res["model"] == "mlp" and res["blocks"]["1t"] == 1 and res["blocks"]["close"] + res["blocks"]["far"] <= 1
+    assert res["model"] == "mlp" and res["blocks"]["1t"] == 1 and res["blocks"]["2t"] == 1
+    assert res["blocks"]["close"] + res["blocks"]["far"] <= 1
     ran = [k for k in res["kernels"] if k["1t"] is not None]  # the other slot's graphs did not run in one step
     assert res["step_s"]["1t"] > 0 and len(ran) >= 10 and all(k["1t"] >= 0 for k in ran)
-    assert any(k["label"].startswith("fc_relu_fwd (200, 1, 1, 784)") for k in res["kernels"])
+    assert any(k["label"].startswith("fc_relu_fwd (200, 1, 1, 784)") for k in res["kernels"])  # registered names
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("mlp (batch 200): blocks 1t 1,") and lines[1].startswith("kernel sums ms per step: 1t ")
+    assert lines[0].startswith("mlp (batch 200): blocks 1t 1, 2t 1")
+    assert lines[1].startswith("kernel sums ms per step: 1t ")
     assert len(lines) == 3 + 3  # header lines and the top 3 calls
+
+
+def test_kernel_scaling_blocks_sort_calls_by_placement(monkeypatch):
+    """run_blocks with a fake step (two calls of known seconds per step, the untimed first step of
+    each block recorded too), a fake probe and a fake thread switch: the untimed step is left out,
+    times are per step, every 2-thread block counts in 2t and in close or far by its two probes
+    (mixed or missing: neither), and a 1-thread block follows the first and every one_every-th."""
+    import contextlib
+
+    from bench.kernel_scaling import run_blocks
+
+    times: dict = {0: [], 1: []}
+    state = {"threads": 0, "calls": 0, "two": -1}
+    two_thread_factor = [0.6, 0.8, 0.7, 0.7]  # per 2-thread block: close, far, mixed, missing
+
+    def step():
+        state["calls"] += 1
+        factor = 1.0 if state["threads"] == 1 else two_thread_factor[state["two"]]
+        times.setdefault(0, []).append(0.010 * factor)
+        times.setdefault(1, []).append(0.002 * factor)
+
+    @contextlib.contextmanager
+    def threads(n):
+        state["threads"] = n
+        state["two"] += n == 2
+        yield
+
+    probes = iter([1e-7, 1e-7, 5e-7, 5e-7, 1e-7, 5e-7, None, 1e-7])  # close, far, mixed, missing
+    res = run_blocks(step, times, {0: "a", 1: "b"}, blocks=4, steps=3, one_every=3, probe=lambda: next(probes),
+                     far_s=2.5e-7, threads=threads)
+    assert res["blocks"] == {"1t": 2, "2t": 4, "close": 1, "far": 1}  # 1-thread blocks after blocks 0 and 3
+    assert state["calls"] == (4 + 2) * (3 + 1)  # each block: one untimed step and three timed
+    by = {k["label"]: k for k in res["kernels"]}
+    assert by["a"]["1t"] == pytest.approx(0.010) and by["a"]["2t"] == pytest.approx(0.007)  # median of 6, 8, 7, 7
+    assert by["a"]["close"] == pytest.approx(0.006) and by["a"]["far"] == pytest.approx(0.008)
+    assert by["b"]["far"] == pytest.approx(0.0016)
+    assert res["step_s"]["1t"] > 0 and res["step_s"]["close"] > 0
 
 
 def test_kernel_scaling_report_sorts_by_the_larger_loss():
@@ -635,21 +674,25 @@ def test_kernel_scaling_report_sorts_by_the_larger_loss():
     the larger of the two; a side without blocks prints '-'."""
     from bench.kernel_scaling import report
 
-    res = {"model": "m", "batch": 2, "blocks": {"1t": 1, "close": 1, "far": 0},
-           "step_s": {"1t": 0.004, "close": 0.003, "far": None},
-           "kernels": [{"label": "a", "1t": 0.002, "close": 0.0011, "far": None},
-                       {"label": "b", "1t": 0.001, "close": 0.0009, "far": None},
-                       {"label": "a", "1t": 0.001, "close": 0.0005, "far": None}]}
+    res = {"model": "m", "batch": 2, "blocks": {"1t": 1, "2t": 1, "close": 1, "far": 0},
+           "step_s": {"1t": 0.004, "2t": 0.003, "close": 0.003, "far": None},
+           "kernels": [{"label": "a", "1t": 0.002, "2t": 0.0011, "close": 0.0011, "far": None},
+                       {"label": "b", "1t": 0.001, "2t": 0.0009, "close": 0.0009, "far": None},
+                       {"label": "a", "1t": 0.001, "2t": 0.0005, "close": 0.0005, "far": None}]}
     text = report(res, top=5).splitlines()
-    assert text[0] == "m (batch 2): blocks 1t 1, close 1, far 0; median step ms 1t 4.000, close 3.000, far -"
-    assert text[1] == "kernel sums ms per step: 1t 4.000, close 2.500, far -"
+    assert text[0] == ("m (batch 2): blocks 1t 1, 2t 1 (close 1, far 0); median step ms 1t 4.000, 2t 3.000, "
+                       "close 3.000, far -")
+    assert text[1] == "kernel sums ms per step: 1t 4.000, 2t 2.500, close 2.500, far -"
     assert [line.split()[-1] for line in text[3:]] == ["b", "a"]  # b loses 0.4 ms, a 0.1 ms
-    assert text[3].split()[:2] == ["0.400", "-"]
+    assert text[3].split()[:5] == ["0.400", "0.400", "-", "1.000", "0.900"]
 
 
 @pytest.mark.parametrize("args, message", [
     (["mlp", "--blocks", "0"], "--blocks must be at least 1"),
     (["mlp", "--json", "/proc/no/such/file.json"], "cannot write --json"),
+    (["mlp", "--json", ""], "--json must name a file"),
+    (["mlp", "--json", "/tmp"], "--json must name a file"),
+    (["mlp", "--one", "2"], "unrecognized arguments: --one"),
     (["nope"], "invalid choice: 'nope'"),
 ])
 def test_kernel_scaling_checks_its_arguments_first(args, message):
