@@ -23,7 +23,7 @@ import numpy as np
 
 from tr_mlir.dialects.memplan import Target
 from tr_mlir.errors import TrMlirError
-from tr_mlir.lowering.cpu import KERNELS, KernelSpec, outside_kernels
+from tr_mlir.lowering.cpu import KERNELS, KernelSpec, begin_replay, end_replay
 
 Launch = Callable[[], None]
 """One bound kernel call: a zero-argument closure over fixed views."""
@@ -110,9 +110,14 @@ class ClosureGraph:
     launches: tuple[Launch, ...]
 
     def replay(self) -> None:
-        outside_kernels()  # a replay runs outside any kernel (heals what a Ctrl-C inside one left)
-        for launch in self.launches:
-            launch()
+        try:
+            # a replay runs outside any kernel (heals what a Ctrl-C inside one left) and pins the
+            # thread count and compiled kernels for its launches
+            begin_replay()
+            for launch in self.launches:
+                launch()
+        finally:
+            end_replay()
 
     def __len__(self) -> int:
         return len(self.launches)

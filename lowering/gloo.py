@@ -242,7 +242,7 @@ def _allreduce_kernel(spec: KernelSpec, comm: Any, op: str) -> KernelSpec:
             comm.all_reduce(a.reshape(-1), op)
 
     fn.__doc__ = f"All-reduce ({op}) of the spans across the ranks of the gloo process group (lowering/gloo.py)."
-    return replace(spec, fn=fn)
+    return replace(spec, fn=fn, prepare=None)  # a prepared call is the CPU function's
 
 
 class GlooBackend(NumpyBackend):

@@ -135,7 +135,8 @@ def kernel(name: str | KernelId, *, writes: Sequence[str], operands: Operands | 
     node ops ``NAME_FP32_FWD`` / ``NAME_AMP_FWD`` both bind ``name_fwd``), as the built-in kernels
     are (:func:`tr_mlir.lowering.cpu.registry.kernel`: arrays are the positional parameters, static
     params the keyword-only ones; ``writes``, ``workspaces``, ``workspace_fn``,
-    ``target_workspace_fns``, ``kind``, ``also`` in ``options``), and, with ``operands``, its operand
+    ``target_workspace_fns``, ``kind``, ``also``, ``prepare`` in ``options``; ``prepare``: the
+    ready call for bound arrays, :class:`~tr_mlir.lowering.cpu.registry.PreparedLaunch`), and, with ``operands``, its operand
     row (:func:`register_operands`) in the same place: the kernel and its node interface declared
     once. A name (``name`` and each of ``also``) that is no family of the vocabulary yet is
     declared one (:func:`register_kernel_id`, with ``precisions``: ``()`` for a precision-free op

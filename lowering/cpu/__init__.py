@@ -29,6 +29,7 @@ from tr_mlir.lowering.cpu import (  # noqa: F401  (each module registers its ker
     ranges,
 )
 from tr_mlir.lowering.cpu._parallel import outside_kernels
+from tr_mlir.lowering.cpu._prepared import begin_replay, end_replay
 from tr_mlir.lowering.cpu.registry import (
     CPU,
     CUDA,
@@ -36,11 +37,12 @@ from tr_mlir.lowering.cpu.registry import (
     TARGETS,
     ArrayInfo,
     KernelSpec,
+    PreparedLaunch,
     kernel,
     kernel_name,
     lookup,
     register,
 )
 
-__all__ = ["CPU", "CUDA", "KERNELS", "TARGETS", "ArrayInfo", "KernelSpec", "kernel", "kernel_name", "lookup",
-           "outside_kernels", "register"]
+__all__ = ["CPU", "CUDA", "KERNELS", "TARGETS", "ArrayInfo", "KernelSpec", "PreparedLaunch", "begin_replay",
+           "end_replay", "kernel", "kernel_name", "lookup", "outside_kernels", "register"]

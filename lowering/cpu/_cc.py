@@ -247,9 +247,24 @@ def function(source: str, name: str, argtypes: Sequence[type]) -> ctypes._CFuncP
     return fn
 
 
+class AvailablePin(threading.local):
+    """Per thread: ``value``, what :func:`available` answers inside the graph replay this thread
+    runs (pinned at its start by :func:`._prepared.begin_replay`: no user code runs inside a
+    replay to change ``TR_MLIR_CC``), None outside one."""
+
+    value: bool | None = None
+
+
+pinned = AvailablePin()
+
+
 def available() -> bool:
     """Whether compiled kernels can be used here: ``TR_MLIR_CC`` is not ``0`` and a probe source
-    compiles, loads and runs (checked once per process; :func:`reason` says why not)."""
+    compiles, loads and runs (checked once per process; :func:`reason` says why not). Inside a
+    graph replay, the answer pinned at its start (:data:`pinned`)."""
+    value = pinned.value
+    if value is not None:
+        return value
     if os.environ.get(ENV_SWITCH, "1").strip() == "0":
         _state["reason"] = f"disabled by {ENV_SWITCH}=0"
         return False

@@ -72,11 +72,12 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import _cc, _parallel
+from . import _cc, _parallel, _prepared
 from ._util import take
 
 VL = 16
@@ -768,34 +769,132 @@ def _check(g, **arrays: tuple[np.ndarray, tuple[int, ...]]) -> None:
                              f"{shape}, got {a.dtype} {a.shape}{'' if a.flags.c_contiguous else ' (strided)'}")
 
 
-def forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g, tmp: np.ndarray) -> None:
-    """y (N, Ho, Wo, K) = conv(x (N, H, W, C), w (K, k, k, C)), all fp32 contiguous; ``tmp``: fp32
-    scratch of :func:`workspace_elements` elements. Raises ``ValueError`` when an array does not
-    have ``g``'s shape (:func:`_check`) or ``tmp`` is too small."""
+def _forward_pieces(x: np.ndarray, w: np.ndarray, y: np.ndarray, g, tmp: np.ndarray):
     _check(g, x=(x, g.x_shape), w=(w, g.w_shape), y=(y, g.y_shape))
     kern = kernels(plan(g))
     ranges, size, flat = _split(g, tmp)
     px, pw, py, pt = _addr(x), _addr(w), _addr(y), _addr(flat)
-    _parallel.run_c(kern.fwd, [(px, pw, py, pt + 4 * s * size, lo, hi) for s, (lo, hi) in enumerate(ranges)])
+    return kern.fwd, [(px, pw, py, pt + 4 * s * size, lo, hi) for s, (lo, hi) in enumerate(ranges)]
+
+
+def forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g, tmp: np.ndarray) -> None:
+    """y (N, Ho, Wo, K) = conv(x (N, H, W, C), w (K, k, k, C)), all fp32 contiguous; ``tmp``: fp32
+    scratch of :func:`workspace_elements` elements. Raises ``ValueError`` when an array does not
+    have ``g``'s shape (:func:`_check`) or ``tmp`` is too small."""
+    _parallel.run_c(*_forward_pieces(x, w, y, g, tmp))
+
+
+def forward_call(x: np.ndarray, w: np.ndarray, y: np.ndarray, g, tmp: np.ndarray) -> Callable[[], None]:
+    """:func:`forward` on these arrays as a ready zero-argument call (:func:`._prepared.c_call`:
+    the checks and pieces made now, for the thread count in force now); ``ValueError`` as
+    :func:`forward`."""
+    return _prepared.c_call(*_forward_pieces(x, w, y, g, tmp))
+
+
+def _wgrad_pieces(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, tmp: np.ndarray):
+    _check(g, dy=(dy, g.y_shape), x=(x, g.x_shape), dw=(dw, g.w_shape))
+    kern = kernels(plan(g))
+    ranges, size, flat = _split(g, tmp)
+    pdy, px, pt = _addr(dy), _addr(x), _addr(flat)
+    base = (pt + 63) & ~63  # tr_wgrad aligns each slot's start to 64 bytes (slots are 64-byte multiples)
+    fold = (base + 4 * kern.plan.xe_size, size, len(ranges), _addr(dw))
+    return kern.wgrad, [(pdy, px, pt + 4 * s * size, lo, hi) for s, (lo, hi) in enumerate(ranges)], kern.wfold, fold
 
 
 def wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, tmp: np.ndarray) -> None:
     """dw (K, k, k, C) = dL/dw (overwritten) from dy (N, Ho, Wo, K) and x (N, H, W, C), fp32
     (``ValueError`` as :func:`forward`)."""
-    _check(g, dy=(dy, g.y_shape), x=(x, g.x_shape), dw=(dw, g.w_shape))
+    fn, pieces, wfold, fold = _wgrad_pieces(dy, x, dw, g, tmp)
+    _parallel.run_c(fn, pieces)
+    wfold(*fold)
+
+
+def wgrad_call(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, tmp: np.ndarray) -> Callable[[], None]:
+    """:func:`wgrad` on these arrays as a ready call (as :func:`forward_call`)."""
+    fn, pieces, wfold, fold = _wgrad_pieces(dy, x, dw, g, tmp)
+    per_image = _prepared.c_call(fn, pieces)
+    sum_slots = functools.partial(wfold, *fold)
+
+    def call() -> None:
+        per_image()
+        sum_slots()
+    return call
+
+
+def _dgrad_pieces(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g, tmp: np.ndarray):
+    _check(g, dy=(dy, g.y_shape), w=(w, g.w_shape), dx=(dx, g.x_shape))
     kern = kernels(plan(g))
     ranges, size, flat = _split(g, tmp)
-    pdy, px, pt = _addr(dy), _addr(x), _addr(flat)
-    _parallel.run_c(kern.wgrad, [(pdy, px, pt + 4 * s * size, lo, hi) for s, (lo, hi) in enumerate(ranges)])
-    base = (pt + 63) & ~63  # tr_wgrad aligns each slot's start to 64 bytes (slots are 64-byte multiples)
-    kern.wfold(base + 4 * kern.plan.xe_size, size, len(ranges), _addr(dw))
+    pdy, pw, pdx, pt = _addr(dy), _addr(w), _addr(dx), _addr(flat)
+    return kern.dgrad, [(pdy, pw, pdx, pt + 4 * s * size, lo, hi) for s, (lo, hi) in enumerate(ranges)]
 
 
 def dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g, tmp: np.ndarray) -> None:
     """dx (N, H, W, C) = dL/dx (overwritten) from dy and w, fp32; dx may be x's buffer
     (``ValueError`` as :func:`forward`)."""
-    _check(g, dy=(dy, g.y_shape), w=(w, g.w_shape), dx=(dx, g.x_shape))
-    kern = kernels(plan(g))
-    ranges, size, flat = _split(g, tmp)
-    pdy, pw, pdx, pt = _addr(dy), _addr(w), _addr(dx), _addr(flat)
-    _parallel.run_c(kern.dgrad, [(pdy, pw, pdx, pt + 4 * s * size, lo, hi) for s, (lo, hi) in enumerate(ranges)])
+    _parallel.run_c(*_dgrad_pieces(dy, w, dx, g, tmp))
+
+
+def dgrad_call(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g, tmp: np.ndarray) -> Callable[[], None]:
+    """:func:`dgrad` on these arrays as a ready call (as :func:`forward_call`)."""
+    return _prepared.c_call(*_dgrad_pieces(dy, w, dx, g, tmp))
+
+
+def _direct_geom(x_shape, w_shape, k: int, s: int, p: int, groups: int, fp16: bool, *algos: str):
+    """The geometry of a conv whose ``algos`` all apply and none is Winograd (a prepared launch
+    runs the compiled direct kernels only), else None (the kernel itself then raises its errors)."""
+    from . import conv, winograd  # they import this module
+
+    try:
+        g = conv.conv_geom(x_shape, w_shape, k, s, p, groups)
+        for a in algos:
+            conv.check_algorithm(a, g, fp16)
+    except ValueError:
+        return None
+    if any(a in winograd.VARIANTS and winograd.applicable(g) for a in algos):
+        return None
+    return g
+
+
+def prepare_fwd(x, w, y, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, sum=None, sq_sum=None, *, k: int,
+                s: int = 1, p: int = 0, groups: int = 1, algo: str = "auto", bn_stats: bool = False):
+    """``conv_fwd``'s prepared launch (:class:`.registry.PreparedLaunch`): where the kernel runs
+    the compiled direct kernel without statistics (:mod:`.conv`'s dispatch says so),
+    :func:`forward_call`; else None."""
+    from . import conv  # it imports this module
+
+    g = _direct_geom(x.shape, w.shape, k, s, p, groups, any(a.dtype != np.float32 for a in (x, w, y)), algo)
+    if g is None or sum is not None or sq_sum is not None or y.shape != g.y_shape \
+            or conv.dispatch_method(g, algo, x, w, y) != "direct":
+        return None
+    try:
+        return forward_call(x, w, y, g, tmp)
+    except ValueError:
+        return None
+
+
+def prepare_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1,
+                p: int = 0, groups: int = 1, algo_dgrad: str = "auto", algo_wgrad: str = "auto"):
+    """``conv_bwd``'s prepared launch: where both gradients (or the weight gradient of
+    ``conv_bwd_first_layer``) run the compiled direct kernels, :func:`wgrad_call` then
+    :func:`dgrad_call`; else None."""
+    from . import conv  # it imports this module
+
+    fp16 = any(a is not None and a.dtype != np.float32 for a in (dy, x, w, dw, dx))
+    algos = (algo_wgrad,) if dx is None else (algo_wgrad, algo_dgrad)
+    g = _direct_geom(x.shape, w.shape, k, s, p, groups, fp16, *algos)
+    if g is None or not dw.flags.c_contiguous or conv.dispatch_method(g, algo_wgrad, dy, x, dw) != "direct" \
+            or dx is not None and conv.dispatch_method(g, algo_dgrad, dy, w, dx) != "direct":
+        return None
+    try:
+        weight = wgrad_call(dy, x, dw, g, tmp)
+        if dx is None:
+            return weight
+        data = dgrad_call(dy, w, dx, g, tmp)
+    except ValueError:
+        return None
+
+    def call() -> None:
+        weight()
+        data()
+    return call

@@ -39,10 +39,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Callable
 
 import numpy as np
 
-from . import _cc, _parallel
+from . import _cc, _parallel, _prepared
 
 KERNELS = ("maxpool_fwd", "maxpool_bwd", "avgpool_fwd", "avgpool_bwd")
 """The C functions of every pooling library."""
@@ -318,44 +319,68 @@ def _fn(name: str, h: int, w: int, c: int, k: int, s: int, p: int) -> ctypes._CF
     return _cc.function(source(h, w, c, k, s, p), name, _ARGS_AVG if name.startswith("avg") else _ARGS)
 
 
-def _by_images(n: int, split: bool, fn, *ptrs: int) -> None:
-    """``fn(*ptrs, n0, n1)`` over image blocks: one per kernel thread when ``split``
-    (:func:`._parallel.run_c`), else one call."""
+def _pieces(n: int, split: bool, fn, *ptrs: int) -> tuple[ctypes._CFuncPtr, list[tuple[int, ...]]]:
+    """``fn`` and its argument lists ``(*ptrs, n0, n1)`` over image blocks: one per kernel thread
+    when ``split``, else one."""
     t = _parallel.workers() if split else 1
     t = max(1, min(t, n))
     bounds = [n * i // t for i in range(t + 1)]
-    _parallel.run_c(fn, [(*ptrs, lo, hi) for lo, hi in zip(bounds, bounds[1:])])
+    return fn, [(*ptrs, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+
+
+def _maxpool_fwd(x: np.ndarray, y: np.ndarray, mask: np.ndarray, k: int, s: int, p: int):
+    n, h, w, c = x.shape
+    fn = _fn("maxpool_fwd", h, w, c, k, s, p)
+    return _pieces(n, x.size >= MIN_SPLIT_FWD, fn, x.ctypes.data, y.ctypes.data, mask.ctypes.data)
+
+
+def _maxpool_bwd(dy: np.ndarray, mask: np.ndarray, dx: np.ndarray, k: int, s: int, p: int):
+    n, h, w, c = dx.shape
+    fn = _fn("maxpool_bwd", h, w, c, k, s, p)
+    return _pieces(n, dx.size >= MIN_SPLIT_BWD, fn, dy.ctypes.data, mask.ctypes.data, dx.ctypes.data)
+
+
+def _avgpool_fwd(x: np.ndarray, y: np.ndarray, k: int, s: int, p: int):
+    n, h, w, c = x.shape
+    fn = _fn("avgpool_fwd", h, w, c, k, s, p)
+    return _pieces(n, x.size >= MIN_SPLIT_FWD, fn, x.ctypes.data, y.ctypes.data)
+
+
+def _avgpool_bwd(dy: np.ndarray, dx: np.ndarray, k: int, s: int, p: int):
+    n, h, w, c = dx.shape
+    fn = _fn("avgpool_bwd", h, w, c, k, s, p)
+    return _pieces(n, dx.size >= MIN_SPLIT_BWD, fn, dy.ctypes.data, dx.ctypes.data)
 
 
 def maxpool_fwd(x: np.ndarray, y: np.ndarray, mask: np.ndarray, k: int, s: int, p: int) -> None:
     """Max pool of fp32 ``x`` (N, H, W, C) into ``y`` (N, Ho, Wo, C) fp32 and ``mask`` (same shape,
     INT8 winning tap); all C-contiguous (the caller checks shapes, dtypes and layout)."""
-    n, h, w, c = x.shape
-    fn = _fn("maxpool_fwd", h, w, c, k, s, p)
-    px, py, pm = x.ctypes.data, y.ctypes.data, mask.ctypes.data
-    _by_images(n, x.size >= MIN_SPLIT_FWD, fn, px, py, pm)
+    _parallel.run_c(*_maxpool_fwd(x, y, mask, k, s, p))
 
 
 def maxpool_bwd(dy: np.ndarray, mask: np.ndarray, dx: np.ndarray, k: int, s: int, p: int) -> None:
     """Max pool backward: fp32 ``dx`` (N, H, W, C), overwritten, from fp32 ``dy`` and INT8 ``mask``
     (N, Ho, Wo, C); all C-contiguous."""
-    n, h, w, c = dx.shape
-    fn = _fn("maxpool_bwd", h, w, c, k, s, p)
-    pdy, pm, pdx = dy.ctypes.data, mask.ctypes.data, dx.ctypes.data
-    _by_images(n, dx.size >= MIN_SPLIT_BWD, fn, pdy, pm, pdx)
+    _parallel.run_c(*_maxpool_bwd(dy, mask, dx, k, s, p))
 
 
 def avgpool_fwd(x: np.ndarray, y: np.ndarray, k: int, s: int, p: int) -> None:
     """Average pool (padding counted) of fp32 ``x`` (N, H, W, C) into fp32 ``y`` (N, Ho, Wo, C)."""
-    n, h, w, c = x.shape
-    fn = _fn("avgpool_fwd", h, w, c, k, s, p)
-    px, py = x.ctypes.data, y.ctypes.data
-    _by_images(n, x.size >= MIN_SPLIT_FWD, fn, px, py)
+    _parallel.run_c(*_avgpool_fwd(x, y, k, s, p))
 
 
 def avgpool_bwd(dy: np.ndarray, dx: np.ndarray, k: int, s: int, p: int) -> None:
     """Average pool backward: fp32 ``dx`` (N, H, W, C), overwritten, from fp32 ``dy``."""
-    n, h, w, c = dx.shape
-    fn = _fn("avgpool_bwd", h, w, c, k, s, p)
-    pdy, pdx = dy.ctypes.data, dx.ctypes.data
-    _by_images(n, dx.size >= MIN_SPLIT_BWD, fn, pdy, pdx)
+    _parallel.run_c(*_avgpool_bwd(dy, dx, k, s, p))
+
+
+_PIECES = {"maxpool_fwd": _maxpool_fwd, "maxpool_bwd": _maxpool_bwd, "avgpool_fwd": _avgpool_fwd,
+           "avgpool_bwd": _avgpool_bwd}
+
+
+def call(name: str, *arrays: np.ndarray, k: int, s: int, p: int) -> Callable[[], None]:
+    """The compiled kernel ``name`` (``maxpool_fwd``, ``maxpool_bwd``, ``avgpool_fwd``,
+    ``avgpool_bwd``) over ``arrays`` (the arguments of the function of that name here) as a
+    ready zero-argument call for a prepared launch (:func:`._prepared.c_call`: the pieces for
+    the thread count in force now)."""
+    return _prepared.c_call(*_PIECES[name](*arrays, k, s, p))

@@ -610,11 +610,53 @@ def _relu_after(out: np.ndarray, relu: bool, gate: np.ndarray | None) -> None:
         activation.relu_bwd_from_output(out, gate, out)
 
 
+def matmul_call(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = None,
+                epilogue: Callable[[slice, slice], None] | None = None, bias: np.ndarray | None = None,
+                own_blas: bool = False, relu: bool = False,
+                gate: np.ndarray | None = None) -> Callable[[], None] | None:
+    """:func:`matmul` on these 2-D arrays as a ready zero-argument call for a prepared launch:
+    the path :func:`matmul` takes under the :class:`._prepared.LaunchState` in force now, with
+    its jobs made once (the same jobs, hence the same bits). None where that path runs on the
+    Python kernel threads (nothing to gain there)."""
+    if a.ndim != 2 or b.ndim != 2 or out.ndim != 2:
+        return None
+    return _matmul(a, b, out, axis, epilogue, bias, own_blas, relu, gate, prepare=True)
+
+
+def jobs_call(jobs: tuple, split: bool, count: int = 0, keep: object = None) -> Callable[[], None]:
+    """A ready call (prepared launches) running ``jobs`` (:func:`gemm_job` and the like) as
+    :func:`matmul` does: on the calling thread and the C
+    worker when ``split`` (``count`` > 2: dynamic blocks, counted by :func:`note_dynamic_call`;
+    2: a static split whose times feed :func:`note_split`), else one after the other here.
+    ``keep``: what else must live as long as the call (the jobs a :func:`chain` points to). A
+    split call's ``array`` holds the jobs it runs: copies of ``jobs``, so a job argument changed
+    between calls must be changed there."""
+    if not split:
+        def here() -> None:
+            for job in jobs:
+                run_here(job)
+        here.jobs = (jobs, keep)  # type: ignore[attr-defined]
+        return here
+    arr = (_Job * len(jobs))(*jobs)
+
+    def call() -> None:
+        _run_array(arr)
+        if count > 2:
+            note_dynamic_call()
+        elif count == 2:
+            note_split(tuple(j.seconds for j in arr))
+
+    call.array = arr  # type: ignore[attr-defined]  # the jobs as they run (copies of ``jobs``)
+    call.jobs = (jobs, keep)  # type: ignore[attr-defined]  # what the chains point to lives with the call
+    return call
+
+
 def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
             epilogue: Callable[[slice, slice], None] | None, bias: np.ndarray | None, own_blas: bool,
-            relu: bool, gate: np.ndarray | None) -> bool:
+            relu: bool, gate: np.ndarray | None, prepare: bool = False):
     """:func:`matmul` but for the ReLU epilogues on the paths other than the C jobs: True when the
-    C jobs ran them (``relu``, ``gate``), False when the caller must."""
+    C jobs ran them (``relu``, ``gate``), False when the caller must. ``prepare``: run nothing,
+    return the path's ready call (:func:`matmul_call`), or None."""
     user = epilogue  # a Python epilogue keeps the split on the Python threads
     if bias is not None:
         bias1 = bias.reshape(-1)
@@ -639,8 +681,12 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
     if own and user is None and n >= 2 * OWN_COL_BLOCKS:
         # fixed column blocks, whatever the thread count (its bits depend on the cut): equal
         # halves, where row cuts at multiples of 24 split the MLP's 200 rows 96 / 104
-        jobs = cached_jobs(("own-cols", relu) + array_key(a, b, out, bias, gate), lambda: _split_jobs(
-            a, b, out, -1, None if bias is None else bias.reshape(-1), OWN_COL_BLOCKS, True, relu=relu, gate=gate))
+        make = lambda: _split_jobs(  # noqa: E731
+            a, b, out, -1, None if bias is None else bias.reshape(-1), OWN_COL_BLOCKS, True, relu=relu, gate=gate)
+        if prepare:
+            jobs = make()
+            return None if jobs is None else jobs_call(jobs, t >= 2)
+        jobs = cached_jobs(("own-cols", relu) + array_key(a, b, out, bias, gate), make)
         if jobs is not None:
             if t >= 2:
                 run_jobs(*jobs)
@@ -657,14 +703,31 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
         axis, size = -2, m // align if align else 0
     if t == 1 or flops < MIN_SPLIT_FLOPS or size < 2 * t or min(m, n) == 1:
         if own:
-            job = cached_jobs(("one", relu) + array_key(a, b, out, bias, gate),
-                              lambda: gemm_job(a, b, out, bias=None if bias is None else bias.reshape(-1), own=True,
-                                               relu=relu, gate=gate))
+            make = lambda: gemm_job(a, b, out, bias=None if bias is None else bias.reshape(-1),  # noqa: E731
+                                    own=True, relu=relu, gate=gate)
+            job = make() if prepare else cached_jobs(("one", relu) + array_key(a, b, out, bias, gate), make)
             if job is not None:
+                if prepare:
+                    if user is None:
+                        return jobs_call((job,), False)
+                    gemm = jobs_call((job,), False)
+
+                    def one() -> None:
+                        gemm()
+                        user(whole, whole)
+                    return one
                 run_here(job)
                 if user is not None:
                     user(whole, whole)
                 return True
+        if prepare:
+            def serial() -> None:
+                serial_matmul(a, b, out)
+                if epilogue is not None:
+                    epilogue(whole, whole)
+                if relu or gate is not None:
+                    _relu_after(out, relu, gate)
+            return serial
         serial_matmul(a, b, out)
         if epilogue is not None:
             epilogue(whole, whole)
@@ -672,9 +735,12 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
 
     count = gemm_blocks(flops, size, t)
     if t == 2 and user is None and a.ndim == 2 and b.ndim == 2 and c_gemm():
-        jobs = cached_jobs(("mm", axis, count, own, align, relu) + array_key(a, b, out, bias, gate),
-                           lambda: _split_jobs(a, b, out, axis, None if bias is None else bias.reshape(-1), count, own,
-                                               align, relu=relu, gate=gate))
+        make = lambda: _split_jobs(a, b, out, axis, None if bias is None else bias.reshape(-1),  # noqa: E731
+                                   count, own, align, relu=relu, gate=gate)
+        if prepare:
+            jobs = make()
+            return None if jobs is None else jobs_call(jobs, True, count)
+        jobs = cached_jobs(("mm", axis, count, own, align, relu) + array_key(a, b, out, bias, gate), make)
         if jobs is not None:
             if count > t:
                 note_dynamic_call()
@@ -682,6 +748,8 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
             else:
                 note_split(run_jobs(*jobs))
             return True
+    if prepare:
+        return None
     tasks = matmul_tasks(a, b, out, axis, count, epilogue, align)
     if count > t:
         note_dynamic_call()

@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
-from . import _cc, _parallel
+from . import _cc, _parallel, _prepared
 
 SHIM_SOURCE = r"""
 typedef long tr_intp;
@@ -175,6 +176,24 @@ def _validated(ufunc: np.ufunc) -> tuple[int, int] | None:
     return loop, loop_data
 
 
+def _unary_pieces(ufunc: np.ufunc, x: np.ndarray, y: np.ndarray, split_elements: int):
+    """The shim and its two argument lists for :func:`unary`, or None where it does not split."""
+    if x.dtype != np.float32 or y.dtype != np.float32 or x.size != y.size or x.ndim != 1 or y.ndim != 1 \
+            or x.size < split_elements or not (x.flags.c_contiguous and y.flags.c_contiguous) \
+            or not (x.flags.aligned and y.flags.aligned and y.flags.writeable):
+        return None
+    px, py = x.ctypes.data, y.ctypes.data
+    if px != py and np.may_share_memory(x, y):  # a partial overlap: NumPy copies first, the ranges would not
+        return None
+    if _parallel.workers() < 2:
+        return None
+    found = unary_loop(ufunc)
+    if found is None:
+        return None
+    n = x.size
+    return _shim_fn(), [(*found, px, py, lo, hi) for lo, hi in ((0, n // 2), (n // 2, n))]
+
+
 def unary(ufunc: np.ufunc, x: np.ndarray, y: np.ndarray, split_elements: int) -> bool:
     """``y = ufunc(x)`` split in two element ranges on the calling thread and the C worker
     (:func:`._parallel.run_c`) through the ufunc's own loop (:func:`unary_loop`): the same bits as
@@ -183,18 +202,15 @@ def unary(ufunc: np.ufunc, x: np.ndarray, y: np.ndarray, split_elements: int) ->
     kernel threads; False (nothing done: the caller runs the ufunc, which is faster on one thread
     than a call through the shim) otherwise, or when the loop cannot be used. Raises nothing of its
     own; what the loop search raises leaves the loop unused (:func:`unary_loop`)."""
-    if x.dtype != np.float32 or y.dtype != np.float32 or x.size != y.size or x.ndim != 1 or y.ndim != 1 \
-            or x.size < split_elements or not (x.flags.c_contiguous and y.flags.c_contiguous) \
-            or not (x.flags.aligned and y.flags.aligned and y.flags.writeable):
-        return False
-    px, py = x.ctypes.data, y.ctypes.data
-    if px != py and np.may_share_memory(x, y):  # a partial overlap: NumPy copies first, the ranges would not
-        return False
-    if _parallel.workers() < 2:
-        return False
-    found = unary_loop(ufunc)
+    found = _unary_pieces(ufunc, x, y, split_elements)
     if found is None:
         return False
-    n = x.size
-    _parallel.run_c(_shim_fn(), [(*found, px, py, lo, hi) for lo, hi in ((0, n // 2), (n // 2, n))])
+    _parallel.run_c(*found)
     return True
+
+
+def unary_call(ufunc: np.ufunc, x: np.ndarray, y: np.ndarray, split_elements: int) -> Callable[[], None] | None:
+    """:func:`unary` on these arrays as a ready zero-argument call (:func:`._prepared.c_call`,
+    for the thread count in force now), or None where :func:`unary` would return False."""
+    found = _unary_pieces(ufunc, x, y, split_elements)
+    return None if found is None else _prepared.c_call(*found)

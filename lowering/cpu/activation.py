@@ -36,12 +36,13 @@ LeNet's 128x28x28x6 = 602,112 elements; 128x10x10x16 in brackets):
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import _cc, _parallel, _ufunc
+from . import _cc, _parallel, _prepared, _ufunc
 from ._util import F32, chunks, flat
 from .registry import kernel
 
@@ -235,6 +236,16 @@ def use_c_tanh(*arrays: np.ndarray) -> bool:
 def tanh_backward_c(dy: np.ndarray, x: np.ndarray, dx: np.ndarray) -> None:
     """``dx = dy * (1 - tanh(x)^2)`` (as ``dy * sech(x)^2``) by the C kernel, fp32, any shape (same size), split by
     element ranges among the kernel threads from :data:`C_SPLIT_ELEMENTS` elements."""
+    _parallel.run_c(*_tanh_backward_pieces(dy, x, dx))
+
+
+def tanh_backward_call(dy: np.ndarray, x: np.ndarray, dx: np.ndarray) -> Callable[[], None]:
+    """:func:`tanh_backward_c` on these arrays as a ready zero-argument call
+    (:func:`._prepared.c_call`, for the thread count in force now)."""
+    return _prepared.c_call(*_tanh_backward_pieces(dy, x, dx))
+
+
+def _tanh_backward_pieces(dy: np.ndarray, x: np.ndarray, dx: np.ndarray):
     if not _tanh_bwd_c:
         _tanh_bwd_c.append(_cc.function(TANH_C_SOURCE, "tanh_bwd", [ctypes.c_void_p] * 3 + [ctypes.c_long] * 2))
     fn = _tanh_bwd_c[0]
@@ -244,11 +255,13 @@ def tanh_backward_c(dy: np.ndarray, x: np.ndarray, dx: np.ndarray) -> None:
     pdy, px, pdx = dy.ctypes.data, x.ctypes.data, dx.ctypes.data
     t = _parallel.workers() if n >= C_SPLIT_ELEMENTS else 1
     bounds = [n * i // t for i in range(t + 1)]
-    _parallel.run_c(fn, [(pdy, px, pdx, lo, hi) for lo, hi in zip(bounds, bounds[1:])])
+    return fn, [(pdy, px, pdx, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
 
 
 _C_BACKWARD = {"tanh": (use_c_tanh, tanh_backward_c)}
 """Activation name -> (rule, C backward) for the activations with a compiled backward."""
+_C_BACKWARD_CALLS = {"tanh": tanh_backward_call}
+"""Activation name -> the ready-call form of its C backward (prepared launches)."""
 
 
 def _register(name: str, act: Activation) -> None:
@@ -262,12 +275,33 @@ def _register(name: str, act: Activation) -> None:
             return
         apply_backward(act, dy, x, dx)
 
+    def prepare_fwd(x, y) -> Callable[[], None] | None:
+        """The prepared launch of the fp32 ufunc forward: :func:`._ufunc.unary_call` where
+        :func:`apply_forward` splits, the ufunc itself where it runs whole; else None."""
+        if act.ufunc is None or x.dtype != F32 or y.dtype != F32 or x.size != y.size \
+                or not (x.flags.c_contiguous and y.flags.c_contiguous):
+            return None
+        xf, yf = flat(x), flat(y)
+        call = _ufunc.unary_call(act.ufunc, xf, yf, C_SPLIT_ELEMENTS)
+        if call is not None:
+            return call
+        if xf.size >= HALVES_SPLIT_ELEMENTS and _parallel.workers() > 1:
+            return None  # _halves splits it on the Python threads
+        return functools.partial(act.ufunc, xf, out=yf)
+
+    def prepare_bwd(dy, x, dx) -> Callable[[], None] | None:
+        """The prepared launch of a compiled backward (:data:`_C_BACKWARD`); else None."""
+        compiled = _C_BACKWARD.get(name)
+        if compiled is None or not compiled[0](dy, x, dx) or not dy.size == x.size == dx.size:
+            return None
+        return _C_BACKWARD_CALLS[name](dy, x, dx)
+
     fwd.__doc__ = (f"``y = {name}(x)`` element-wise (PyTorch semantics); any shape, fp32 or fp16. "
                    f"Also the inference op.")
     bwd.__doc__ = (f"``dx = dy * {name}'(x)``, the derivative recomputed from the forward input x; "
                    f"dx may be x's buffer (the seed writes dX over X).")
-    kernel(f"{name}_fwd", writes=("y",), also=(f"{name}_inf",))(fwd)
-    kernel(f"{name}_bwd", writes=("dx",))(bwd)
+    kernel(f"{name}_fwd", writes=("y",), also=(f"{name}_inf",), prepare=prepare_fwd)(fwd)
+    kernel(f"{name}_bwd", writes=("dx",), prepare=prepare_bwd)(bwd)
 
 
 for _name, _act in ACTIVATIONS.items():

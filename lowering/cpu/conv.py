@@ -357,7 +357,7 @@ def rule_algorithm(g: ConvGeom, fp16: bool) -> str:
     return "direct" if cc_geometry(g) and not fp16 else g.method
 
 
-def _method(g: ConvGeom, algo: str, *arrays: np.ndarray, accumulate: bool = False) -> str:
+def dispatch_method(g: ConvGeom, algo: str, *arrays: np.ndarray, accumulate: bool = False) -> str:
     """The method one call runs: ``direct`` (the C kernels) or a NumPy method. ``auto``: the
     run-time rule; ``direct``: the C kernels where fp32, contiguous and compilable, else the
     geometry's NumPy method (as ``auto``); any other name: itself."""
@@ -556,7 +556,7 @@ def conv_forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g: ConvGeom, ws: d
         conv_forward(x, w, y, g, ws, algo)
         conv_stats.from_output(y, *stats)
         return
-    meth = _method(g, algo, x, w, y)
+    meth = dispatch_method(g, algo, x, w, y)
     if meth == "direct":
         _cconv.forward(x, w, y, g, ws.get("tmp"))
         return
@@ -612,7 +612,7 @@ def conv_wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g: ConvGeom, ws: d
         return
     if not dw.flags.c_contiguous:  # the paths below write dw through reshapes (a copy, lost, if it is not)
         raise ValueError(f"expected a C-contiguous dw of conv {g.x_shape} -> {g.y_shape}, got strides {dw.strides}")
-    meth = _method(g, algo, dy, x, dw)
+    meth = dispatch_method(g, algo, dy, x, dw)
     if meth == "direct":
         _cconv.wgrad(dy, x, dw, g, ws.get("tmp"))
         return
@@ -722,7 +722,7 @@ def conv_dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g: ConvGeom, ws: d
     if algo in winograd.VARIANTS and winograd.applicable(g) and not accumulate:
         winograd.dgrad(dy, w, dx, g, ws, algo)
         return
-    meth = _method(g, algo, dy, w, dx, accumulate=accumulate)
+    meth = dispatch_method(g, algo, dy, w, dx, accumulate=accumulate)
     if meth == "direct":
         _cconv.dgrad(dy, w, dx, g, ws.get("tmp"))
         return
@@ -861,8 +861,8 @@ def _ws_bwd_on_cuda(arrays: dict[str, ArrayInfo], **params: Any) -> dict[str, Ar
     return rule(arrays, **params)
 
 
-@kernel("conv_fwd", writes=("y", "sum", "sq_sum"), workspaces=WORKSPACES, workspace_fn=_ws_fwd,
-        target_workspace_fns={CUDA: _ws_fwd_on_cuda}, also=("conv_inf",), algorithms=CONV_ALGORITHMS)
+@kernel("conv_fwd", writes=("y", "sum", "sq_sum"), workspaces=WORKSPACES, workspace_fn=_ws_fwd, also=("conv_inf",),
+        target_workspace_fns={CUDA: _ws_fwd_on_cuda}, algorithms=CONV_ALGORITHMS, prepare=_cconv.prepare_fwd)
 def conv_fwd(x, w, y, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, sum=None, sq_sum=None, *, k: int,
              s: int = 1, p: int = 0, groups: int = 1, algo: str = AUTO, bn_stats: bool = False) -> None:
     """Convolution forward (and inference): ``y = conv2d(x, w, stride s, padding p, groups)``.
@@ -880,8 +880,8 @@ def conv_fwd(x, w, y, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, sum=N
     conv_forward(x, w, y, g, _ws(col=col, wbuf=wbuf, ybuf=ybuf, xbuf=xbuf, tmp=tmp), algo, stats)
 
 
-@kernel("conv_bwd", writes=("dx", "dw"), workspaces=WORKSPACES, workspace_fn=_ws_bwd,
-        target_workspace_fns={CUDA: _ws_bwd_on_cuda}, also=("conv_bwd_first_layer",), algorithms=CONV_ALGORITHMS)
+@kernel("conv_bwd", writes=("dx", "dw"), workspaces=WORKSPACES, workspace_fn=_ws_bwd, also=("conv_bwd_first_layer",),
+        target_workspace_fns={CUDA: _ws_bwd_on_cuda}, algorithms=CONV_ALGORITHMS, prepare=_cconv.prepare_bwd)
 def conv_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1,
              p: int = 0, groups: int = 1, algo_dgrad: str = AUTO, algo_wgrad: str = AUTO) -> None:
     """Convolution backward: ``dw`` (overwritten) from dy and x, then ``dx`` from dy and w.

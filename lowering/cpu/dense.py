@@ -21,13 +21,14 @@ contended or not (tests/test_kernels_parallel.py).
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 
 import numpy as np
 
 from . import _cc, _parallel
 from .activation import relu_bwd_from_output, relu_fwd
-from ._util import F32, as32, chunks, copy_into, finish, flat, out32, scalar
+from ._util import F32, as32, chunks, copy_into, finish, flat, out32, same_memory, scalar
 from .registry import CUDA, ArrayInfo, kernel
 
 
@@ -145,10 +146,11 @@ def _weight_grad_jobs(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.
 
 
 def _weight_grad_c(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.ndarray | None,
-                   n: int, f: int, o: int) -> bool:
+                   n: int, f: int, o: int, prepare: bool = False):
     """dw = dy.T @ x and db split across this thread and the C worker
     (:func:`._parallel.run_jobs`), as :func:`._parallel.matmul` splits it (:func:`_weight_grad_jobs`).
-    False (nothing done) when the split does not apply."""
+    False (nothing done) when the split does not apply. ``prepare``: run nothing, return the
+    split's ready call (:func:`._parallel.matmul_call`'s form) or False."""
     flops = 2.0 * n * f * o
     t = _parallel.workers()
     if t != 2 or flops < _parallel.MIN_SPLIT_FLOPS or db2 is not None and db2.dtype != F32 or not _parallel.c_gemm():
@@ -163,6 +165,9 @@ def _weight_grad_c(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.nda
     if size < 2 * t:
         return False
     count = _parallel.gemm_blocks(flops, size, t)
+    if prepare:
+        jobs = _weight_grad_jobs(dy2, x2, dw2, db2, axis, count, align)
+        return False if jobs is None else _parallel.jobs_call(jobs, True, count)
     jobs = _parallel.cached_jobs(("dw", axis, count, align) + _parallel.array_key(dy2, x2, dw2, db2),
                                  lambda: _weight_grad_jobs(dy2, x2, dw2, db2, axis, count, align))
     if jobs is None:
@@ -184,14 +189,17 @@ def _db_epilogue(dy2: np.ndarray, db: np.ndarray):
     return epilogue
 
 
-def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int, gate: bool = False) -> bool:
+def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int, gate: bool = False,
+                           prepare: bool = False):
     """The concurrent fp32 path of :func:`fc_backward`; False (nothing done) when it does not
     apply. ``gate``: each dx block times ``x > 0`` of its columns right after its GEMM
     (:func:`fc_backward`'s ``gate_input``; dx apart from x). Column blocks ``c`` of the ``f``
     inputs: each thread computes ``dw[:, c] = dy.T @ x[:, c]`` and then
     ``dx[:, c] = dy @ w[:, c]``, so when dx is x's buffer a thread overwrites
     only the columns of x it has itself finished reading; the db sums are split by blocks of
-    the ``o`` outputs, one block with each dw block."""
+    the ``o`` outputs, one block with each dw block. ``prepare``: run nothing; False where the
+    path does not apply, its ready call where it runs the C jobs, None where it runs the Python
+    threads."""
     arrays = (dy, w, x, dw, dx) if db is None else (dy, w, x, dw, db, dx)
     own = _parallel.own_blas() is not None  # fixed blocks on any thread count (its bits depend on the cut)
     threads = _parallel.workers()
@@ -229,6 +237,11 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int, gat
                 tails.append(tail)
             return tuple(heads), tuple(tails)  # the tails stay alive with the heads
 
+        if prepare:
+            jobs = make()
+            if jobs is not None:
+                return _parallel.jobs_call(jobs[0], threads > 1, keep=jobs[1])
+            return False if threads == 1 else None
         jobs = _parallel.cached_jobs(("fc_bwd", count, gate) + _parallel.array_key(dy2, x2, dw2, db2, w2, dx2), make)
         if jobs is not None:
             if threads == 1:
@@ -239,6 +252,9 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int, gat
             return True
         if threads == 1:
             return False
+
+    if prepare:
+        return None
 
     def block(c: slice, r: slice) -> None:
         np.matmul(dy2.T, x2[:, c], out=dw2[:, c])
@@ -252,15 +268,90 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int, gat
     return True
 
 
+def _fp32_contiguous(*arrays: np.ndarray | None) -> bool:
+    return all(a is None or (a.dtype == F32 and a.flags.c_contiguous) for a in arrays)
+
+
+def _prepare_forward(x, w, y, b, relu: bool):
+    """The prepared launch of :func:`fc_forward` for fp32 C-contiguous arrays
+    (:func:`._parallel.matmul_call`: the same path, jobs and bits); None otherwise."""
+    if not _fp32_contiguous(x, w, y, b):
+        return None
+    try:
+        n, f, o = _fc_dims(x.shape, w.shape)
+        if y.size != n * o:
+            return None
+        bias = None if b is None else b.reshape(o)
+    except ValueError:
+        return None
+    return _parallel.matmul_call(x.reshape(n, f), w.reshape(o, f).T, y.reshape(n, o), bias=bias, own_blas=True,
+                                 relu=relu)
+
+
+def _prepare_backward(dy, w, x, dw, db, dx, gate_input: bool = False):
+    """The prepared launch of :func:`fc_backward` for fp32 C-contiguous arrays: the path it takes
+    (:func:`_backward_concurrently`, :func:`_weight_grad_c`, :func:`._parallel.matmul_call`)
+    with its jobs made once; None where a part runs on the Python threads, or for arrays
+    :func:`fc_backward` would refuse."""
+    if not _fp32_contiguous(dy, w, x, dw, db, dx):
+        return None
+    try:
+        n, f, o = _fc_dims(x.shape, w.shape)
+    except ValueError:
+        return None
+    if dy.size != n * o or dw.size != o * f or db is not None and db.size != o \
+            or dx is not None and dx.size != n * f:
+        return None
+    if gate_input and (dx is None or np.may_share_memory(dx, x)):
+        return None
+    if dx is not None:
+        whole = _backward_concurrently(dy, w, x, dw, db, dx, {}, n, f, o, gate_input, prepare=True)
+        if whole is not False:
+            return whole
+    dy2, x2, dw2 = dy.reshape(n, o), x.reshape(n, f), dw.reshape(o, f)
+    db2 = None if db is None else db.reshape(o)
+    weight = _weight_grad_c(dy2, x2, dw2, db2, n, f, o, prepare=True)
+    if weight is False:
+        weight = _parallel.matmul_call(dy2.T, x2, dw2, epilogue=None if db2 is None else _db_epilogue(dy2, db2),
+                                       own_blas=True)
+    if weight is None or dx is None:
+        return weight
+    data = _parallel.matmul_call(dy2, w.reshape(o, f), dx.reshape(n, f), own_blas=True,
+                                 gate=x2 if gate_input else None)
+    if data is None:
+        return None
+
+    def call() -> None:
+        weight()
+        data()
+    return call
+
+
+def _prepare_fc_fwd(x, w, y, b=None, xbuf=None, wbuf=None, ybuf=None):
+    return _prepare_forward(x, w, y, b, False)
+
+
+def _prepare_fc_relu_fwd(x, w, y, b=None, xbuf=None, wbuf=None, ybuf=None):
+    return _prepare_forward(x, w, y, b, True)
+
+
+def _prepare_fc_bwd(dy, w, x, dw, db=None, dx=None, xbuf=None, wbuf=None, ybuf=None):
+    return _prepare_backward(dy, w, x, dw, db, dx)
+
+
+def _prepare_relu_fc_bwd(dy, w, x, dw, dx, db=None, xbuf=None, wbuf=None, ybuf=None):
+    return _prepare_backward(dy, w, x, dw, db, dx, gate_input=True)
+
+
 @kernel("fc_fwd", writes=("y",), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=ws_fc,
-        target_workspace_fns={CUDA: None}, also=("fc_inf",))
+        target_workspace_fns={CUDA: None}, also=("fc_inf",), prepare=_prepare_fc_fwd)
 def fc_fwd(x, w, y, b=None, xbuf=None, wbuf=None, ybuf=None) -> None:
     """Fully connected forward: ``y = x_flat @ w.T + b`` (b None: no bias)."""
     fc_forward(x, w, b, y, {k: v for k, v in (("xbuf", xbuf), ("wbuf", wbuf), ("ybuf", ybuf)) if v is not None})
 
 
 @kernel("fc_bwd", writes=("dx", "dw", "db"), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=ws_fc,
-        target_workspace_fns={CUDA: None}, also=("fc_bwd_first_layer",))
+        target_workspace_fns={CUDA: None}, also=("fc_bwd_first_layer",), prepare=_prepare_fc_bwd)
 def fc_bwd(dy, w, x, dw, db=None, dx=None, xbuf=None, wbuf=None, ybuf=None) -> None:
     """Fully connected backward: dw (out, F) and db (out) overwritten, then dx (may be x's
     buffer; None skips it, e.g. when x is the model input). dw, db fp32 even in AMP."""
@@ -269,7 +360,7 @@ def fc_bwd(dy, w, x, dw, db=None, dx=None, xbuf=None, wbuf=None, ybuf=None) -> N
 
 
 @kernel("fc_relu_fwd", writes=("y",), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=ws_fc,
-        target_workspace_fns={CUDA: None})
+        target_workspace_fns={CUDA: None}, prepare=_prepare_fc_relu_fwd)
 def fc_relu_fwd(x, w, y, b=None, xbuf=None, wbuf=None, ybuf=None) -> None:
     """An FC and the ReLU after it (output form): ``y = relu(x_flat @ w.T + b)``, the ReLU in the
     GEMM epilogue (:func:`fc_forward`); the bits of ``fc_fwd`` then ``relu_fwd``. Written by
@@ -284,7 +375,7 @@ def fc_relu_fwd(x, w, y, b=None, xbuf=None, wbuf=None, ybuf=None) -> None:
 
 
 @kernel("relu_fc_bwd", writes=("dx", "dw", "db"), workspaces=("xbuf", "wbuf", "ybuf"), workspace_fn=ws_fc,
-        target_workspace_fns={CUDA: None})
+        target_workspace_fns={CUDA: None}, prepare=_prepare_relu_fc_bwd)
 def relu_fc_bwd(dy, w, x, dw, dx, db=None, xbuf=None, wbuf=None, ybuf=None) -> None:
     """The backward of an FC whose input ``x`` is a ReLU's output, through that ReLU: dw and db as
     ``fc_bwd``, ``dx = (dy @ w) * (x > 0)``, the gradient of the ReLU's input (dx apart from x),
@@ -426,7 +517,23 @@ def grad_acc(dy, dx) -> None:
     _add(dx, dy, dx)
 
 
-@kernel("identity_fwd", writes=("y",), also=("identity_bwd", "identity_inf", "dtensor_copy", "dropout_inf"))
+def _prepare_identity(x, y):
+    """The prepared launch of :func:`identity_fwd`: nothing when y is x's buffer, else the copy
+    :func:`._util.copy_into` makes, its views made once."""
+    if same_memory(y, x) and y.dtype == x.dtype:
+        return _nothing
+    if x.size != y.size:
+        return None
+    dst, src = (y.reshape(-1), x.reshape(-1)) if y.flags.c_contiguous else (y, x.reshape(y.shape))
+    return functools.partial(np.copyto, dst, src, casting="same_kind")
+
+
+def _nothing() -> None:
+    pass
+
+
+@kernel("identity_fwd", writes=("y",), also=("identity_bwd", "identity_inf", "dtensor_copy", "dropout_inf"),
+        prepare=_prepare_identity)
 def identity_fwd(x, y) -> None:
     """``y = x`` (copy with cast, skipped when y is x's buffer). Also ``dtensor_copy`` (labels)
     and ``dropout_inf`` (dropout is the identity at inference)."""

@@ -58,7 +58,50 @@ def _check_range(lab: np.ndarray, k: int) -> None:
         raise ValueError(f"expected labels in [0, {k}), got values in [{lab.min()}, {lab.max()}]")
 
 
-@kernel("softmax_ce_fwd", writes=("probs", "loss", "top1", "top5", "pred", "inv_batch"), also=("softmax_ce_inf",))
+def _write_forward(sums: tuple[float, float, float], b: int, loss, top1, top5, inv_batch) -> None:
+    """The forward's scalar outputs from the loss sum and hit counts of the first ``b`` rows."""
+    inv = 1.0 / b if b else 0.0
+    if inv_batch is not None:
+        inv_batch.reshape(-1)[0] = inv
+    loss.reshape(-1)[0] = sums[0] * inv
+    top1.reshape(-1)[0] = sums[1] * inv
+    top5.reshape(-1)[0] = sums[2] * inv
+
+
+def _bad_label(lab: np.ndarray, b: int, k: int, row: int) -> ValueError:
+    _check_range(lab[:b], k)
+    return ValueError(f"expected labels in [0, {k}), got {int(lab[row])} in row {row}")
+
+
+def _prepare_fwd(logits, labels, probs, loss, top1, top5, pred=None, batch_size=None, label_smoothing=None,
+                 inv_batch=None):
+    """The prepared launch of :func:`softmax_ce_fwd` where it runs the C kernel
+    (:func:`._closs.forward_call`; the batch size and label smoothing still read each step);
+    else None."""
+    k = logits.shape[-1] if logits.ndim else 0
+    if k == 0 or logits.size % k:
+        return None
+    n = logits.size // k
+    try:
+        z2, p2, lab = logits.reshape(n, k), probs.reshape(n, k), _labels(labels, n, k)
+    except ValueError:
+        return None
+    pr = None if pred is None else pred.reshape(-1)
+    if not _closs.usable(z2, lab, p2, pr) or pr is not None and pr.size != n:
+        return None
+    run = _closs.forward_call(z2, lab, p2, pr)
+
+    def call() -> None:
+        b = _rows(n, batch_size)
+        loss_sum, correct1, correct5, bad = run(b, 0.0 if label_smoothing is None else scalar(label_smoothing))
+        if bad >= 0:
+            raise _bad_label(lab, b, k, bad)
+        _write_forward((loss_sum, correct1, correct5), b, loss, top1, top5, inv_batch)
+    return call
+
+
+@kernel("softmax_ce_fwd", writes=("probs", "loss", "top1", "top5", "pred", "inv_batch"), also=("softmax_ce_inf",),
+        prepare=_prepare_fwd)
 def softmax_ce_fwd(logits, labels, probs, loss, top1, top5, pred=None, batch_size=None, label_smoothing=None,
                    inv_batch=None) -> None:
     """Softmax + cross-entropy forward: writes ``probs`` (N, K) fp32, the 1-element ``loss``
@@ -75,16 +118,10 @@ def softmax_ce_fwd(logits, labels, probs, loss, top1, top5, pred=None, batch_siz
     if _closs.usable(z2, lab, p2, pr):
         loss_sum, correct1, correct5, bad = _closs.forward(z2, lab, p2, pr, b, ls)
         if bad >= 0:
-            _check_range(lab[:b], k)
-            raise ValueError(f"expected labels in [0, {k}), got {int(lab[bad])} in row {bad}")
+            raise _bad_label(lab, b, k, bad)
     else:
         loss_sum, correct1, correct5 = _numpy_forward(z2, lab, p2, pr, b, ls)
-    inv = 1.0 / b if b else 0.0
-    if inv_batch is not None:
-        inv_batch.reshape(-1)[0] = inv
-    loss.reshape(-1)[0] = loss_sum * inv
-    top1.reshape(-1)[0] = correct1 * inv
-    top5.reshape(-1)[0] = correct5 * inv
+    _write_forward((loss_sum, correct1, correct5), b, loss, top1, top5, inv_batch)
 
 
 def _numpy_forward(z2: np.ndarray, lab: np.ndarray, p2: np.ndarray, pr: np.ndarray | None, b: int, ls: float

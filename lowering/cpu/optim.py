@@ -27,11 +27,11 @@ split across the kernel threads in 1 MiB chunks; the other updates stay on one t
 
 from __future__ import annotations
 
+import ctypes
 import math
+from collections.abc import Callable
 
 import numpy as np
-
-import ctypes
 
 from . import _cc, _parallel
 from ._util import CHUNK, F32, chunks, flat, scalar
@@ -254,6 +254,56 @@ def lars_apply(w, g, m, eta: float, lr: float, mu: float, wd: float, nesterov: b
             ws -= ms
 
 
+def sgd_call(w, g, m, nesterov: bool) -> Callable[[float, float, float, float], None] | None:
+    """:func:`sgd_update` on these arrays, compiled path, made ready once for a prepared launch:
+    a call taking ``(lr, mu, wd, inv_scale)`` (read by the caller on every step) that runs the
+    same compiled pieces (one call, or :func:`._parallel.split_jobs`' blocks on the calling
+    thread and the C worker, for the thread count in force now). None where :func:`sgd_update`
+    runs NumPy, the Python threads or would refuse the arrays."""
+    fn = _sgd_c()
+    if fn is None or not all(a is None or (a.dtype == F32 and a.flags.c_contiguous) for a in (w, g, m)):
+        return None
+    wf, gf = flat(w), flat(g)
+    mf = None if m is None else flat(m)
+    n = wf.size
+    if gf.size < n or (mf is not None and mf.size < n):
+        return None
+    pw, pg = wf.ctypes.data, gf.ctypes.data
+    pm = None if mf is None else mf.ctypes.data
+    nest = int(nesterov)
+    if n < 2 * SPLIT_CHUNK or _parallel.workers() == 1:
+        def whole(lr: float, mu: float, wd: float, inv: float) -> None:
+            fn(pw, pg, pm, n, float(F32.type(lr)), float(F32.type(mu)), float(F32.type(wd)), float(F32.type(inv)),
+               nest)
+        return whole
+    if n < _parallel.MIN_SPLIT_ELEMENTS or _parallel.workers() != 2 or not _parallel.c_gemm():
+        return None  # the Python kernel threads (split_jobs would not run)
+    count = max(2, min(4, n // (_parallel.MIN_SPLIT_ELEMENTS // 2)))  # as split_jobs cuts
+    jobs = [_parallel.call_job(_sgd_job[0], (pw + 4 * lo, pg + 4 * lo, 0 if pm is None else pm + 4 * lo, hi - lo,
+                                             nest)) for lo, hi in _parallel.blocks(n, count)]
+    run = _parallel.jobs_call(tuple(jobs), True)
+    running = list(run.array)  # the jobs as run (copies of ``jobs``): the step's scalars go there
+
+    def split(lr: float, mu: float, wd: float, inv: float) -> None:
+        args = [float(F32.type(v)) for v in (lr, mu, wd, inv)]
+        for job in running:
+            job.fargs[0:4] = args
+        run()
+    return split
+
+
+def _prepared_sgd(update, has_nan, read) -> Callable[[], None] | None:
+    """A prepared SGD launch: ``update`` (:func:`sgd_call`) with the step's scalars ``read()``
+    (lr, mu, wd, inv_scale), skipped when ``has_nan`` is set, as the kernel does."""
+    if update is None:
+        return None
+
+    def call() -> None:
+        if not _skip(has_nan):
+            update(*read())
+    return call
+
+
 def _register_sgd(name: str, mom: bool, nesterov: bool) -> None:
     if mom:
         def weight(w, g, m, lr, momentum, weight_decay, loss_scale=None, has_nan=None) -> None:
@@ -264,6 +314,14 @@ def _register_sgd(name: str, mom: bool, nesterov: bool) -> None:
         def bias(w, g, m, lr, momentum, loss_scale=None, has_nan=None) -> None:
             if not _skip(has_nan):
                 sgd_update(w, g, m, scalar(lr), scalar(momentum), 0.0, nesterov, _inv_scale(loss_scale))
+
+        def prepare_weight(w, g, m, lr, momentum, weight_decay, loss_scale=None, has_nan=None):
+            return _prepared_sgd(sgd_call(w, g, m, nesterov), has_nan, lambda: (
+                scalar(lr), scalar(momentum), scalar(weight_decay), _inv_scale(loss_scale)))
+
+        def prepare_bias(w, g, m, lr, momentum, loss_scale=None, has_nan=None):
+            return _prepared_sgd(sgd_call(w, g, m, nesterov), has_nan, lambda: (
+                scalar(lr), scalar(momentum), 0.0, _inv_scale(loss_scale)))
         writes: tuple[str, ...] = ("w", "m")
     else:
         def weight(w, g, lr, weight_decay, loss_scale=None, has_nan=None) -> None:  # type: ignore[misc]
@@ -273,12 +331,20 @@ def _register_sgd(name: str, mom: bool, nesterov: bool) -> None:
         def bias(w, g, lr, loss_scale=None, has_nan=None) -> None:  # type: ignore[misc]
             if not _skip(has_nan):
                 sgd_update(w, g, None, scalar(lr), 0.0, 0.0, False, _inv_scale(loss_scale))
+
+        def prepare_weight(w, g, lr, weight_decay, loss_scale=None, has_nan=None):  # type: ignore[misc]
+            return _prepared_sgd(sgd_call(w, g, None, False), has_nan, lambda: (
+                scalar(lr), 0.0, scalar(weight_decay), _inv_scale(loss_scale)))
+
+        def prepare_bias(w, g, lr, loss_scale=None, has_nan=None):  # type: ignore[misc]
+            return _prepared_sgd(sgd_call(w, g, None, False), has_nan, lambda: (
+                scalar(lr), 0.0, 0.0, _inv_scale(loss_scale)))
         writes = ("w",)
     label = {"sgd": "plain SGD", "momentum": "SGD with momentum", "nesterov": "SGD with Nesterov momentum"}[name]
     weight.__doc__ = f"{label} over a weight span, weight decay added to the gradient (torch.optim.SGD)."
     bias.__doc__ = f"{label} over a bias-like span (BN gamma/beta, biases): no weight decay."
-    kernel(f"range_update_weight_{name}", writes=writes, kind="range")(weight)
-    kernel(f"range_update_bias_{name}", writes=writes, kind="range")(bias)
+    kernel(f"range_update_weight_{name}", writes=writes, kind="range", prepare=prepare_weight)(weight)
+    kernel(f"range_update_bias_{name}", writes=writes, kind="range", prepare=prepare_bias)(bias)
 
 
 _register_sgd("sgd", False, False)

@@ -73,6 +73,41 @@ def _check_out(y_shape: tuple[int, ...], x_shape: tuple[int, ...], win: Window) 
         raise ValueError(f"expected pool output of shape {want}, got {tuple(y_shape)}")
 
 
+def _prepare(name: str, x_shape: tuple[int, ...], y_shape: tuple[int, ...], arrays: tuple[np.ndarray, ...],
+             mask: np.ndarray | None, k: int, s: int, p: int):
+    """A pooling kernel's prepared launch (:class:`.registry.PreparedLaunch`): the compiled
+    kernel ``name`` over ``arrays`` (:func:`._cpool.call`) where the kernel function would run it
+    (input ``x_shape`` and output ``y_shape`` valid for the window, ``mask`` of ``y_shape``,
+    :func:`use_c`); else None, and the kernel function runs and raises its own errors."""
+    try:
+        win = _win(x_shape, k, s, p, "pool input")
+        _check_out(y_shape, x_shape, win)
+    except ValueError:
+        return None
+    if mask is not None and mask.shape != tuple(y_shape):
+        return None
+    floats = tuple(a for a in arrays if a is not mask)
+    if not use_c(k, floats, () if mask is None else (mask,)):
+        return None
+    return _cpool.call(name, *arrays, k=k, s=s, p=p)
+
+
+def _prepare_maxpool_fwd(x, y, mask, eq, *, k: int, s: int, p: int = 0):
+    return _prepare("maxpool_fwd", x.shape, y.shape, (x, y, mask), mask, k, s, p)
+
+
+def _prepare_maxpool_bwd(dy, mask, dx, eq, acc=None, *, k: int, s: int, p: int = 0):
+    return _prepare("maxpool_bwd", dx.shape, dy.shape, (dy, mask, dx), mask, k, s, p)
+
+
+def _prepare_avgpool_fwd(x, y, acc=None, *, k: int, s: int, p: int = 0):
+    return _prepare("avgpool_fwd", x.shape, y.shape, (x, y), None, k, s, p)
+
+
+def _prepare_avgpool_bwd(dy, dx, acc=None, *, k: int, s: int, p: int = 0):
+    return _prepare("avgpool_bwd", dx.shape, dy.shape, (dy, dx), None, k, s, p)
+
+
 def ws_maxpool_fwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int = 0) -> dict[str, ArrayInfo]:
     n = int(np.prod(arrays["y"][0], dtype=np.int64))
     return {"eq": ((2 * n,), np.dtype(bool))}  # the comparison and an int8 scratch
@@ -86,7 +121,7 @@ def _ws_maxpool_bwd(arrays: dict[str, ArrayInfo], *, k: int, s: int, p: int = 0)
 
 
 @kernel("maxpool_fwd", writes=("y", "mask"), workspaces=("eq",), workspace_fn=ws_maxpool_fwd,
-        target_workspace_fns={CUDA: None}, also=("maxpool_inf",))
+        target_workspace_fns={CUDA: None}, also=("maxpool_inf",), prepare=_prepare_maxpool_fwd)
 def maxpool_fwd(x, y, mask, eq, *, k: int, s: int, p: int = 0) -> None:
     """Max pool: ``y`` (N, Ho, Wo, C) and ``mask`` (same shape, INT8 winning tap index).
 
@@ -127,7 +162,7 @@ def maxpool_fwd(x, y, mask, eq, *, k: int, s: int, p: int = 0) -> None:
 
 
 @kernel("maxpool_bwd", writes=("dx",), workspaces=("eq", "acc"), workspace_fn=_ws_maxpool_bwd,
-        target_workspace_fns={CUDA: None})
+        target_workspace_fns={CUDA: None}, prepare=_prepare_maxpool_bwd)
 def maxpool_bwd(dy, mask, dx, eq, acc=None, *, k: int, s: int, p: int = 0) -> None:
     """Max pool backward: each dy goes to its window's winning input (``mask``); dx is
     overwritten and may be x's buffer. ``acc``: fp32 accumulator, needed for fp16 dx when windows
@@ -175,7 +210,8 @@ def _ws_avg(arrays: dict[str, ArrayInfo], name: str) -> dict[str, ArrayInfo]:
 
 
 @kernel("avgpool_fwd", writes=("y",), workspaces=("acc",), also=("avgpool_inf",),
-        workspace_fn=lambda arrays, **_: _ws_avg(arrays, "y"), target_workspace_fns={CUDA: None})
+        workspace_fn=lambda arrays, **_: _ws_avg(arrays, "y"), target_workspace_fns={CUDA: None},
+        prepare=_prepare_avgpool_fwd)
 def avgpool_fwd(x, y, acc=None, *, k: int, s: int, p: int = 0) -> None:
     """Average pool (padding counted: divide by k*k); ``acc`` fp32 for fp16 y."""
     win = _win(x.shape, k, s, p, "avgpool input")
@@ -195,7 +231,8 @@ def avgpool_fwd(x, y, acc=None, *, k: int, s: int, p: int = 0) -> None:
 
 
 @kernel("avgpool_bwd", writes=("dx",), workspaces=("acc",),
-        workspace_fn=lambda arrays, **_: _ws_avg(arrays, "dx"), target_workspace_fns={CUDA: None})
+        workspace_fn=lambda arrays, **_: _ws_avg(arrays, "dx"), target_workspace_fns={CUDA: None},
+        prepare=_prepare_avgpool_bwd)
 def avgpool_bwd(dy, dx, acc=None, *, k: int, s: int, p: int = 0) -> None:
     """Average pool backward: ``dx`` (overwritten, may be x's buffer) gets dy / (k*k) from every
     window covering it; ``acc`` fp32 for fp16 dx."""

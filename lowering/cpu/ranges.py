@@ -8,7 +8,7 @@ node carries several ranges (paired element-wise by position). Scalars are 1-ele
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -53,8 +53,22 @@ def range_clear(out) -> None:
                         per_worker=2)
 
 
+def _prepare_copy(src, dst):
+    """The prepared launch of :func:`range_d2d_copy`: the pairs of views made once."""
+    try:
+        pairs = _pairs(src, dst)
+    except ValueError:
+        return None
+
+    def call() -> None:
+        for a, b in pairs:
+            np.copyto(b, a, casting="same_kind")
+    return call
+
+
 @kernel("range_d2d_copy", writes=("dst",), kind="range",
-        also=("range_h2d_copy_a", "range_h2d_copy_b", "range_h2d_copy_dtensor", "range_sema_switch"))
+        also=("range_h2d_copy_a", "range_h2d_copy_b", "range_h2d_copy_dtensor", "range_sema_switch"),
+        prepare=_prepare_copy)
 def range_d2d_copy(src, dst) -> None:
     """Pairwise copy ``dst[i][:n] = src[i][:n]``, n the smaller size (BN NEXT -> PREV statistics;
     host staging -> input buffers; EMA -> weights for ``range_sema_switch``)."""
@@ -145,7 +159,55 @@ def _any_nonfinite(f: np.ndarray) -> bool:
     return not all(np.isfinite(v) for p in parts for v in p)
 
 
-@kernel("range_check_nan", writes=("has_nan", "grads"), kind="range")
+def _nonfinite_call(f: np.ndarray) -> Callable[[], bool] | None:
+    """:func:`_any_nonfinite` on the flat array ``f`` made ready once (prepared launches): the
+    compiled test, whole or as :func:`._parallel.split_jobs`' blocks for the thread count in
+    force now; None where it runs NumPy or the Python threads."""
+    fns = _nonfinite_c()
+    fn = None if fns is None else fns.get(f.dtype)
+    if fn is None:
+        return None
+    p, size, n = f.ctypes.data, f.dtype.itemsize, f.size
+    if n < _parallel.MIN_SPLIT_ELEMENTS or _parallel.workers() == 1:
+        return lambda: bool(fn(p, n))
+    if _parallel.workers() != 2 or not _parallel.c_gemm():
+        return None
+    res = np.zeros(8, np.int32)  # as _any_nonfinite: one slot per block, each block writes its own
+    count = max(2, min(4, n // (_parallel.MIN_SPLIT_ELEMENTS // 2)))  # as split_jobs cuts
+    job, half = fns["jobs"]["tr_nonfinite_job"], int(size == 2)
+    run = _parallel.jobs_call(tuple(_parallel.call_job(job, (p + size * a, b - a, res.ctypes.data + 4 * (a * 8 // n),
+                                                             half)) for a, b in _parallel.blocks(n, count)), True)
+
+    def split() -> bool:
+        run()
+        return bool(res.any())
+    split.res = res  # type: ignore[attr-defined]
+    return split
+
+
+def _prepare_check_nan(grads, has_nan, *, clip: float = 0.0):
+    """The prepared launch of :func:`range_check_nan` without clipping: one ready test per range
+    (:func:`_nonfinite_call`), stopping at the first range that has a NaN or Inf, as the kernel."""
+    if clip > 0:
+        return None
+    tests = []
+    for g in _seq(grads):
+        if not g.flags.c_contiguous:
+            return None
+        f = g.reshape(-1)
+        if f.size:
+            test = _nonfinite_call(f)
+            if test is None:
+                return None
+            tests.append(test)
+    flag = has_nan.reshape(-1)
+
+    def call() -> None:
+        flag[0] = 1 if any(test() for test in tests) else 0
+    return call
+
+
+@kernel("range_check_nan", writes=("has_nan", "grads"), kind="range", prepare=_prepare_check_nan)
 def range_check_nan(grads, has_nan, *, clip: float = 0.0) -> None:
     """``has_nan = 1`` if any NaN or Inf in the gradient ranges, else 0 (facts 12.4).
 

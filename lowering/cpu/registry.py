@@ -44,6 +44,8 @@ from tr_mlir.dialects.kernels import (
     kernel_name,
 )
 
+from ._prepared import launch_state
+
 ArrayInfo = tuple[tuple[int, ...], np.dtype]
 """(shape, dtype) of one array, as a planner knows it before the arena exists."""
 
@@ -93,6 +95,7 @@ class KernelSpec:
     workspace_fn: WorkspaceFn | None = None
     target_workspace_fns: Mapping[str, WorkspaceFn | None] = field(default_factory=dict)
     algorithms: AlgorithmTable | None = None
+    prepare: Callable[..., Callable[[], None] | None] | None = None
 
     @property
     def reads(self) -> tuple[str, ...]:
@@ -158,11 +161,66 @@ class KernelSpec:
         if absent:
             raise KeyError(f"kernel '{self.name}' expected params {absent}, got {sorted(params)}")
         bound = {a: arrays.get(a) for a in self.arrays}
-        return functools.partial(self.fn, **bound, **chosen)
+        generic = functools.partial(self.fn, **bound, **chosen)
+        if self.prepare is None:
+            return generic
+        return PreparedLaunch(generic, functools.partial(self.prepare, **bound, **chosen))
 
     def __call__(self, **kwargs: Any) -> None:
         """Run eagerly with keyword arrays and params (tests)."""
         self.fn(**kwargs)
+
+
+class PreparedLaunch:
+    """A bound kernel call (:meth:`KernelSpec.bind`) of a kernel with a ``prepare`` function:
+    the kernel's checks, its choice of path and its pieces made once, not on every step.
+
+    ``prepare(**arrays, **params)`` (the kernel's own arguments) returns a zero-argument call
+    that does what ``fn`` would do with those arrays under the :class:`._prepared.LaunchState`
+    in force when it is asked (the thread count, compiled kernels, the C worker, contention),
+    or None where it has no such call (a path it does not cover, an array ``fn`` would refuse):
+    then ``fn`` itself runs, raising its own errors. One call is kept per state met, so a
+    process switching between 1 and 2 threads prepares twice; ``TR_MLIR_PREPARE=0`` (read at
+    each replay's start) runs ``fn`` on every call. The prepared call must give
+    ``fn``'s bits (tests/test_prepared_launches.py runs both on every prepared kernel).
+
+    ``func``, ``args`` and ``keywords`` are those of the plain bound call (``functools.partial``),
+    for tools that label a graph's launches."""
+
+    __slots__ = ("generic", "_prepare", "_calls", "_state", "_call")
+
+    def __init__(self, generic: functools.partial, prepare: Callable[[], Callable[[], None] | None]):
+        self.generic = generic
+        self._prepare = prepare
+        self._calls: dict[Any, Callable[[], None]] = {}
+        self._state: Any = None
+        self._call: Callable[[], None] = generic
+
+    @property
+    def func(self) -> Callable[..., None]:
+        return self.generic.func
+
+    @property
+    def args(self) -> tuple:
+        return self.generic.args
+
+    @property
+    def keywords(self) -> dict[str, Any]:
+        return self.generic.keywords
+
+    @property
+    def last_call(self) -> Callable[[], None]:
+        """The call the last launch ran: a prepared one, or :attr:`generic` (the kernel function)."""
+        return self._call
+
+    def __call__(self) -> None:
+        state = launch_state()
+        if state is not self._state:
+            call = self._calls.get(state)
+            if call is None:
+                call = self._calls[state] = (self._prepare() if state.prepared else None) or self.generic
+            self._state, self._call = state, call
+        self._call()
 
 
 KERNELS: dict[KernelId, KernelSpec] = _vocabulary.KERNELS
@@ -200,6 +258,7 @@ def kernel(
     kind: str = "compute",
     also: Sequence[str] = (),
     algorithms: AlgorithmTable | None = None,
+    prepare: Callable[..., Callable[[], None] | None] | None = None,
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Decorator registering a kernel function under ``name`` (and the names in ``also``): keys
     of the node-op vocabulary (``"conv_fwd"`` or ``K.CONV_FWD``; :func:`register`).
@@ -209,6 +268,8 @@ def kernel(
     CPU function's workspace rule; ``target_workspace_fns``: the other targets' (see
     :class:`KernelSpec`). ``algorithms``: for a family whose static params choose an algorithm,
     its :class:`~tr_mlir.dialects.kernels.AlgorithmTable` (what the compiler's selection pass reads).
+    ``prepare``: a function taking the kernel's own arguments that returns a ready call for bound
+    arrays, or None (:class:`PreparedLaunch`).
     """
 
     def deco(fn: Callable[..., None]) -> Callable[..., None]:
@@ -231,7 +292,7 @@ def kernel(
                 name=str(n), fn=fn, arrays=tuple(arrays), writes=frozenset(writes),
                 workspaces=tuple(workspaces), optional=frozenset(optional), params=tuple(params),
                 defaults=defaults, kind=kind, workspace_fn=workspace_fn,
-                target_workspace_fns=dict(target_workspace_fns or {}), algorithms=algorithms,
+                target_workspace_fns=dict(target_workspace_fns or {}), algorithms=algorithms, prepare=prepare,
             ))
         return fn
 
@@ -241,7 +302,8 @@ def kernel(
 PRECISION_TOKENS = tuple(p.lower() for p in PRECISIONS)
 """The precision tokens of node op names, lower case (:data:`tr_mlir.dialects.kernels.PRECISIONS`)."""
 
-__all__ = ["ArrayInfo", "CPU", "CUDA", "KERNELS", "PRECISION_TOKENS", "TARGETS", "KernelSpec", "WorkspaceFn",
+__all__ = ["ArrayInfo", "CPU", "CUDA", "KERNELS", "PRECISION_TOKENS", "TARGETS", "KernelSpec", "PreparedLaunch",
+           "WorkspaceFn",
            "kernel", "kernel_name", "lookup", "register"]  # kernel_name: the vocabulary's parser of node op names
 
 

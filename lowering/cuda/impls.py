@@ -549,5 +549,6 @@ def cuda_kernels(ops: GpuOps) -> dict[KernelId, KernelSpec]:
     impls = _impls(ops)
     for name, factory in CUDA_IMPLS.items():
         impls[name] = factory(ops)
-    return {name: dataclasses.replace(spec, fn=_adapt(spec, impls[name])) for name, spec in KERNELS.items()
-            if name in impls}
+    # prepare=None: a prepared call is the CPU function's (it reads host pointers)
+    return {name: dataclasses.replace(spec, fn=_adapt(spec, impls[name]), prepare=None)
+            for name, spec in KERNELS.items() if name in impls}

@@ -1,0 +1,127 @@
+"""Prepared launches: what the CPU kernels decide per call, made once per launch state.
+
+A captured graph replays the same kernel calls on the same arrays every step. A kernel function
+checks its arrays, chooses its path (compiled or NumPy, split or not) and builds the argument
+lists of its pieces on every call: 10-25 us of Python per launch, a fifth of LeNet-5's step on
+two threads. A kernel registered with ``prepare`` (:class:`.registry.PreparedLaunch`) makes that
+once per :class:`LaunchState` and replays a ready call: :func:`c_call` for a compiled kernel's
+pieces (:func:`._parallel.run_c` with its job pair made once), :func:`._parallel.jobs_call` and
+:func:`._parallel.matmul_call` for GEMM jobs. The same pieces run, so the bits are the kernel
+function's. :func:`begin_replay` pins the state for one replay, so that neither the kernel
+functions nor the prepared launches ask OpenBLAS for its thread count or read ``TR_MLIR_CC``
+on every call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from . import _cc, _parallel, _threads
+
+ENV_PREPARE = "TR_MLIR_PREPARE"
+"""Environment variable: ``0`` runs every launch of a captured graph through its kernel function
+(its checks and dispatch on every call) instead of the call the kernel prepared
+(:class:`.registry.PreparedLaunch`); read at the start of each replay."""
+
+
+class LaunchState(NamedTuple):
+    """What decides how a kernel call runs, besides its arrays: the kernel threads
+    (:func:`._parallel.workers`), the compiled kernels (:func:`._cc.available`), the C worker
+    (:func:`._parallel.c_gemm`), :func:`._parallel.contended`, and whether prepared calls are
+    on. A prepared launch (:class:`.registry.PreparedLaunch`) keeps one call per state it met;
+    equal states are one object (:func:`launch_state`)."""
+
+    workers: int
+    compiled: bool
+    c_gemm: bool
+    contended: bool
+    prepared: bool
+    """Whether prepared launches run their prepared calls (:data:`ENV_PREPARE`)."""
+
+
+_launch_states: dict[tuple, LaunchState] = {}
+
+
+class _ReplayState(threading.local):
+    state: LaunchState | None = None
+
+
+_replay_state = _ReplayState()
+
+
+def _state_now() -> LaunchState:
+    key = (_parallel.workers(), _cc.available(), _parallel.c_gemm(), _parallel.contended(),
+           os.environ.get(ENV_PREPARE, "1").strip() != "0")
+    state = _launch_states.get(key)
+    if state is None:
+        state = _launch_states.setdefault(key, LaunchState(*key))
+    return state
+
+
+def launch_state() -> LaunchState:
+    """The :class:`LaunchState` a kernel call runs under now: the one pinned at the start of the
+    graph replay the calling thread runs (:func:`begin_replay`), else measured now (a few
+    microseconds)."""
+    state = _replay_state.state
+    return state if state is not None else _state_now()
+
+
+def begin_replay() -> LaunchState:
+    """Start a graph replay on the calling thread: :func:`._threads.outside_kernels`, then pin
+    the :class:`LaunchState` of now for the replay, which :func:`._parallel.workers` and
+    :func:`._cc.available` then answer from (no user code runs inside a replay to change the
+    thread count or ``TR_MLIR_CC``; :func:`._parallel.contended` keeps changing with the
+    measurements, the pinned state keeps the value it had at the start). Always pair it with
+    :func:`end_replay` in a ``finally``."""
+    _threads.outside_kernels()
+    end_replay()
+    state = _state_now()
+    _replay_state.state = state
+    _threads.replay.workers = state.workers
+    _cc.pinned.value = state.compiled
+    return state
+
+
+def end_replay() -> None:
+    """End what :func:`begin_replay` pinned on the calling thread (nothing pinned: no change)."""
+    _replay_state.state = None
+    _threads.replay.workers = None
+    _cc.pinned.value = None
+
+
+def c_call(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *,
+           work: Sequence[int] | None = None) -> Callable[[], None]:
+    """:func:`._parallel.run_c` ``(fn, pieces, work=work)`` made ready once for a prepared launch
+    (the pieces' pointers are those of bound arrays): a zero-argument call that runs one piece
+    on the calling thread, or two as a :func:`._parallel.kernel_job` pair made here, on the
+    calling thread and the C worker, and feeds :func:`._parallel.note_split` as ``run_c`` does.
+    While :func:`._parallel.contended`, after the C thread failed to start, or for a kernel
+    ``run_c`` would not run as jobs, the call is ``run_c`` itself."""
+    pieces = [tuple(p) for p in pieces]
+    run_c = _parallel.run_c
+    if len(pieces) == 1:
+        return functools.partial(fn, *pieces[0])
+    if len(pieces) != 2 or not _parallel.c_gemm() or _parallel._callable_as_job(fn) is None:
+        return functools.partial(run_c, fn, pieces, work=work)
+    arr = (_parallel._Job * 2)(*(_parallel.kernel_job(fn, p) for p in pieces))
+    sizes = [max(1, w) for w in work] if work is not None else [max(1, p[-1] - p[-2]) for p in pieces]
+    scale = (max(sizes) / sizes[0], max(sizes) / sizes[1])
+
+    def call() -> None:
+        if _parallel._contended > 0 or not _parallel._cgemm:
+            run_c(fn, pieces, work=work)
+            return
+        try:
+            _parallel._run_array(arr)
+        except RuntimeError:  # pthread_create failed (nothing ran): run_c turns the C worker off
+            run_c(fn, pieces, work=work)
+            return
+        _parallel.note_split((arr[0].seconds * scale[0], arr[1].seconds * scale[1]))
+
+    call.jobs = arr  # type: ignore[attr-defined]  # the pair lives as long as the call
+    return call

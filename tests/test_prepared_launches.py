@@ -1,0 +1,265 @@
+"""Prepared launches (:class:`tr_mlir.lowering.cpu.registry.PreparedLaunch`): a kernel's checks,
+path choice and pieces made once per launch state instead of every step. Each prepared call must
+give its kernel function's bits, take the path it claims (not silently the function), follow the
+thread count and switches, and leave the kernel's own errors to the kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+import tr_mlir
+from tr_mlir.lowering.cpu import _cc, _parallel, _prepared, _threads
+from tr_mlir.lowering.cpu.registry import KERNELS, PreparedLaunch
+from tr_mlir.zoo import MODELS
+
+F32 = np.float32
+
+
+def _run(name: str, arrays: dict, params: dict, threads: int, prepared: bool,
+         monkeypatch) -> tuple[dict, PreparedLaunch]:
+    """Bind kernel ``name`` to copies of ``arrays`` (and its workspaces) and launch it twice (the
+    second launch reruns the same call: a stale prepared piece would show up as a difference)."""
+    spec = KERNELS[name]
+    arrs = {k: (v.copy() if isinstance(v, np.ndarray) else tuple(a.copy() for a in v) if isinstance(v, tuple)
+                else v) for k, v in arrays.items()}
+    ws = spec.allocate_workspaces({k: v for k, v in arrs.items() if v is not None}, **params)
+    launch = spec.bind({**arrs, **ws}, params)
+    assert isinstance(launch, PreparedLaunch), name
+    monkeypatch.setenv(_prepared.ENV_PREPARE, "1" if prepared else "0")
+    with threadpool_limits(threads):
+        launch()
+        launch()
+    return arrs, launch
+
+
+def _rng_arrays(seed: int, **shapes) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {k: rng.standard_normal(s).astype(F32) for k, s in shapes.items()}
+
+
+def _cases():
+    """(kernel, arrays, params, outputs) with the LeNet-5 / MLP shapes and small ones: large
+    enough that the two-thread versions split (pools and tanh from 64K elements, the FC GEMMs
+    from 4 MFLOP, SGD from 512K elements)."""
+    rng = np.random.default_rng(0)
+    cases = []
+    for n, h, c, k_out, k in ((16, 32, 1, 6, 5), (16, 14, 6, 16, 5), (3, 9, 4, 5, 3)):
+        a = _rng_arrays(1, x=(n, h, h, c), w=(k_out, k, k, c))
+        ho = h - k + 1
+        cases.append(("conv_fwd", {**a, "y": np.zeros((n, ho, ho, k_out), F32)}, {"k": k}, ("y",)))
+        b = _rng_arrays(2, dy=(n, ho, ho, k_out))
+        cases.append(("conv_bwd", {**a, **b, "dw": np.zeros_like(a["w"]), "dx": np.zeros_like(a["x"])},
+                      {"k": k}, ("dw", "dx")))
+        cases.append(("conv_bwd_first_layer", {**a, **b, "dw": np.zeros_like(a["w"])}, {"k": k}, ("dw",)))
+    for n, h, c in ((128, 28, 6), (4, 10, 16)):
+        x = _rng_arrays(3, x=(n, h, h, c))["x"]
+        y, mask = np.zeros((n, h // 2, h // 2, c), F32), np.zeros((n, h // 2, h // 2, c), np.int8)
+        cases.append(("maxpool_fwd", {"x": x, "y": y, "mask": mask}, {"k": 2, "s": 2}, ("y", "mask")))
+        dy = _rng_arrays(4, dy=y.shape)["dy"]
+        m = rng.integers(0, 4, y.shape).astype(np.int8)
+        cases.append(("maxpool_bwd", {"dy": dy, "mask": m, "dx": np.zeros_like(x)}, {"k": 2, "s": 2}, ("dx",)))
+        cases.append(("avgpool_fwd", {"x": x, "y": y}, {"k": 2, "s": 2}, ("y",)))
+        cases.append(("avgpool_bwd", {"dy": dy, "dx": np.zeros_like(x)}, {"k": 2, "s": 2}, ("dx",)))
+        cases.append(("tanh_fwd", {"x": x, "y": np.zeros_like(x)}, {}, ("y",)))
+        cases.append(("tanh_fwd", {"x": x.copy(), "y": None}, {}, ("y",)))  # in place (y is x, set below)
+        cases.append(("tanh_bwd", {"dy": _rng_arrays(5, d=x.shape)["d"], "x": x, "dx": np.zeros_like(x)}, {},
+                      ("dx",)))
+    for n, f, o in ((200, 784, 1024), (128, 400, 120), (128, 120, 84), (128, 84, 10), (5, 7, 3)):
+        a = _rng_arrays(6, x=(n, 1, 1, f), w=(o, 1, 1, f), b=(o,), dy=(n, 1, 1, o))
+        fwd = {"x": a["x"], "w": a["w"], "b": a["b"], "y": np.zeros((n, 1, 1, o), F32)}
+        cases.append(("fc_fwd", fwd, {}, ("y",)))
+        cases.append(("fc_relu_fwd", dict(fwd), {}, ("y",)))
+        bwd = {"dy": a["dy"], "w": a["w"], "x": a["x"], "dw": np.zeros_like(a["w"]), "db": np.zeros(o, F32)}
+        cases.append(("fc_bwd", {**bwd, "dx": np.zeros_like(a["x"])}, {}, ("dw", "db", "dx")))
+        cases.append(("fc_bwd_first_layer", dict(bwd), {}, ("dw", "db")))
+        relu_x = np.maximum(a["x"], 0)
+        cases.append(("relu_fc_bwd", {**bwd, "x": relu_x, "dx": np.zeros_like(a["x"])}, {}, ("dw", "db", "dx")))
+    for n, k, b, ls in ((128, 10, 128, 0.0), (200, 10, 150, 0.1), (3, 4, 3, 0.0)):
+        z = _rng_arrays(8, z=(n, 1, 1, k))["z"]
+        cases.append(("softmax_ce_fwd", {
+            "logits": z, "labels": rng.integers(0, k, n).astype(np.int32), "probs": np.zeros((n, k), F32),
+            "loss": np.zeros(1, F32), "top1": np.zeros(1, F32), "top5": np.zeros(1, F32),
+            "pred": np.zeros(n, np.int32), "batch_size": np.array([b], np.int32),
+            "label_smoothing": np.array([ls], F32), "inv_batch": np.zeros(1, F32)}, {},
+            ("probs", "loss", "top1", "top5", "pred", "inv_batch")))
+    for sizes, bad in (((1_460_736, 1024), None), ((61_470, 300), (0, 17)), ((600_000, 5), (0, 599_999)),
+                       ((700_000, 800_000), (1, 12))):
+        grads = [rng.standard_normal(n).astype(F32) for n in sizes]
+        if bad is not None:
+            grads[bad[0]][bad[1]] = np.nan
+        cases.append(("range_check_nan", {"grads": tuple(grads), "has_nan": np.full(1, 7, np.int32)}, {},
+                      ("has_nan",)))
+    src = [rng.standard_normal(n).astype(F32) for n in (10, 1000)]
+    cases.append(("range_d2d_copy", {"src": tuple(src), "dst": tuple(np.zeros(n + 3, F32) for n in (10, 1000))}, {},
+                  ("dst",)))
+    x = _rng_arrays(9, x=(16, 1, 1, 30))["x"]
+    cases.append(("identity_fwd", {"x": x, "y": np.zeros((16, 30), F32)}, {}, ("y",)))
+    cases.append(("identity_fwd", {"x": x.copy(), "y": None}, {}, ("y",)))  # y is x's buffer: nothing to do
+    cases.append(("dtensor_copy", {"x": rng.integers(0, 9, 16).astype(np.int32), "y": np.zeros(16, np.int32)}, {},
+                  ("y",)))
+    scal = lambda v: np.array([v], F32)  # noqa: E731
+    for size in (1_460_736, 61_470, 9):
+        a = _rng_arrays(7, w=(size,), g=(size,), m=(size,))
+        common = {"lr": scal(0.05), "loss_scale": scal(1.0), "has_nan": np.zeros(1, np.int32)}
+        cases.append(("range_update_weight_momentum", {**a, **common, "momentum": scal(0.9),
+                                                       "weight_decay": scal(5e-4)}, {}, ("w", "m")))
+        cases.append(("range_update_bias_nesterov", {**a, **common, "momentum": scal(0.9)}, {}, ("w", "m")))
+        cases.append(("range_update_weight_sgd", {"w": a["w"], "g": a["g"], **common, "weight_decay": scal(1e-4)},
+                      {}, ("w",)))
+    return cases
+
+
+CASES = _cases()
+
+
+def _fix_in_place(arrays: dict) -> dict:
+    if "y" in arrays and arrays["y"] is None:  # tanh in place: y is x's own buffer
+        arrays["y"] = arrays["x"]
+    return arrays
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", range(len(CASES)), ids=lambda i: f"{CASES[i][0]}-{i}")
+def test_prepared_call_gives_the_kernel_functions_bits(case, threads, monkeypatch):
+    name, arrays, params, outs = CASES[case]
+    got, launch = _run(name, _fix_in_place(dict(arrays)), params, threads, True, monkeypatch)
+    want, _ = _run(name, _fix_in_place(dict(arrays)), params, threads, False, monkeypatch)
+    assert launch.last_call is not launch.generic, f"{name}: no prepared call for these arrays"
+    for k in outs:
+        g, w = (got[k], want[k]) if isinstance(got[k], tuple) else ((got[k],), (want[k],))
+        assert [a.tobytes() for a in g] == [a.tobytes() for a in w], f"{name}: {k} differs from the kernel function's"
+
+
+def test_prepare_leaves_the_kernels_errors_to_the_kernel(monkeypatch):
+    """Arrays a kernel refuses: no prepared call, and the launch raises the kernel's own error."""
+    monkeypatch.setenv(_prepared.ENV_PREPARE, "1")
+    bad = [
+        ("conv_fwd", {"x": np.zeros((2, 8, 8, 3), F32), "w": np.zeros((4, 3, 3, 3), F32),
+                      "y": np.zeros((2, 5, 5, 4), F32)}, {"k": 3}, "conv output"),
+        ("maxpool_fwd", {"x": np.zeros((2, 8, 8, 3), F32), "y": np.zeros((2, 3, 3, 3), F32),
+                         "mask": np.zeros((2, 3, 3, 3), np.int8)}, {"k": 2, "s": 2}, "pool output"),
+        ("fc_fwd", {"x": np.zeros((4, 1, 1, 6), F32), "w": np.zeros((3, 1, 1, 5), F32),
+                    "y": np.zeros((4, 1, 1, 3), F32)}, {}, "fc weight"),
+        ("tanh_bwd", {"dy": np.zeros(7, F32), "x": np.zeros(8, F32), "dx": np.zeros(8, F32)}, {}, "one size"),
+        ("softmax_ce_fwd", {"logits": np.zeros((4, 3), F32), "labels": np.array([0, 1, 3, 2], np.int32),
+                            "probs": np.zeros((4, 3), F32), "loss": np.zeros(1, F32), "top1": np.zeros(1, F32),
+                            "top5": np.zeros(1, F32)}, {}, "labels in"),
+        ("range_update_weight_momentum", {"w": np.zeros(8, F32), "g": np.zeros(4, F32), "m": np.zeros(8, F32),
+                                          "lr": np.ones(1, F32), "momentum": np.ones(1, F32),
+                                          "weight_decay": np.zeros(1, F32)}, {}, "gradient and momentum"),
+    ]
+    for name, arrays, params, match in bad:
+        spec = KERNELS[name]
+        try:
+            ws = spec.allocate_workspaces(arrays, **params)
+        except ValueError:
+            ws = {}
+        launch = spec.bind({**arrays, **ws}, params)
+        with pytest.raises(ValueError, match=match) as prepared_error:
+            launch()
+        if name == "softmax_ce_fwd":  # valid arrays, a bad label: the prepared call finds it, as the kernel
+            assert launch.last_call is not launch.generic
+            with pytest.raises(ValueError) as kernel_error:
+                launch.generic()
+            assert str(prepared_error.value) == str(kernel_error.value)
+        else:
+            assert launch.last_call is launch.generic, name
+
+
+def test_one_prepared_call_per_launch_state(monkeypatch):
+    """1 -> 2 -> 1 threads: two prepared calls, the first reused; ``TR_MLIR_CC=0`` and
+    ``TR_MLIR_PREPARE=0`` run the kernel function."""
+    name, arrays, params, _ = next(c for c in CASES if c[0] == "maxpool_fwd")
+    spec = KERNELS[name]
+    arrs = {k: v.copy() for k, v in arrays.items()}
+    launch = spec.bind({**arrs, **spec.allocate_workspaces(arrs, **params)}, params)
+    monkeypatch.setenv(_prepared.ENV_PREPARE, "1")
+    calls = []
+    for threads in (1, 2, 1):
+        with threadpool_limits(threads):
+            launch()
+        calls.append(launch.last_call)
+    assert calls[0] is calls[2] and calls[0] is not calls[1] and launch.generic not in calls
+    monkeypatch.setenv(_cc.ENV_SWITCH, "0")
+    launch()
+    assert launch.last_call is launch.generic  # the NumPy code: nothing prepared
+    monkeypatch.delenv(_cc.ENV_SWITCH)
+    monkeypatch.setenv(_prepared.ENV_PREPARE, "0")
+    with threadpool_limits(1):
+        launch()
+    assert launch.last_call is launch.generic
+
+
+def test_a_replay_pins_the_state_and_always_unpins_it(monkeypatch):
+    from tr_mlir.lowering.backend import ClosureGraph
+
+    seen = []
+
+    def look() -> None:
+        seen.append((_parallel.workers(), _cc.available(), _prepared.launch_state()))
+
+    def boom() -> None:
+        raise RuntimeError("kernel failed")
+
+    with threadpool_limits(2):
+        ClosureGraph((look,)).replay()
+        assert seen[0][0] == 2 and seen[0][2].workers == 2
+        assert _threads.replay.workers is None and _cc.pinned.value is None
+        with pytest.raises(RuntimeError, match="kernel failed"):
+            ClosureGraph((look, boom)).replay()
+    assert _threads.replay.workers is None and _cc.pinned.value is None
+    with threadpool_limits(1):
+        ClosureGraph((look,)).replay()
+    assert seen[-1][0] == 1 and seen[-1][2].workers == 1
+
+
+def _three_steps(model: str, batch: int, threads: int, prepared: bool, monkeypatch):
+    monkeypatch.setenv(_prepared.ENV_PREPARE, "1" if prepared else "0")
+    spec = MODELS[model]
+    shape = spec.input_shape
+    task = tr_mlir.Task(spec.blueprint(10), shape, 10, batch, optimizer=tr_mlir.optim.SGD(lr=0.05, momentum=0.9),
+                        seed=3)
+    rng = np.random.default_rng(5)
+    with threadpool_limits(threads):
+        losses = [task.train_step(rng.standard_normal((batch, *shape)).astype(F32),
+                                  rng.integers(0, 10, batch).astype(np.int32)) for _ in range(3)]
+    launches = [launch for g in task.exe.captured for launch in g.launches if isinstance(launch, PreparedLaunch)]
+    prepared_calls = sum(launch.last_call is not launch.generic for launch in launches)
+    return losses, [a.copy() for _, a in (*task.parameters(), *task.buffers())], prepared_calls
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("model, batch", [("lenet5", 32), ("mlp", 16), ("resnet_tiny", 8)])
+def test_training_with_prepared_launches_is_bit_identical(model, batch, threads, monkeypatch):
+    """Three SGD steps with and without prepared launches: the same losses, parameters and
+    buffers to the bit; and the prepared run did prepare most of LeNet-5's and the MLP's calls."""
+    on = _three_steps(model, batch, threads, True, monkeypatch)
+    off = _three_steps(model, batch, threads, False, monkeypatch)
+    assert on[0] == off[0]
+    for i, (a, b) in enumerate(zip(on[1], off[1])):
+        assert a.tobytes() == b.tobytes(), f"parameter or buffer #{i}"
+    assert off[2] == 0
+    if model != "resnet_tiny":
+        assert on[2] >= 8, f"only {on[2]} prepared calls"
+
+
+def test_kernel_tables_of_other_backends_drop_the_cpu_prepared_calls():
+    """The CUDA table and the gloo all-reduces replace a spec's function: the CPU ``prepare``
+    (which reads host pointers) must not come along, so their launches are the plain bound call."""
+    from tr_mlir.lowering.cuda import emulator as emu
+    from tr_mlir.lowering.gloo import _allreduce_kernel
+
+    assert any(spec.prepare is not None for spec in KERNELS.values())
+    gloo = _allreduce_kernel(KERNELS["range_sum_allreduce"], comm=None, op="sum")
+    assert gloo.prepare is None
+    if emu.host_compiler() is None:
+        pytest.skip("no host C++ compiler for the kernel emulator")
+    from tr_mlir.lowering.cuda.backend import CudaBackend
+
+    table = CudaBackend(emu.EmulatedDevice()).kernels
+    assert table and all(spec.prepare is None for spec in table.values())
+    assert not isinstance(table["conv_fwd"].bind(
+        {"x": np.zeros((1, 3, 3, 1), F32), "w": np.zeros((1, 3, 3, 1), F32), "y": np.zeros((1, 1, 1, 1), F32)},
+        {"k": 3}), PreparedLaunch)
