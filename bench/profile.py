@@ -23,14 +23,20 @@ def timed_launches(task, repeat: int):
     each call run ``repeat`` times on its own. The calls really run: the task's parameters and
     statistics move by one step (and repeats of a kernel that writes over its input time it on its
     own output), so profile after the measurements that need the task untouched."""
+    from tr_mlir.lowering.cpu import begin_replay, end_replay
+
     r = task.runner
     graphs = r._pre[(0, "a")] + r._post[(0, "a", False)]
     for launch in (g for graph in graphs for g in graph.launches):
         best = float("inf")
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            launch()
-            best = min(best, time.perf_counter() - t0)
+        try:
+            begin_replay()  # each launch as inside a replay (the thread count and switches pinned)
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                launch()
+                best = min(best, time.perf_counter() - t0)
+        finally:
+            end_replay()
         yield best, launch
 
 

@@ -136,7 +136,8 @@ def kernel(name: str | KernelId, *, writes: Sequence[str], operands: Operands | 
     are (:func:`tr_mlir.lowering.cpu.registry.kernel`: arrays are the positional parameters, static
     params the keyword-only ones; ``writes``, ``workspaces``, ``workspace_fn``,
     ``target_workspace_fns``, ``kind``, ``also``, ``prepare`` in ``options``; ``prepare``: the
-    ready call for bound arrays, :class:`~tr_mlir.lowering.cpu.registry.PreparedLaunch`), and, with ``operands``, its operand
+    ready call for bound arrays, :class:`~tr_mlir.lowering.cpu.registry.PreparedLaunch`), and,
+    with ``operands``, its operand
     row (:func:`register_operands`) in the same place: the kernel and its node interface declared
     once. A name (``name`` and each of ``also``) that is no family of the vocabulary yet is
     declared one (:func:`register_kernel_id`, with ``precisions``: ``()`` for a precision-free op

@@ -623,6 +623,12 @@ def matmul_call(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | No
     return _matmul(a, b, out, axis, epilogue, bias, own_blas, relu, gate, prepare=True)
 
 
+def _prepared():
+    from . import _prepared  # it imports this module
+
+    return _prepared
+
+
 def jobs_call(jobs: tuple, split: bool, count: int = 0, keep: object = None) -> Callable[[], None]:
     """A ready call (prepared launches) running ``jobs`` (:func:`gemm_job` and the like) as
     :func:`matmul` does: on the calling thread and the C
@@ -630,9 +636,12 @@ def jobs_call(jobs: tuple, split: bool, count: int = 0, keep: object = None) -> 
     2: a static split whose times feed :func:`note_split`), else one after the other here.
     ``keep``: what else must live as long as the call (the jobs a :func:`chain` points to). A
     split call's ``array`` holds the jobs it runs: copies of ``jobs``, so a job argument changed
-    between calls must be changed there."""
+    between calls must be changed there. Either raises :class:`._prepared.Stale` (nothing run)
+    once the C worker was turned off (:func:`run_c` found it could not start)."""
     if not split:
         def here() -> None:
+            if not _cgemm:
+                raise _prepared().Stale()
             for job in jobs:
                 run_here(job)
         here.jobs = (jobs, keep)  # type: ignore[attr-defined]
@@ -640,6 +649,8 @@ def jobs_call(jobs: tuple, split: bool, count: int = 0, keep: object = None) -> 
     arr = (_Job * len(jobs))(*jobs)
 
     def call() -> None:
+        if not _cgemm:
+            raise _prepared().Stale()
         _run_array(arr)
         if count > 2:
             note_dynamic_call()
@@ -733,7 +744,7 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
             epilogue(whole, whole)
         return False
 
-    count = gemm_blocks(flops, size, t)
+    count = gemm_blocks(flops, size, t, _prepared().pinned_contended() if prepare else None)
     if t == 2 and user is None and a.ndim == 2 and b.ndim == 2 and c_gemm():
         make = lambda: _split_jobs(a, b, out, axis, None if bias is None else bias.reshape(-1),  # noqa: E731
                                    count, own, align, relu=relu, gate=gate)
@@ -835,11 +846,12 @@ def numpy_cut_align() -> int:
     return _numpy_align[0]
 
 
-def gemm_blocks(flops: float, size: int, t: int) -> int:
+def gemm_blocks(flops: float, size: int, t: int, contended_now: bool | None = None) -> int:
     """Blocks a split GEMM of ``flops`` is cut into along an axis of ``size``, on ``t`` threads:
-    ``t``, or ``2 t`` while :func:`contended` from :data:`BLOCK_FLOPS` per thread on (each block
-    at least 2 wide)."""
-    per = 2 if _contended > 0 and flops >= BLOCK_FLOPS * t and cuts_keep_bits() else 1
+    ``t``, or ``2 t`` while :func:`contended` (``contended_now`` when given: a prepared call's
+    pinned state) from :data:`BLOCK_FLOPS` per thread on (each block at least 2 wide)."""
+    busy = _contended > 0 if contended_now is None else contended_now
+    per = 2 if busy and flops >= BLOCK_FLOPS * t and cuts_keep_bits() else 1
     return max(1, min(t * per, size // 2))
 
 

@@ -29,6 +29,12 @@ ENV_PREPARE = "TR_MLIR_PREPARE"
 (:class:`.registry.PreparedLaunch`); read at the start of each replay."""
 
 
+class Stale(Exception):  # noqa: N818 - a signal between two modules, not an error anyone sees
+    """Raised by a prepared call, before it writes anything, when the :class:`LaunchState` it was
+    made for no longer holds (the C worker could not start mid-replay): the launch then runs
+    the kernel function (:class:`.registry.PreparedLaunch`)."""
+
+
 class LaunchState(NamedTuple):
     """What decides how a kernel call runs, besides its arrays: the kernel threads
     (:func:`._parallel.workers`), the compiled kernels (:func:`._cc.available`), the C worker
@@ -63,6 +69,11 @@ def _state_now() -> LaunchState:
     return state
 
 
+def pinned_contended() -> bool:
+    """:func:`._parallel.contended` as the prepared calls decide it: the pinned state's."""
+    return launch_state().contended
+
+
 def launch_state() -> LaunchState:
     """The :class:`LaunchState` a kernel call runs under now: the one pinned at the start of the
     graph replay the calling thread runs (:func:`begin_replay`), else measured now (a few
@@ -74,10 +85,10 @@ def launch_state() -> LaunchState:
 def begin_replay() -> LaunchState:
     """Start a graph replay on the calling thread: :func:`._threads.outside_kernels`, then pin
     the :class:`LaunchState` of now for the replay, which :func:`._parallel.workers` and
-    :func:`._cc.available` then answer from (no user code runs inside a replay to change the
-    thread count or ``TR_MLIR_CC``; :func:`._parallel.contended` keeps changing with the
-    measurements, the pinned state keeps the value it had at the start). Always pair it with
-    :func:`end_replay` in a ``finally``."""
+    :func:`._cc.available` then answer from: a thread count or ``TR_MLIR_CC`` set by a kernel
+    (a plugin's) inside the replay takes effect at the next replay. :func:`._parallel.contended`
+    keeps changing with the measurements; the prepared calls follow the pinned value, the
+    kernel functions the live one. Always pair it with :func:`end_replay` in a ``finally``."""
     _threads.outside_kernels()
     end_replay()
     state = _state_now()
@@ -110,7 +121,7 @@ def c_call(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *,
         return functools.partial(run_c, fn, pieces, work=work)
     arr = (_parallel._Job * 2)(*(_parallel.kernel_job(fn, p) for p in pieces))
     sizes = [max(1, w) for w in work] if work is not None else [max(1, p[-1] - p[-2]) for p in pieces]
-    scale = (max(sizes) / sizes[0], max(sizes) / sizes[1])
+    most = max(sizes)
 
     def call() -> None:
         if _parallel._contended > 0 or not _parallel._cgemm:
@@ -121,7 +132,7 @@ def c_call(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *,
         except RuntimeError:  # pthread_create failed (nothing ran): run_c turns the C worker off
             run_c(fn, pieces, work=work)
             return
-        _parallel.note_split((arr[0].seconds * scale[0], arr[1].seconds * scale[1]))
+        _parallel.note_split([arr[i].seconds / sizes[i] * most for i in range(2)])  # as run_c
 
     call.jobs = arr  # type: ignore[attr-defined]  # the pair lives as long as the call
     return call

@@ -181,9 +181,10 @@ hold = BlasHold()
 
 class ReplayPin(threading.local):
     """Per thread: ``workers``, the kernel thread count pinned for the graph replay this thread
-    runs (:func:`._prepared.begin_replay`), None outside one. A replay runs no user code, so the
-    count the user set cannot change inside it; pinned, :func:`workers` skips reading it from
-    OpenBLAS on every call (a lock and a C call, about 0.7 us, 20 times in a LeNet-5 step)."""
+    runs (:func:`._prepared.begin_replay`), None outside one. A replay runs kernels only; pinned,
+    :func:`workers` skips reading the count from OpenBLAS on every call (a lock and a C call,
+    about 0.7 us, 20 times in a LeNet-5 step), and a count a kernel sets inside the replay takes
+    effect at the next one."""
 
     workers: int | None = None
 

@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from . import _cc, _parallel
+from . import _cc, _parallel, _prepared
 from .activation import relu_bwd_from_output, relu_fwd
 from ._util import F32, as32, chunks, copy_into, finish, flat, out32, same_memory, scalar
 from .registry import CUDA, ArrayInfo, kernel
@@ -164,7 +164,7 @@ def _weight_grad_c(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.nda
     size = (o // align) if axis == -2 else f
     if size < 2 * t:
         return False
-    count = _parallel.gemm_blocks(flops, size, t)
+    count = _parallel.gemm_blocks(flops, size, t, _prepared.pinned_contended() if prepare else None)
     if prepare:
         jobs = _weight_grad_jobs(dy2, x2, dw2, db2, axis, count, align)
         return False if jobs is None else _parallel.jobs_call(jobs, True, count)
@@ -218,9 +218,11 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int, gat
     if in_place and (dx2.ctypes.data != x2.ctypes.data or dx2.strides != x2.strides):
         return False  # overlapping some other way: one GEMM after the other
     count = 2  # column blocks: one per thread, two per thread while the threads run unequally fast
-    if not own and _parallel.contended() and 2.0 * n * f * o >= _parallel.BLOCK_FLOPS and _parallel.cuts_keep_bits():
+    busy = _prepared.pinned_contended() if prepare else _parallel.contended()
+    if not own and busy and 2.0 * n * f * o >= _parallel.BLOCK_FLOPS and _parallel.cuts_keep_bits():
         count = 4
-        _parallel.note_dynamic_call()
+        if not prepare:  # the prepared call counts each of its calls (jobs_call)
+            _parallel.note_dynamic_call()
     count = min(count, f // 2)
     cols = [slice(lo, hi) for lo, hi in _parallel.blocks(f, count)]
     outs = [slice(lo, hi) for lo, hi in _parallel.blocks(o, count)]
@@ -240,7 +242,7 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int, gat
         if prepare:
             jobs = make()
             if jobs is not None:
-                return _parallel.jobs_call(jobs[0], threads > 1, keep=jobs[1])
+                return _parallel.jobs_call(jobs[0], threads > 1, count if count > 2 else 0, keep=jobs[1])
             return False if threads == 1 else None
         jobs = _parallel.cached_jobs(("fc_bwd", count, gate) + _parallel.array_key(dy2, x2, dw2, db2, w2, dx2), make)
         if jobs is not None:
@@ -522,7 +524,7 @@ def _prepare_identity(x, y):
     :func:`._util.copy_into` makes, its views made once."""
     if same_memory(y, x) and y.dtype == x.dtype:
         return _nothing
-    if x.size != y.size:
+    if x.size != y.size or not x.flags.c_contiguous:  # a strided x: its reshape is a copy made now
         return None
     dst, src = (y.reshape(-1), x.reshape(-1)) if y.flags.c_contiguous else (y, x.reshape(y.shape))
     return functools.partial(np.copyto, dst, src, casting="same_kind")

@@ -82,6 +82,8 @@ def _prepare_fwd(logits, labels, probs, loss, top1, top5, pred=None, batch_size=
     if k == 0 or logits.size % k:
         return None
     n = logits.size // k
+    if not all(a is None or a.flags.c_contiguous for a in (logits, labels, probs, pred)):
+        return None  # a reshape of a strided array is a copy made now: the kernel reads the array each step
     try:
         z2, p2, lab = logits.reshape(n, k), probs.reshape(n, k), _labels(labels, n, k)
     except ValueError:
@@ -115,6 +117,8 @@ def softmax_ce_fwd(logits, labels, probs, loss, top1, top5, pred=None, batch_siz
     b = _rows(n, batch_size)
     ls = 0.0 if label_smoothing is None else scalar(label_smoothing)
     pr = None if pred is None else pred.reshape(-1)
+    if pr is not None and pr.size != n:
+        raise ValueError(f"expected {n} predictions (pred), got {pr.size}")
     if _closs.usable(z2, lab, p2, pr):
         loss_sum, correct1, correct5, bad = _closs.forward(z2, lab, p2, pr, b, ls)
         if bad >= 0:

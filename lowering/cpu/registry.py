@@ -44,7 +44,7 @@ from tr_mlir.dialects.kernels import (
     kernel_name,
 )
 
-from ._prepared import launch_state
+from ._prepared import Stale, launch_state
 
 ArrayInfo = tuple[tuple[int, ...], np.dtype]
 """(shape, dtype) of one array, as a planner knows it before the arena exists."""
@@ -81,6 +81,10 @@ class KernelSpec:
     ``target_workspace_fns`` those of the implementations on other targets (target name -> rule,
     ``None``: that implementation uses none of them). A target it does not name uses
     ``workspace_fn`` (see :meth:`workspace_rule`).
+
+    ``prepare`` (:class:`PreparedLaunch`) belongs to ``prepare_for``, the function it was
+    registered with: a spec whose ``fn`` is replaced (``dataclasses.replace(spec, fn=...)``, the
+    CUDA table, the gloo all-reduces) binds plain calls of its new function.
     """
 
     name: str
@@ -96,6 +100,7 @@ class KernelSpec:
     target_workspace_fns: Mapping[str, WorkspaceFn | None] = field(default_factory=dict)
     algorithms: AlgorithmTable | None = None
     prepare: Callable[..., Callable[[], None] | None] | None = None
+    prepare_for: Callable[..., None] | None = None
 
     @property
     def reads(self) -> tuple[str, ...]:
@@ -162,7 +167,7 @@ class KernelSpec:
             raise KeyError(f"kernel '{self.name}' expected params {absent}, got {sorted(params)}")
         bound = {a: arrays.get(a) for a in self.arrays}
         generic = functools.partial(self.fn, **bound, **chosen)
-        if self.prepare is None:
+        if self.prepare is None or self.prepare_for is not self.fn:
             return generic
         return PreparedLaunch(generic, functools.partial(self.prepare, **bound, **chosen))
 
@@ -181,7 +186,9 @@ class PreparedLaunch:
     or None where it has no such call (a path it does not cover, an array ``fn`` would refuse):
     then ``fn`` itself runs, raising its own errors. One call is kept per state met, so a
     process switching between 1 and 2 threads prepares twice; ``TR_MLIR_PREPARE=0`` (read at
-    each replay's start) runs ``fn`` on every call. The prepared call must give
+    each replay's start) runs ``fn`` on every call. A prepared call that finds, before writing
+    anything, that the state it was made for no longer holds (the C worker failed to start
+    mid-replay) raises :class:`._prepared.Stale`, and ``fn`` runs instead. The prepared call must give
     ``fn``'s bits (tests/test_prepared_launches.py runs both on every prepared kernel).
 
     ``func``, ``args`` and ``keywords`` are those of the plain bound call (``functools.partial``),
@@ -220,7 +227,10 @@ class PreparedLaunch:
             if call is None:
                 call = self._calls[state] = (self._prepare() if state.prepared else None) or self.generic
             self._state, self._call = state, call
-        self._call()
+        try:
+            self._call()
+        except Stale:  # the prepared call found its state gone before it wrote anything
+            self.generic()
 
 
 KERNELS: dict[KernelId, KernelSpec] = _vocabulary.KERNELS
@@ -293,6 +303,7 @@ def kernel(
                 workspaces=tuple(workspaces), optional=frozenset(optional), params=tuple(params),
                 defaults=defaults, kind=kind, workspace_fn=workspace_fn,
                 target_workspace_fns=dict(target_workspace_fns or {}), algorithms=algorithms, prepare=prepare,
+                prepare_for=fn if prepare is not None else None,
             ))
         return fn
 
