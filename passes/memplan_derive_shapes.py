@@ -260,6 +260,12 @@ def _bn_checks(ops: list[Operation]) -> None:
                      f"('{ref.name}'); all batch norms must share eps and momentum (one pair of BN scalars)")
 
 
+
+SINGLE_VALUE_BN = "would normalize over a single value per channel"
+"""The words of the error for a training batch norm over one value per channel (a batch size
+problem, not the model's: tr-train says so rather than listing models that take the input)."""
+
+
 def _bn_sample_checks(ops: list[Operation], variants: list[VariantSpec], per_variant: list[list[LayerPlan]]) -> None:
     """A training variant must not batch-normalize over one value per channel.
 
@@ -282,7 +288,7 @@ def _bn_sample_checks(ops: list[Operation], variants: list[VariantSpec], per_var
                 n, h, w, _ = out.shape
                 if n * h * w == 1:
                     where = f" ({t.name[:-len('bn_weight')].rstrip('_')} batch norm)" if t.name != "bn_weight" else ""
-                    fail(op, f"'{op.name}' op{where} would normalize over a single value per channel in the "
+                    fail(op, f"'{op.name}' op{where} {SINGLE_VALUE_BN} in the "
                              f"training variant {v.name} (batch {v.batch}, {h}x{w} map): its variance is zero "
                              f"(PyTorch refuses this: 'Expected more than 1 value per channel when training'); "
                              f"use a batch size that leaves no last batch of one sample (train_size % batch_size "

@@ -333,7 +333,11 @@ def test_prepared_gemm_blocks_follow_the_pinned_state(monkeypatch):
     rng = np.random.default_rng(4)
     a, b = rng.standard_normal((200, 784)).astype(F32), rng.standard_normal((784, 1024)).astype(F32)
     out = np.zeros((200, 1024), F32)
-    flops = 2.0 * 200 * 784 * 1024
+    # the 4-block contended split needs cuts that keep the bits; where NumPy's OpenBLAS runs its
+    # Haswell kernels they do not and every state gets 2 blocks: allow them (only blocks are counted)
+    monkeypatch.setattr(_parallel, "cuts_keep_bits", lambda: True)
+    align = _parallel.numpy_cut_align()
+    size = 200 // align if align > 1 else 1024  # row blocks at multiples of align, else column blocks
     with threadpool_limits(2):
         for pinned in (False, True):
             monkeypatch.setattr(_parallel, "_contended", _parallel.CONTENDED_CALLS if pinned else 0)
@@ -346,8 +350,7 @@ def test_prepared_gemm_blocks_follow_the_pinned_state(monkeypatch):
                 _prepared.end_replay()
             if call is None or not hasattr(call, "array"):
                 pytest.skip("no split C jobs here (TR_MLIR_CC=0, TR_MLIR_C_GEMM=0 or one thread)")
-            want = _parallel.gemm_blocks(flops, 200 if _parallel.numpy_cut_align() != 1 else 1024, 2, pinned)
-            assert len(call.array) == want
+            assert len(call.array) == (4 if pinned and size >= 8 else 2)
 
 
 def test_a_c_worker_lost_mid_replay_falls_back_to_the_kernel(monkeypatch):

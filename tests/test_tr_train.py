@@ -326,6 +326,16 @@ def test_bad_blueprints_exit_1(blueprint_file, func, needles, capsys):
         assert "zoo models that take" not in err
 
 
+def test_a_last_batch_of_one_sample_is_reported_as_the_batch_size(capsys):
+    """digits has 1437 training samples: batch size 2 leaves a last batch of one, which a BN
+    cannot train on. The error says it is the batch size, not the model's input."""
+    code, _, err = run_main(["--model", "resnet18", "--dataset", "digits", "--epochs", "1", "--batch-size", "2"],
+                            capsys)
+    assert_error(code, err, "resnet18 cannot train on digits with this batch size", "single value per channel",
+                 "--drop-last")
+    assert "cannot take" not in err and "zoo models that take" not in err
+
+
 def test_blueprint_file_that_does_not_import(tmp_path, capsys):
     bad = tmp_path / "broken.py"
     bad.write_text("def f(:\n    pass\n")

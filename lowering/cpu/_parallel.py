@@ -636,7 +636,7 @@ def jobs_call(jobs: tuple, split: bool, count: int = 0, keep: object = None) -> 
     2: a static split whose times feed :func:`note_split`), else one after the other here.
     ``keep``: what else must live as long as the call (the jobs a :func:`chain` points to). A
     split call's ``array`` holds the jobs it runs: copies of ``jobs``, so a job argument changed
-    between calls must be changed there. Either raises :class:`._prepared.Stale` (nothing run)
+    between calls must be changed there. Either raises :class:`._prepared.Stale` (none of its jobs run)
     once the C worker was turned off (:func:`run_c` found it could not start)."""
     if not split:
         def here() -> None:

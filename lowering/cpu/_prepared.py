@@ -30,9 +30,11 @@ ENV_PREPARE = "TR_MLIR_PREPARE"
 
 
 class Stale(Exception):  # noqa: N818 - a signal between two modules, not an error anyone sees
-    """Raised by a prepared call, before it writes anything, when the :class:`LaunchState` it was
-    made for no longer holds (the C worker could not start mid-replay): the launch then runs
-    the kernel function (:class:`.registry.PreparedLaunch`)."""
+    """Raised by a prepared call when the :class:`LaunchState` it was made for no longer holds
+    (the C worker could not start mid-replay): the launch then runs the whole kernel function
+    (:class:`.registry.PreparedLaunch`). Raised before any write the function would not redo:
+    a part that ran (the FC weight gradient before its input gradient) is computed again, to the
+    same values, and nothing a part reads has been overwritten yet."""
 
 
 class LaunchState(NamedTuple):

@@ -130,6 +130,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tr_mlir.passes.memplan_derive_shapes import SINGLE_VALUE_BN
 from tr_mlir.tools import train_outputs
 from tr_mlir.tools.train_inputs import (
     InputPlan,
@@ -200,9 +201,12 @@ count, not the input shape, so it gets no list of zoo models that take the input
 
 def _rejected(label: str, ds: Any, why: str, suffix: str = "") -> TrainError:
     """The error for a model the compiler rejects (``why``): a class-count mismatch at the
-    classifier, or an input the model cannot take, with the zoo models that can take it."""
+    classifier, a batch size that leaves a batch norm one value per channel, or an input the
+    model cannot take, with the zoo models that can take it."""
     if CLASSIFIER_OP in why:
         return TrainError(f"{label} does not fit the {ds.name} classes: {why}{suffix}")
+    if SINGLE_VALUE_BN in why:  # the batch size, not the input: no list of models that take it
+        return TrainError(f"{label} cannot train on {ds.name} with this batch size: {why}{suffix}")
     h, w, c = ds.input_shape
     return TrainError(f"{label} cannot take the {ds.name} input ({h}x{w}x{c}): {why}{suffix}"
                       f"{_fits_hint(ds.input_shape)}")

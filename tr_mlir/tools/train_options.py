@@ -104,10 +104,11 @@ DEFAULT_OPTIMIZER = "momentum"
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults printed after each help text (a default of None is spelled out in the text)."""
+    """Defaults printed after each help text (a default of None, a flag's, or an empty list of a
+    repeatable option is spelled out in the text)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None or isinstance(action.default, bool):
+        if action.default is None or isinstance(action.default, bool) or action.default == []:
             return action.help
         return super()._get_help_string(action)
 
