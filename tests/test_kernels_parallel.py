@@ -1062,6 +1062,19 @@ def test_c_worker_not_switched_off_for_good_by_an_early_switch(monkeypatch):
         assert _parallel.c_gemm()
 
 
+def test_cc_switch_stops_a_started_c_worker(monkeypatch):
+    """TR_MLIR_CC=0 means no compiled code: once the C worker has started, the switch still
+    turns it off for the next call (split GEMMs and compiled-kernel splits on the Python
+    threads), and back on without it."""
+    monkeypatch.delenv(_cc.ENV_SWITCH, raising=False)
+    if not _parallel.c_gemm():
+        pytest.skip("no C worker here (no compiler or no NumPy OpenBLAS)")
+    monkeypatch.setenv(_cc.ENV_SWITCH, "0")
+    assert not _parallel.c_gemm() and _parallel._cgemm  # off for now, not torn down
+    monkeypatch.delenv(_cc.ENV_SWITCH)
+    assert _parallel.c_gemm()
+
+
 def test_numpy_openblas_is_picked_whatever_the_import_order():
     """scikit-learn loads scipy's own OpenBLAS; threadpoolctl may list it first. The kernels
     control and call NumPy's (the C worker was off for a whole test run when scipy's came

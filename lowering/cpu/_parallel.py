@@ -228,13 +228,11 @@ def c_gemm() -> bool:
     The two switches are read on every call; the worker is set up once, at the first call with
     both on (a first call under ``TR_MLIR_CC=0`` used to turn it off for the whole process)."""
     global _cgemm
-    if os.environ.get(ENV_C_GEMM, "1").strip() == "0":
-        return False
-    if _cgemm is None:
-        from . import _cc
+    from . import _cc
 
-        if not _cc.available():  # no compiler, or switched off for now: asked again next call
-            return False
+    if os.environ.get(ENV_C_GEMM, "1").strip() == "0" or not _cc.available():
+        return False  # TR_MLIR_CC=0 after the worker started stops it too (no compiled code runs)
+    if _cgemm is None:
         _cgemm = False
         if _threads.controller():
             found = find_sgemm()
