@@ -229,7 +229,7 @@ class PreparedLaunch:
             self._state, self._call = state, call
         try:
             self._call()
-        except Stale:  # the prepared call found its state gone before it wrote anything
+        except Stale:  # its state gone, before any write the kernel function would not redo
             self.generic()
 
 
