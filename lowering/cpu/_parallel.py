@@ -370,11 +370,19 @@ def split_jobs(n: int, make: Callable[[int, int], _Job]) -> bool:
     is there: two blocks per thread (at least :data:`MIN_SPLIT_ELEMENTS` / 2 elements each),
     taken dynamically, so a thread slowed by another process does fewer (a block costs a call
     of a few microseconds, no packing). False: nothing was run (use :func:`split`)."""
-    if n < MIN_SPLIT_ELEMENTS or workers() != 2 or not c_gemm():
+    cuts = job_blocks(n)
+    if cuts is None:
         return False
-    count = max(2, min(4, n // (MIN_SPLIT_ELEMENTS // 2)))
-    run_jobs(*[make(lo, hi) for lo, hi in blocks(n, count)])
+    run_jobs(*[make(lo, hi) for lo, hi in cuts])
     return True
+
+
+def job_blocks(n: int) -> list[tuple[int, int]] | None:
+    """The blocks :func:`split_jobs` cuts ``range(n)`` into now, or None where it would not split
+    (also what a prepared launch of such a kernel makes once)."""
+    if n < MIN_SPLIT_ELEMENTS or workers() != 2 or not c_gemm():
+        return None
+    return blocks(n, max(2, min(4, n // (MIN_SPLIT_ELEMENTS // 2))))
 
 
 def chain(first: _Job, then: _Job) -> _Job:
@@ -458,7 +466,6 @@ def run_c(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *, keep: bool
     (another process slows a thread: the caller's spin-wait for the C worker would keep a core
     busy that the slowed worker could move to; LeNet-5 with a CPU hog measured 0.86-0.90x the
     Python threads that way). The pieces' results do not depend on the thread that runs them."""
-    global _cgemm
     if len(pieces) == 1:
         fn(*pieces[0])
         return
@@ -472,15 +479,24 @@ def run_c(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *, keep: bool
                 arr = cached_jobs(key, lambda: (_Job * 2)(*(kernel_job(fn, p) for p in pieces)))
             else:
                 arr = (_Job * 2)(*(kernel_job(fn, p) for p in pieces))
-            try:
-                _run_array(arr)
-            except RuntimeError:  # pthread_create failed (nothing ran): the Python threads from now on
-                _cgemm = False
-            else:
-                sizes = [max(1, w) for w in work] if work is not None else [max(1, p[-1] - p[-2]) for p in pieces]
-                note_split([arr[i].seconds / sizes[i] * max(sizes) for i in range(2)])
+            if run_pair(arr, pieces, work):
                 return
     run([lambda p=p: fn(*p) for p in pieces])
+
+
+def run_pair(arr, pieces: Sequence[tuple[int, ...]], work: Sequence[int] | None) -> bool:
+    """Run :func:`run_c`'s job pair ``arr`` (of ``pieces``) on this thread and the C worker and
+    feed :func:`note_split` their times per unit of work; False (nothing ran, the C worker off
+    from now on) when the C thread could not start."""
+    global _cgemm
+    try:
+        _run_array(arr)
+    except RuntimeError:  # pthread_create failed (nothing ran): the Python threads from now on
+        _cgemm = False
+        return False
+    sizes = [max(1, w) for w in work] if work is not None else [max(1, p[-1] - p[-2]) for p in pieces]
+    note_split([arr[i].seconds / sizes[i] * max(sizes) for i in range(2)])
+    return True
 
 
 def run_here(job: _Job) -> None:
@@ -627,39 +643,6 @@ def _prepared():
     return _prepared
 
 
-def jobs_call(jobs: tuple, split: bool, count: int = 0, keep: object = None) -> Callable[[], None]:
-    """A ready call (prepared launches) running ``jobs`` (:func:`gemm_job` and the like) as
-    :func:`matmul` does: on the calling thread and the C
-    worker when ``split`` (``count`` > 2: dynamic blocks, counted by :func:`note_dynamic_call`;
-    2: a static split whose times feed :func:`note_split`), else one after the other here.
-    ``keep``: what else must live as long as the call (the jobs a :func:`chain` points to). A
-    split call's ``array`` holds the jobs it runs: copies of ``jobs``, so a job argument changed
-    between calls must be changed there. Either raises :class:`._prepared.Stale` (none of its jobs run)
-    once the C worker was turned off (:func:`run_c` found it could not start)."""
-    if not split:
-        def here() -> None:
-            if not _cgemm:
-                raise _prepared().Stale()
-            for job in jobs:
-                run_here(job)
-        here.jobs = (jobs, keep)  # type: ignore[attr-defined]
-        return here
-    arr = (_Job * len(jobs))(*jobs)
-
-    def call() -> None:
-        if not _cgemm:
-            raise _prepared().Stale()
-        _run_array(arr)
-        if count > 2:
-            note_dynamic_call()
-        elif count == 2:
-            note_split(tuple(j.seconds for j in arr))
-
-    call.array = arr  # type: ignore[attr-defined]  # the jobs as they run (copies of ``jobs``)
-    call.jobs = (jobs, keep)  # type: ignore[attr-defined]  # what the chains point to lives with the call
-    return call
-
-
 def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
             epilogue: Callable[[slice, slice], None] | None, bias: np.ndarray | None, own_blas: bool,
             relu: bool, gate: np.ndarray | None, prepare: bool = False):
@@ -694,7 +677,7 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
             a, b, out, -1, None if bias is None else bias.reshape(-1), OWN_COL_BLOCKS, True, relu=relu, gate=gate)
         if prepare:
             jobs = make()
-            return None if jobs is None else jobs_call(jobs, t >= 2)
+            return None if jobs is None else _prepared().jobs_call(jobs, t >= 2)
         jobs = cached_jobs(("own-cols", relu) + array_key(a, b, out, bias, gate), make)
         if jobs is not None:
             if t >= 2:
@@ -718,8 +701,8 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
             if job is not None:
                 if prepare:
                     if user is None:
-                        return jobs_call((job,), False)
-                    gemm = jobs_call((job,), False)
+                        return _prepared().jobs_call((job,), False)
+                    gemm = _prepared().jobs_call((job,), False)
 
                     def one() -> None:
                         gemm()
@@ -748,7 +731,7 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
                                    count, own, align, relu=relu, gate=gate)
         if prepare:
             jobs = make()
-            return None if jobs is None else jobs_call(jobs, True, count)
+            return None if jobs is None else _prepared().jobs_call(jobs, True, count)
         jobs = cached_jobs(("mm", axis, count, own, align, relu) + array_key(a, b, out, bias, gate), make)
         if jobs is not None:
             if count > t:

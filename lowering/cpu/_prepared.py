@@ -5,7 +5,7 @@ checks its arrays, chooses its path (compiled or NumPy, split or not) and builds
 lists of its pieces on every call: 10-25 us of Python per launch, a fifth of LeNet-5's step on
 two threads. A kernel registered with ``prepare`` (:class:`.registry.PreparedLaunch`) makes that
 once per :class:`LaunchState` and replays a ready call: :func:`c_call` for a compiled kernel's
-pieces (:func:`._parallel.run_c` with its job pair made once), :func:`._parallel.jobs_call` and
+pieces (:func:`._parallel.run_c` with its job pair made once), :func:`jobs_call` and
 :func:`._parallel.matmul_call` for GEMM jobs. The same pieces run, so the bits are the kernel
 function's. :func:`begin_replay` pins the state for one replay, so that neither the kernel
 functions nor the prepared launches ask OpenBLAS for its thread count or read ``TR_MLIR_CC``
@@ -122,19 +122,44 @@ def c_call(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *,
     if len(pieces) != 2 or not _parallel.c_gemm() or _parallel._callable_as_job(fn) is None:
         return functools.partial(run_c, fn, pieces, work=work)
     arr = (_parallel._Job * 2)(*(_parallel.kernel_job(fn, p) for p in pieces))
-    sizes = [max(1, w) for w in work] if work is not None else [max(1, p[-1] - p[-2]) for p in pieces]
-    most = max(sizes)
 
     def call() -> None:
-        if _parallel._contended > 0 or not _parallel._cgemm:
+        # while contended, or the C thread could not start (run_pair turned it off): run_c's way
+        if _parallel.contended() or not _parallel.c_gemm() or not _parallel.run_pair(arr, pieces, work):
             run_c(fn, pieces, work=work)
-            return
-        try:
-            _parallel._run_array(arr)
-        except RuntimeError:  # pthread_create failed (nothing ran): run_c turns the C worker off
-            run_c(fn, pieces, work=work)
-            return
-        _parallel.note_split([arr[i].seconds / sizes[i] * most for i in range(2)])  # as run_c
 
     call.jobs = arr  # type: ignore[attr-defined]  # the pair lives as long as the call
+    return call
+
+
+def jobs_call(jobs: tuple, split: bool, count: int = 0, keep: object = None) -> Callable[[], None]:
+    """A ready call running ``jobs`` (:func:`._parallel.gemm_job` and the like) as
+    :func:`._parallel.matmul` does: on the calling thread and the C worker when ``split``
+    (``count`` > 2: dynamic blocks, each call counted by :func:`._parallel.note_dynamic_call`; 2:
+    a static split whose times feed :func:`._parallel.note_split`), else one after the other
+    here. ``keep``: what else must live as long as the call (the jobs a
+    :func:`._parallel.chain` points to). A split call's ``array`` holds the jobs it runs, copies
+    of ``jobs``: a job argument changed between calls must be changed there. Either raises
+    :class:`Stale` (none of its jobs run) once the C worker was turned off (it could not start)."""
+    if not split:
+        def here() -> None:
+            if not _parallel._cgemm:
+                raise Stale()
+            for job in jobs:
+                _parallel.run_here(job)
+        here.jobs = (jobs, keep)  # type: ignore[attr-defined]
+        return here
+    arr = (_parallel._Job * len(jobs))(*jobs)
+
+    def call() -> None:
+        if not _parallel._cgemm:
+            raise Stale()
+        _parallel._run_array(arr)
+        if count > 2:
+            _parallel.note_dynamic_call()
+        elif count == 2:
+            _parallel.note_split(tuple(j.seconds for j in arr))
+
+    call.array = arr  # type: ignore[attr-defined]  # the jobs as they run (copies of ``jobs``)
+    call.jobs = (jobs, keep)  # type: ignore[attr-defined]  # what the chains point to lives with the call
     return call

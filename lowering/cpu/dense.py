@@ -167,7 +167,7 @@ def _weight_grad_c(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.nda
     count = _parallel.gemm_blocks(flops, size, t, _prepared.pinned_contended() if prepare else None)
     if prepare:
         jobs = _weight_grad_jobs(dy2, x2, dw2, db2, axis, count, align)
-        return False if jobs is None else _parallel.jobs_call(jobs, True, count)
+        return False if jobs is None else _prepared.jobs_call(jobs, True, count)
     jobs = _parallel.cached_jobs(("dw", axis, count, align) + _parallel.array_key(dy2, x2, dw2, db2),
                                  lambda: _weight_grad_jobs(dy2, x2, dw2, db2, axis, count, align))
     if jobs is None:
@@ -242,7 +242,7 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int, gat
         if prepare:
             jobs = make()
             if jobs is not None:
-                return _parallel.jobs_call(jobs[0], threads > 1, count if count > 2 else 0, keep=jobs[1])
+                return _prepared.jobs_call(jobs[0], threads > 1, count if count > 2 else 0, keep=jobs[1])
             return False if threads == 1 else None
         jobs = _parallel.cached_jobs(("fc_bwd", count, gate) + _parallel.array_key(dy2, x2, dw2, db2, w2, dx2), make)
         if jobs is not None:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import _cc, _parallel
+from . import _cc, _parallel, _prepared
 from ._util import CHUNK, F32, chunks, flat, scalar
 from .registry import kernel
 
@@ -276,12 +276,12 @@ def sgd_call(w, g, m, nesterov: bool) -> Callable[[float, float, float, float], 
             fn(pw, pg, pm, n, float(F32.type(lr)), float(F32.type(mu)), float(F32.type(wd)), float(F32.type(inv)),
                nest)
         return whole
-    if n < _parallel.MIN_SPLIT_ELEMENTS or _parallel.workers() != 2 or not _parallel.c_gemm():
+    cuts = _parallel.job_blocks(n)
+    if cuts is None:
         return None  # the Python kernel threads (split_jobs would not run)
-    count = max(2, min(4, n // (_parallel.MIN_SPLIT_ELEMENTS // 2)))  # as split_jobs cuts
     jobs = [_parallel.call_job(_sgd_job[0], (pw + 4 * lo, pg + 4 * lo, 0 if pm is None else pm + 4 * lo, hi - lo,
-                                             nest)) for lo, hi in _parallel.blocks(n, count)]
-    run = _parallel.jobs_call(tuple(jobs), True)
+                                             nest)) for lo, hi in cuts]
+    run = _prepared.jobs_call(tuple(jobs), True)
     running = list(run.array)  # the jobs as run (copies of ``jobs``): the step's scalars go there
 
     def split(lr: float, mu: float, wd: float, inv: float) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from . import _cc, _parallel
+from . import _cc, _parallel, _prepared
 from ._util import F32, chunks, flat, scalar
 from .registry import kernel
 
@@ -170,13 +170,13 @@ def _nonfinite_call(f: np.ndarray) -> Callable[[], bool] | None:
     p, size, n = f.ctypes.data, f.dtype.itemsize, f.size
     if n < _parallel.MIN_SPLIT_ELEMENTS or _parallel.workers() == 1:
         return lambda: bool(fn(p, n))
-    if _parallel.workers() != 2 or not _parallel.c_gemm():
-        return None
+    cuts = _parallel.job_blocks(n)
+    if cuts is None:
+        return None  # the Python kernel threads (split_jobs would not run)
     res = np.zeros(8, np.int32)  # as _any_nonfinite: one slot per block, each block writes its own
-    count = max(2, min(4, n // (_parallel.MIN_SPLIT_ELEMENTS // 2)))  # as split_jobs cuts
     job, half = fns["jobs"]["tr_nonfinite_job"], int(size == 2)
-    run = _parallel.jobs_call(tuple(_parallel.call_job(job, (p + size * a, b - a, res.ctypes.data + 4 * (a * 8 // n),
-                                                             half)) for a, b in _parallel.blocks(n, count)), True)
+    run = _prepared.jobs_call(tuple(_parallel.call_job(job, (p + size * a, b - a, res.ctypes.data + 4 * (a * 8 // n),
+                                                             half)) for a, b in cuts), True)
 
     def split() -> bool:
         run()
