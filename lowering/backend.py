@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from tr_mlir.dialects.memplan import Target
 from tr_mlir.errors import TrMlirError
-from tr_mlir.lowering.cpu import KERNELS, KernelSpec, begin_replay, end_replay
+from tr_mlir.lowering.cpu import KERNELS, KernelSpec, begin_replay, end_replay, replay_plan
 
 Launch = Callable[[], None]
 """One bound kernel call: a zero-argument closure over fixed views."""
@@ -103,18 +103,21 @@ def meminfo_available() -> int | None:
 class ClosureGraph:
     """The CPU captured graph (facts section 12.2): an ordered tuple of bound kernel calls.
 
-    ``replay()`` calls one Python function per node; every array is bound at capture time, so a
-    replay allocates nothing (beyond what a kernel itself documents: chunk-sized temporaries).
+    ``replay()`` calls one Python function per node, except where consecutive prepared launches
+    are all C jobs: those run as one group (:func:`tr_mlir.lowering.cpu.replay_plan`, per launch
+    state, kept in ``plans``). Every array is bound at capture time, so a replay allocates nothing
+    (beyond what a kernel itself documents: chunk-sized temporaries).
     """
 
     launches: tuple[Launch, ...]
+    plans: dict = field(default_factory=dict, compare=False, repr=False)
 
     def replay(self) -> None:
         try:
             # a replay runs outside any kernel (heals what a Ctrl-C inside one left) and pins the
             # thread count and compiled kernels for its launches
-            begin_replay()
-            for launch in self.launches:
+            state = begin_replay()
+            for launch in replay_plan(self.launches, state, self.plans):
                 launch()
         finally:
             end_replay()

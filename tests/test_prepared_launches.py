@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-import tr_mlir
 from tr_mlir.lowering.cpu import _cc, _parallel, _prepared, _threads
 from tr_mlir.lowering.cpu.registry import KERNELS, PreparedLaunch
-from tr_mlir.zoo import MODELS
+
+from _sgd_steps import assert_same_training, three_sgd_steps
 
 F32 = np.float32
 
@@ -238,18 +238,11 @@ def test_a_replay_pins_the_state_and_always_unpins_it(monkeypatch):
 
 
 def _three_steps(model: str, batch: int, threads: int, prepared: bool, monkeypatch):
-    monkeypatch.setenv(_prepared.ENV_PREPARE, "1" if prepared else "0")
-    spec = MODELS[model]
-    shape = spec.input_shape
-    task = tr_mlir.Task(spec.blueprint(10), shape, 10, batch, optimizer=tr_mlir.optim.SGD(lr=0.05, momentum=0.9),
-                        seed=3)
-    rng = np.random.default_rng(5)
-    with threadpool_limits(threads):
-        losses = [task.train_step(rng.standard_normal((batch, *shape)).astype(F32),
-                                  rng.integers(0, 10, batch).astype(np.int32)) for _ in range(3)]
+    task, losses, state = three_sgd_steps(model, batch, threads, monkeypatch,
+                                          **{_prepared.ENV_PREPARE: "1" if prepared else "0"})
     launches = [launch for g in task.exe.captured for launch in g.launches if isinstance(launch, PreparedLaunch)]
     prepared_calls = sum(launch.last_call is not launch.generic for launch in launches)
-    return losses, [a.copy() for _, a in (*task.parameters(), *task.buffers())], prepared_calls
+    return losses, state, prepared_calls
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -259,9 +252,7 @@ def test_training_with_prepared_launches_is_bit_identical(model, batch, threads,
     buffers to the bit; and the prepared run did prepare most of LeNet-5's and the MLP's calls."""
     on = _three_steps(model, batch, threads, True, monkeypatch)
     off = _three_steps(model, batch, threads, False, monkeypatch)
-    assert on[0] == off[0]
-    for i, (a, b) in enumerate(zip(on[1], off[1])):
-        assert a.tobytes() == b.tobytes(), f"parameter or buffer #{i}"
+    assert_same_training(on, off)
     assert off[2] == 0
     if model != "resnet_tiny" and _expect_prepared():
         assert on[2] >= 8, f"only {on[2]} prepared calls"

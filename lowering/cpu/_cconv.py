@@ -812,13 +812,7 @@ def wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, tmp: np.ndarray) -> 
 def wgrad_call(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, tmp: np.ndarray) -> Callable[[], None]:
     """:func:`wgrad` on these arrays as a ready call (as :func:`forward_call`)."""
     fn, pieces, wfold, fold = _wgrad_pieces(dy, x, dw, g, tmp)
-    per_image = _prepared.c_call(fn, pieces)
-    sum_slots = functools.partial(wfold, *fold)
-
-    def call() -> None:
-        per_image()
-        sum_slots()
-    return call
+    return _prepared.sequence(_prepared.c_call(fn, pieces), _prepared.c_call(wfold, [fold]))  # per image, then the slots summed
 
 
 def _dgrad_pieces(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g, tmp: np.ndarray):
@@ -893,8 +887,4 @@ def prepare_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None
         data = dgrad_call(dy, w, dx, g, tmp)
     except ValueError:
         return None
-
-    def call() -> None:
-        weight()
-        data()
-    return call
+    return _prepared.sequence(weight, data)

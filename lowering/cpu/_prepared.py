@@ -37,6 +37,34 @@ class Stale(Exception):  # noqa: N818 - a signal between two modules, not an err
     same values, and nothing a part reads has been overwritten yet."""
 
 
+ENV_GROUPS = "TR_MLIR_REPLAY_GROUPS"
+"""Environment variable: ``0`` calls every prepared launch of a replay from Python, one after the
+other, instead of running runs of them as :class:`ReplayGroup` s; read at the start of each
+replay."""
+
+NOTE_SPLIT = "split"
+"""A :class:`Step`'s two jobs are a :func:`c_call` pair: their times per unit of work (``sizes``)
+feed :func:`._parallel.note_split`, as :func:`._parallel.run_pair` does."""
+NOTE_STATIC = "static"
+"""A :class:`Step`'s two jobs are a static GEMM split: their times feed :func:`._parallel.note_split`."""
+NOTE_DYNAMIC = "dynamic"
+"""A :class:`Step` is a dynamic GEMM split: it counts as a :func:`._parallel.note_dynamic_call`."""
+
+
+class Step(NamedTuple):
+    """What one prepared call (or one part of it) runs, for a :class:`ReplayGroup`: ``jobs``
+    (:class:`._parallel._Job` s, copied into the group's array), one after the other on the
+    calling thread (``here``, as :func:`._parallel.run_here`) or drained by the calling thread and
+    the C worker (as :func:`._parallel._run_array`); ``note``: how their times are recorded
+    afterwards (:data:`NOTE_SPLIT`, :data:`NOTE_STATIC`, :data:`NOTE_DYNAMIC`, None: not at all),
+    ``sizes``: each job's amount of work for :data:`NOTE_SPLIT`."""
+
+    jobs: tuple
+    here: bool
+    note: str | None = None
+    sizes: tuple[int, ...] | None = None
+
+
 class LaunchState(NamedTuple):
     """What decides how a kernel call runs, besides its arrays: the kernel threads
     (:func:`._parallel.workers`), the compiled kernels (:func:`._cc.available`), the C worker
@@ -117,11 +145,16 @@ def c_call(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *,
     ``run_c`` would not run as jobs, the call is ``run_c`` itself."""
     pieces = [tuple(p) for p in pieces]
     run_c = _parallel.run_c
+    as_job = _parallel.c_gemm() and _parallel._callable_as_job(fn) is not None
     if len(pieces) == 1:
-        return functools.partial(fn, *pieces[0])
-    if len(pieces) != 2 or not _parallel.c_gemm() or _parallel._callable_as_job(fn) is None:
+        one = functools.partial(fn, *pieces[0])
+        if as_job:
+            one.steps = (Step((_parallel.kernel_job(fn, pieces[0]),), True),)  # type: ignore[attr-defined]
+        return one
+    if len(pieces) != 2 or not as_job:
         return functools.partial(run_c, fn, pieces, work=work)
     arr = (_parallel._Job * 2)(*(_parallel.kernel_job(fn, p) for p in pieces))
+    sizes = tuple(max(1, w) for w in work) if work is not None else tuple(max(1, p[-1] - p[-2]) for p in pieces)
 
     def call() -> None:
         # while contended, or the C thread could not start (run_pair turned it off): run_c's way
@@ -129,6 +162,7 @@ def c_call(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *,
             run_c(fn, pieces, work=work)
 
     call.jobs = arr  # type: ignore[attr-defined]  # the pair lives as long as the call
+    call.steps = (Step(tuple(arr), False, NOTE_SPLIT, sizes),)  # type: ignore[attr-defined]
     return call
 
 
@@ -148,6 +182,7 @@ def jobs_call(jobs: tuple, split: bool, count: int = 0, keep: object = None) -> 
             for job in jobs:
                 _parallel.run_here(job)
         here.jobs = (jobs, keep)  # type: ignore[attr-defined]
+        here.steps = (Step(tuple(jobs), True),)  # type: ignore[attr-defined]
         return here
     arr = (_parallel._Job * len(jobs))(*jobs)
 
@@ -162,4 +197,118 @@ def jobs_call(jobs: tuple, split: bool, count: int = 0, keep: object = None) -> 
 
     call.array = arr  # type: ignore[attr-defined]  # the jobs as they run (copies of ``jobs``)
     call.jobs = (jobs, keep)  # type: ignore[attr-defined]  # what the chains point to lives with the call
+    note = NOTE_DYNAMIC if count > 2 else NOTE_STATIC if count == 2 else None
+    call.steps = (Step(tuple(arr), False, note),)  # type: ignore[attr-defined]
     return call
+
+
+def sequence(*calls: Callable[[], None]) -> Callable[[], None]:
+    """A ready call running ``calls`` in order, with their :class:`Step` s (``steps``) one after
+    the other when every call has them (so a :class:`ReplayGroup` can take it)."""
+    def call() -> None:
+        for c in calls:
+            c()
+    parts = [getattr(c, "steps", None) for c in calls]
+    if all(p is not None for p in parts):
+        call.steps = tuple(st for p in parts for st in p)  # type: ignore[attr-defined]
+    return call
+
+
+_segments_fn: list = []
+
+
+def _run_segments() -> Callable[..., int]:
+    """``tr_run_segments`` of the C worker's library (:data:`._parallel.GEMM_C_SOURCE`, the one
+    :func:`._parallel.c_gemm` loaded: the same worker thread and state)."""
+    if not _segments_fn:
+        fn = _cc.load(_parallel.GEMM_C_SOURCE).tr_run_segments
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        fn.restype = ctypes.c_int
+        _segments_fn.append(fn)
+    return _segments_fn[0]
+
+
+class ReplayGroup:
+    """Consecutive launches of a replay whose prepared calls are all C jobs (:class:`Step` s),
+    run by one call into the C worker's library (``tr_run_segments``): each launch's jobs as its
+    own call would run them, in the same order, each after the previous ones are done, with no
+    return to Python between them. Between two kernels of LeNet-5 on two threads the C worker
+    otherwise waits while the main thread runs the next launch's Python (a few microseconds per
+    launch). The same jobs run, so the bits are those of the launches' own calls.
+
+    While :func:`._parallel.contended` (checked once per group, where each call checks it once),
+    with the C worker off, or when its thread cannot start (nothing ran), the launches run one by
+    one, as without groups. After the group the jobs' times feed :func:`._parallel.note_split` /
+    :func:`._parallel.note_dynamic_call` as each call would have."""
+
+    __slots__ = ("launches", "calls", "array", "counts", "notes")
+
+    def __init__(self, launches: Sequence[Callable[[], None]], calls: Sequence[Callable[[], None]]):
+        self.launches = tuple(launches)
+        self.calls = tuple(calls)  # keeps every job's chain and operands alive with the group
+        steps = [st for c in calls for st in c.steps]  # type: ignore[attr-defined]
+        jobs = [j for st in steps for j in st.jobs]
+        self.array = (_parallel._Job * len(jobs))(*jobs)
+        self.counts = (ctypes.c_int64 * len(steps))(*(-len(st.jobs) if st.here else len(st.jobs) for st in steps))
+        notes, at = [], 0
+        for st in steps:
+            if st.note is not None:
+                notes.append((st.note, at, st.sizes))
+            at += len(st.jobs)
+        self.notes = tuple(notes)
+
+    def __call__(self) -> None:
+        if _parallel.contended() or not _parallel.c_gemm():
+            for launch in self.launches:
+                launch()
+            return
+        with _threads.lock, _threads.hold:
+            rc = _run_segments()(ctypes.addressof(self.array), ctypes.addressof(self.counts), len(self.counts))
+        if rc != 0:  # the C thread could not start (nothing ran): each launch finds its own way
+            _parallel._cgemm = False  # as run_pair: the Python threads from now on
+            for launch in self.launches:
+                launch()
+            return
+        arr = self.array
+        for note, at, sizes in self.notes:
+            if note == NOTE_DYNAMIC:
+                _parallel.note_dynamic_call()
+            elif sizes is None:
+                _parallel.note_split((arr[at].seconds, arr[at + 1].seconds))
+            else:
+                top = max(sizes)
+                _parallel.note_split((arr[at].seconds / sizes[0] * top, arr[at + 1].seconds / sizes[1] * top))
+
+
+def replay_plan(launches: tuple, state: LaunchState, plans: dict) -> tuple:
+    """What a replay of ``launches`` under ``state`` calls: the launches, with each run of two or
+    more consecutive prepared launches whose calls have :class:`Step` s made one
+    :class:`ReplayGroup` (none when the state has no C worker or no prepared calls, or with
+    :data:`ENV_GROUPS` ``0``). Made once per state and kept in ``plans`` (the graph's own; the
+    prepared calls of every launch are made here, in order)."""
+    if not (state.prepared and state.c_gemm) or os.environ.get(ENV_GROUPS, "1").strip() == "0":
+        return launches
+    found = plans.get(state)
+    if found is not None:
+        return found
+    items: list = []
+    run: list = []
+
+    def close() -> None:
+        if len(run) >= 2:
+            items.append(ReplayGroup([lc for lc, _ in run], [c for _, c in run]))
+        else:
+            items.extend(lc for lc, _ in run)
+        run.clear()
+
+    for launch in launches:
+        current = getattr(launch, "prepared_call", None)
+        call = current() if current is not None else None
+        if call is not None and getattr(call, "steps", None) is not None:
+            run.append((launch, call))
+            continue
+        close()
+        items.append(launch)
+    close()
+    plan = plans[state] = tuple(items)
+    return plan

@@ -268,10 +268,8 @@ void tr_after_fork(void) {
     g_started = 0;
 }
 
-/* Run the `count` jobs of `jobs` on this thread and the worker thread, each taking the next
-   job not yet started (the calling thread starts with the first); return when all are done (0),
-   or -1 when the worker thread cannot be started (nothing was run). One caller at a time. */
-int tr_run_list(tr_job *jobs, int count) {
+/* Start the worker thread once: 0, or -1 when it cannot be started. */
+static int start_worker(void) {
     if (!g_started) {
         pthread_t th;
         pthread_attr_t at;
@@ -282,6 +280,11 @@ int tr_run_list(tr_job *jobs, int count) {
         if (rc != 0) return -1;
         g_started = 1;
     }
+    return 0;
+}
+
+/* Post `count` jobs to the started worker, drain them with it, wait until all are done. */
+static void run_posted(tr_job *jobs, int count) {
     pthread_mutex_lock(&g_mu);
     g_list = jobs;
     g_count = count;
@@ -295,6 +298,36 @@ int tr_run_list(tr_job *jobs, int count) {
         pthread_mutex_lock(&g_mu);
         while (atomic_load(&g_done) != seq) pthread_cond_wait(&g_cv_done, &g_mu);
         pthread_mutex_unlock(&g_mu);
+    }
+}
+
+/* Run the `count` jobs of `jobs` on this thread and the worker thread, each taking the next
+   job not yet started (the calling thread starts with the first); return when all are done (0),
+   or -1 when the worker thread cannot be started (nothing was run). One caller at a time. */
+int tr_run_list(tr_job *jobs, int count) {
+    if (start_worker() != 0) return -1;
+    run_posted(jobs, count);
+    return 0;
+}
+
+/* Run `nseg` segments of `jobs` in order, each one after the previous one is done: a
+   prepared group of a graph replay (lowering/cpu/_prepared.py, ReplayGroup), the kernel calls
+   of several launches without a return to Python between them. counts[s] > 0: that many jobs
+   on this thread and the worker, as tr_run_list; counts[s] < 0: -counts[s] jobs one after the
+   other on this thread, as tr_run_here. Returns -1, having run nothing, when a segment needs
+   the worker thread and it cannot be started; else 0. One caller at a time. */
+int tr_run_segments(tr_job *jobs, const int64_t *counts, int64_t nseg) {
+    for (int64_t s = 0; s < nseg; s++)
+        if (counts[s] > 0 && start_worker() != 0) return -1;
+    for (int64_t s = 0; s < nseg; s++) {
+        const int64_t c = counts[s];
+        if (c > 0) {
+            run_posted(jobs, (int)c);
+            jobs += c;
+        } else {
+            for (int64_t i = 0; i < -c; i++) run_job(&jobs[i]);
+            jobs += -c;
+        }
     }
     return 0;
 }

@@ -176,8 +176,9 @@ def _validated(ufunc: np.ufunc) -> tuple[int, int] | None:
     return loop, loop_data
 
 
-def _unary_pieces(ufunc: np.ufunc, x: np.ndarray, y: np.ndarray, split_elements: int):
-    """The shim and its two argument lists for :func:`unary`, or None where it does not split."""
+def _unary_pieces(ufunc: np.ufunc, x: np.ndarray, y: np.ndarray, split_elements: int, parts: int = 2):
+    """The shim and its argument lists for :func:`unary`: ``parts`` element ranges (2: None where
+    it does not split; 1: the whole array, on any thread count), or None."""
     if x.dtype != np.float32 or y.dtype != np.float32 or x.size != y.size or x.ndim != 1 or y.ndim != 1 \
             or x.size < split_elements or not (x.flags.c_contiguous and y.flags.c_contiguous) \
             or not (x.flags.aligned and y.flags.aligned and y.flags.writeable):
@@ -185,13 +186,13 @@ def _unary_pieces(ufunc: np.ufunc, x: np.ndarray, y: np.ndarray, split_elements:
     px, py = x.ctypes.data, y.ctypes.data
     if px != py and np.may_share_memory(x, y):  # a partial overlap: NumPy copies first, the ranges would not
         return None
-    if _parallel.workers() < 2:
+    if parts > 1 and _parallel.workers() < 2:
         return None
     found = unary_loop(ufunc)
     if found is None:
         return None
     n = x.size
-    return _shim_fn(), [(*found, px, py, lo, hi) for lo, hi in ((0, n // 2), (n // 2, n))]
+    return _shim_fn(), [(*found, px, py, n * i // parts, n * (i + 1) // parts) for i in range(parts)]
 
 
 def unary(ufunc: np.ufunc, x: np.ndarray, y: np.ndarray, split_elements: int) -> bool:
@@ -209,8 +210,14 @@ def unary(ufunc: np.ufunc, x: np.ndarray, y: np.ndarray, split_elements: int) ->
     return True
 
 
-def unary_call(ufunc: np.ufunc, x: np.ndarray, y: np.ndarray, split_elements: int) -> Callable[[], None] | None:
+def unary_call(ufunc: np.ufunc, x: np.ndarray, y: np.ndarray, split_elements: int,
+               whole: bool = False) -> Callable[[], None] | None:
     """:func:`unary` on these arrays as a ready zero-argument call (:func:`._prepared.c_call`,
-    for the thread count in force now), or None where :func:`unary` would return False."""
+    for the thread count in force now), or None where :func:`unary` would return False.
+    ``whole``: where it would not split, the whole array through the shim as one piece instead
+    (``ufunc(x, out=y)``'s bits; a C job a :class:`._prepared.ReplayGroup` can run), still None
+    where the loop cannot be used."""
     found = _unary_pieces(ufunc, x, y, split_elements)
+    if found is None and whole:
+        found = _unary_pieces(ufunc, x, y, 0, parts=1)
     return None if found is None else _prepared.c_call(*found)

@@ -277,12 +277,13 @@ def _register(name: str, act: Activation) -> None:
 
     def prepare_fwd(x, y) -> Callable[[], None] | None:
         """The prepared launch of the fp32 ufunc forward: :func:`._ufunc.unary_call` where
-        :func:`apply_forward` splits, the ufunc itself where it runs whole; else None."""
+        :func:`apply_forward` splits; where it runs whole, the ufunc's own loop as one C piece
+        (its bits; a job a replay group can run), else the ufunc itself; else None."""
         if act.ufunc is None or x.dtype != F32 or y.dtype != F32 or x.size != y.size \
                 or not (x.flags.c_contiguous and y.flags.c_contiguous):
             return None
         xf, yf = flat(x), flat(y)
-        call = _ufunc.unary_call(act.ufunc, xf, yf, C_SPLIT_ELEMENTS)
+        call = _ufunc.unary_call(act.ufunc, xf, yf, C_SPLIT_ELEMENTS, whole=True)  # whole: NumPy's bits, as a C job
         if call is not None:
             return call
         if xf.size >= HALVES_SPLIT_ELEMENTS and _parallel.workers() > 1:

@@ -320,13 +320,7 @@ def _prepare_backward(dy, w, x, dw, db, dx, gate_input: bool = False):
         return weight
     data = _parallel.matmul_call(dy2, w.reshape(o, f), dx.reshape(n, f), own_blas=True,
                                  gate=x2 if gate_input else None)
-    if data is None:
-        return None
-
-    def call() -> None:
-        weight()
-        data()
-    return call
+    return None if data is None else _prepared.sequence(weight, data)
 
 
 def _prepare_fc_fwd(x, w, y, b=None, xbuf=None, wbuf=None, ybuf=None):

@@ -189,7 +189,12 @@ class PreparedLaunch:
     each replay's start) runs ``fn`` on every call. A prepared call that finds the state it was
     made for gone (the C worker failed to start mid-replay) raises :class:`._prepared.Stale`
     before any write ``fn`` would not redo, and ``fn`` runs instead. The prepared call must give
-    ``fn``'s bits (tests/test_prepared_launches.py runs both on every prepared kernel).
+    ``fn``'s bits (tests/test_prepared_launches.py runs both on every prepared kernel). A call
+    with ``steps`` (:class:`._prepared.Step` s, as :func:`._prepared.c_call`,
+    :func:`._prepared.jobs_call` and :func:`._prepared.sequence` give them) must do exactly what
+    its steps' jobs do, the jobs unchanged from call to call (a call that writes into its jobs
+    before running them wraps them in a call of its own, without ``steps``): a replay may run
+    the jobs instead of the call (:class:`._prepared.ReplayGroup`).
 
     ``func``, ``args`` and ``keywords`` are those of the plain bound call (``functools.partial``),
     for tools that label a graph's launches."""
@@ -220,15 +225,21 @@ class PreparedLaunch:
         """The call the last launch ran: a prepared one, or :attr:`generic` (the kernel function)."""
         return self._call
 
-    def __call__(self) -> None:
+    def prepared_call(self) -> Callable[[], None]:
+        """The call a launch runs under the :class:`._prepared.LaunchState` in force now: the
+        prepared one (made now if this state had none yet) or :attr:`generic`."""
         state = launch_state()
         if state is not self._state:
             call = self._calls.get(state)
             if call is None:
                 call = self._calls[state] = (self._prepare() if state.prepared else None) or self.generic
             self._state, self._call = state, call
+        return self._call
+
+    def __call__(self) -> None:
+        call = self.prepared_call()
         try:
-            self._call()
+            call()
         except Stale:  # its state gone, before any write the kernel function would not redo
             self.generic()
 

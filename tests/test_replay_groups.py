@@ -1,0 +1,252 @@
+"""Replay groups (:class:`tr_mlir.lowering.cpu._prepared.ReplayGroup`): consecutive prepared
+launches whose calls are all C jobs run as one call into the C worker's library. A group must run
+the same jobs in the same order as the launches' own calls (the same bits), never span a launch
+that needs Python, fall back to the launches one by one where their calls would not run as jobs,
+and record the jobs' times as the calls would."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+from tr_mlir.lowering.backend import ClosureGraph
+from tr_mlir.lowering.cpu import _cc, _parallel, _prepared
+from tr_mlir.lowering.cpu.activation import C_SPLIT_ELEMENTS
+from tr_mlir.lowering.cpu.registry import KERNELS, PreparedLaunch
+
+from _sgd_steps import assert_same_training, three_sgd_steps
+
+F32 = np.float32
+
+
+def _need_c_worker() -> None:
+    if not (_cc.available() and _parallel.c_gemm()):
+        pytest.skip("no C worker here (TR_MLIR_CC=0 or TR_MLIR_C_GEMM=0): launches are not grouped")
+
+
+def _tanh(x: np.ndarray, y: np.ndarray) -> PreparedLaunch:
+    launch = KERNELS["tanh_fwd"].bind({"x": x, "y": y}, {})
+    assert isinstance(launch, PreparedLaunch)
+    return launch
+
+
+def _chain(sizes: list[int], seed: int = 0):
+    """Tanh launches ``y[i + 1] = tanh(y[i][:sizes[i]])`` (``sizes`` not increasing), each reading
+    what the one before wrote; the buffers ``y`` (``y[0]`` the random input) and the launches."""
+    rng = np.random.default_rng(seed)
+    n = max(s for s in sizes if s)
+    bufs = [rng.standard_normal(n).astype(F32)]
+    launches = []
+    for size in sizes:
+        x = bufs[-1][:size]
+        y = np.zeros(size, F32)
+        launches.append(_tanh(x, y))
+        bufs.append(y)
+    return bufs, launches
+
+
+def _numpy_chain(x0: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
+    out, x = [], x0
+    for size in sizes:
+        x = np.tanh(x[:size])
+        out.append(x)
+    return out
+
+
+def _plan(graph: ClosureGraph) -> tuple:
+    state = _prepared.begin_replay()
+    try:
+        return _prepared.replay_plan(graph.launches, state, graph.plans)
+    finally:
+        _prepared.end_replay()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_group_runs_its_launches_in_order_to_the_bit(threads, monkeypatch):
+    """Dependent tanh launches, split in two (a job pair) and whole (a job here), mixed: one group
+    giving NumPy's bits, in order (each reads what the one before wrote)."""
+    _need_c_worker()
+    monkeypatch.setenv(_prepared.ENV_GROUPS, "1")
+    sizes = [C_SPLIT_ELEMENTS * 2, C_SPLIT_ELEMENTS + 6, 5000, 1000, 77]
+    bufs, launches = _chain(sizes)
+    graph = ClosureGraph(tuple(launches))
+    with threadpool_limits(threads):
+        plan = _plan(graph)
+        assert len(plan) == 1 and isinstance(plan[0], _prepared.ReplayGroup)
+        if threads == 2:  # the two large ones split: segments of two jobs drained by both threads
+            assert list(plan[0].counts) == [2, 2, -1, -1, -1]
+        else:
+            assert list(plan[0].counts) == [-1] * 5
+        graph.replay()
+    for got, want in zip(bufs[1:], _numpy_chain(bufs[0], sizes)):
+        assert got.tobytes() == want.tobytes()
+
+
+def test_a_launch_without_jobs_ends_a_group_and_runs_between(monkeypatch):
+    """A Python launch between C launches: the plan keeps it in place, groups only the runs of
+    two or more C launches around it, and the replay sees its input written and its output read."""
+    _need_c_worker()
+    monkeypatch.setenv(_prepared.ENV_GROUPS, "1")
+    x = np.linspace(-2, 2, 3000, dtype=F32)
+    a, b, c, d, e = (np.zeros_like(x) for _ in range(5))
+    seen = []
+
+    def python_step() -> None:  # reads a (written by the group before), writes b
+        seen.append(a.copy())
+        np.multiply(a, 1.5, out=b)
+
+    launches = (_tanh(x, a), _tanh(a, e), python_step, _tanh(b, c), _tanh(c, d), _tanh(d, d))
+    graph = ClosureGraph(launches)
+    with threadpool_limits(2):
+        plan = _plan(graph)
+        assert [type(p).__name__ for p in plan] == ["ReplayGroup", "function", "ReplayGroup"]
+        assert plan[1] is python_step and plan[2].launches == launches[3:]
+        graph.replay()
+    assert seen[0].tobytes() == np.tanh(x).tobytes()
+    want = np.tanh(np.tanh(np.tanh(np.tanh(x) * F32(1.5))))
+    assert d.tobytes() == want.tobytes()
+
+
+def test_a_single_c_launch_is_not_a_group(monkeypatch):
+    _need_c_worker()
+    monkeypatch.setenv(_prepared.ENV_GROUPS, "1")
+    x = np.ones(100, F32)
+    launch = _tanh(x, np.zeros_like(x))
+    graph = ClosureGraph((launch, lambda: None))
+    with threadpool_limits(2):
+        assert _plan(graph)[0] is launch
+
+
+def test_groups_off_by_the_switch_and_without_prepared_calls(monkeypatch):
+    _need_c_worker()
+    bufs, launches = _chain([300, 200, 100])
+    graph = ClosureGraph(tuple(launches))
+    monkeypatch.setenv(_prepared.ENV_GROUPS, "0")
+    assert _plan(graph) is graph.launches
+    monkeypatch.setenv(_prepared.ENV_GROUPS, "1")
+    monkeypatch.setenv(_prepared.ENV_PREPARE, "0")
+    assert _plan(graph) is graph.launches
+    monkeypatch.setenv(_prepared.ENV_PREPARE, "1")
+    assert isinstance(_plan(graph)[0], _prepared.ReplayGroup)
+
+
+def test_a_plan_is_made_once_per_launch_state(monkeypatch):
+    _need_c_worker()
+    monkeypatch.setenv(_prepared.ENV_GROUPS, "1")
+    _, launches = _chain([C_SPLIT_ELEMENTS * 2, 100])
+    graph = ClosureGraph(tuple(launches))
+    with threadpool_limits(2):
+        two = _plan(graph)
+        assert _plan(graph) is two
+    with threadpool_limits(1):
+        one = _plan(graph)
+    assert one is not two and len(graph.plans) == 2
+    assert list(one[0].counts) == [-1, -1] and list(two[0].counts) == [2, -1]
+
+
+@pytest.mark.parametrize("why", ["contended", "c_worker_off"])
+def test_the_launches_run_one_by_one_where_their_calls_would_not_run_as_jobs(why, monkeypatch):
+    """While the threads are contended, or with the C worker off (``TR_MLIR_C_GEMM=0`` after the
+    plan was made), the group calls its launches (their own calls decide) and not the C runner."""
+    _need_c_worker()
+    monkeypatch.setenv(_prepared.ENV_GROUPS, "1")
+    sizes = [C_SPLIT_ELEMENTS * 3, C_SPLIT_ELEMENTS * 2, 500]
+    bufs, launches = _chain(sizes, seed=1)
+    graph = ClosureGraph(tuple(launches))
+    with threadpool_limits(2):
+        assert isinstance(_plan(graph)[0], _prepared.ReplayGroup)
+
+        def refuse(*_a):
+            raise AssertionError("the C runner ran")
+
+        monkeypatch.setattr(_prepared, "_run_segments", lambda: refuse)
+        if why == "contended":
+            monkeypatch.setattr(_parallel, "contended", lambda: True)
+        else:
+            monkeypatch.setenv(_parallel.ENV_C_GEMM, "0")
+        graph.replay()
+    for got, want in zip(bufs[1:], _numpy_chain(bufs[0], sizes)):
+        assert got.tobytes() == want.tobytes()
+
+
+def test_a_c_thread_that_cannot_start_leaves_the_launches_to_their_own_calls(monkeypatch):
+    """``tr_run_segments`` returning -1 (pthread_create failed, nothing ran): the C worker is off
+    from then on, as after ``run_pair``, and every launch runs on its own, with the same result."""
+    _need_c_worker()
+    monkeypatch.setenv(_prepared.ENV_GROUPS, "1")
+    monkeypatch.setattr(_parallel, "_cgemm", _parallel._cgemm)  # restored after the test
+    sizes = [C_SPLIT_ELEMENTS * 2, 400, 300]
+    bufs, launches = _chain(sizes, seed=2)
+    graph = ClosureGraph(tuple(launches))
+    with threadpool_limits(2):
+        assert isinstance(_plan(graph)[0], _prepared.ReplayGroup)
+        monkeypatch.setattr(_prepared, "_run_segments", lambda: (lambda *_a: -1))
+        graph.replay()
+        assert _parallel._cgemm is False
+    for got, want in zip(bufs[1:], _numpy_chain(bufs[0], sizes)):
+        assert got.tobytes() == want.tobytes()
+
+
+def test_a_groups_split_times_feed_the_contention_measure(monkeypatch):
+    """Each job pair's times, per unit of work, reach ``note_split`` after the group, in order,
+    as ``run_pair`` would pass them."""
+    _need_c_worker()
+    monkeypatch.setenv(_prepared.ENV_GROUPS, "1")
+    notes = []
+    monkeypatch.setattr(_parallel, "note_split", lambda t: notes.append(tuple(t)))
+    _, launches = _chain([C_SPLIT_ELEMENTS * 4, C_SPLIT_ELEMENTS * 2 + 1, 100])
+    graph = ClosureGraph(tuple(launches))
+    with threadpool_limits(2):
+        plan = _plan(graph)
+        graph.replay()
+    group = plan[0]
+    assert len(notes) == 2 and all(len(n) == 2 and min(n) > 0 for n in notes)
+    at = [i for i, c in enumerate(group.counts) if c == 2]
+    first = sum(abs(c) for c in group.counts[:at[0]])
+    assert notes[0][0] == group.array[first].seconds  # equal halves: times as measured
+
+
+def test_sequence_has_steps_only_when_every_part_has():
+    job = functools.partial(print)
+    a, b = (lambda: None), (lambda: None)
+    a.steps = (_prepared.Step((), True),)
+    b.steps = (_prepared.Step((), False, _prepared.NOTE_STATIC),)
+    assert _prepared.sequence(a, b).steps == a.steps + b.steps
+    assert not hasattr(_prepared.sequence(a, job), "steps")
+
+
+def test_small_ufunc_forwards_are_c_jobs_with_numpys_bits():
+    """A tanh forward too small to split runs NumPy's own loop as one C piece: a job a group can
+    take, with ``np.tanh``'s bits (including the values around 0, 9 and the infinities)."""
+    _need_c_worker()
+    x = np.concatenate([np.linspace(-10, 10, 997, dtype=F32), np.array([0.0, -0.0, np.inf, -np.inf, 1e-30], F32)])
+    y = np.zeros_like(x)
+    launch = _tanh(x, y)
+    with threadpool_limits(2):
+        launch()
+        assert getattr(launch.last_call, "steps", None) is not None
+    assert y.tobytes() == np.tanh(x).tobytes()
+
+
+def _three_steps(model: str, batch: int, threads: int, groups: bool, monkeypatch):
+    task, losses, state = three_sgd_steps(model, batch, threads, monkeypatch,
+                                          **{_prepared.ENV_GROUPS: "1" if groups else "0"})
+    grouped = sum(isinstance(item, _prepared.ReplayGroup) for g in task.exe.captured
+                  for plan in g.plans.values() for item in plan)
+    return losses, state, grouped
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("model, batch", [("lenet5", 32), ("mlp", 16), ("resnet_tiny", 8)])
+def test_training_with_replay_groups_is_bit_identical(model, batch, threads, monkeypatch):
+    """Three SGD steps with and without replay groups: the same losses, parameters and buffers to
+    the bit; LeNet-5's step has groups where there is a C worker."""
+    on = _three_steps(model, batch, threads, True, monkeypatch)
+    off = _three_steps(model, batch, threads, False, monkeypatch)
+    assert_same_training(on, off)
+    assert off[2] == 0
+    if model == "lenet5" and _cc.available() and _parallel.c_gemm():
+        assert on[2] >= 2, f"only {on[2]} groups"
