@@ -649,3 +649,48 @@ def test_drop_last_trains_full_batches_only(tmp_path, capsys):
     r = json.loads((tmp_path / "r.json").read_text())
     assert r["config"]["drop_last"] is True and r["config"]["train_size"] == 1437
     assert "batch_size=32 train_size=1408 " in out
+
+
+def test_a_diverging_run_stops_with_an_error_and_keeps_the_last_finite_checkpoint(tmp_path, capsys, monkeypatch):
+    """A run whose validation loss turns NaN: the epoch's line says so, it is not the best, the
+    run stops there (exit 1, the epoch, loss and learning rate named), ``last`` and ``best`` keep
+    the last finite epoch, and the report is valid JSON with null for the NaN losses."""
+    from tr_mlir.tools import tr_train as tt
+
+    real = tt._train_epoch
+
+    def nan_in_epoch_3(task, ds, epoch, epochs, drop_last=False):
+        row = real(task, ds, epoch, epochs, drop_last)
+        if epoch == 3:
+            row.update(train_loss=float("nan"), val_loss=float("inf"), val_top1=0.99)
+        return row
+
+    monkeypatch.setattr(tt, "_train_epoch", nan_in_epoch_3)
+    save = tmp_path / "ckpt"
+    code, out, err = run_main(["--device", "cpu", "--model", "mlp_digits", "--epochs", "5", "--save-dir", save,
+                               "--report-json", tmp_path / "r.json"], capsys)
+    assert_error(code, err, "training diverged in epoch 3: the val loss is inf", "--save-dir keeps epoch 2")
+    assert "epoch 4/5" not in out and re.search(r"epoch 3/5 .* diverged$", out, re.M)
+    assert "at epoch 3" not in out and "best val top-1" in out
+    report = json.loads((tmp_path / "r.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert [e["epoch"] for e in report["epochs"]] == [1, 2, 3]
+    assert report["epochs"][2]["val_loss"] is None and report["epochs"][2]["train_loss"] is None
+    assert report["best_epoch"] in (1, 2)
+    for name in ("last", "best"):
+        saved = json.loads((save / name / "tr_train.json").read_text())
+        assert len(saved["epochs"]) in ((2,) if name == "last" else (1, 2))
+
+
+def test_diverged_and_best_of_read_the_losses():
+    from tr_mlir.tools.train_outputs import best_of, diverged
+
+    nan, inf = float("nan"), float("inf")
+    assert diverged({"val_loss": nan, "train_loss": 1.0}, 10) == "val"
+    assert diverged({"val_loss": 2.0, "train_loss": inf}, 10) is None  # one overflowing step, a finite model
+    assert diverged({"val_loss": None}, 10) == "val"
+    assert diverged({"val_loss": nan, "train_loss": -inf}, 0) == "train"
+    assert diverged({"val_loss": nan, "train_loss": 0.5}, 0) is None
+    rows = [{"epoch": 1, "val_top1": 0.5, "val_loss": 1.0}, {"epoch": 2, "val_top1": 0.9, "val_loss": nan},
+            {"epoch": 3, "val_top1": nan, "val_loss": 0.9}, {"epoch": 4, "val_top1": 0.6, "val_loss": 0.8}]
+    assert best_of(rows) == (0.6, 4)
+    assert best_of(rows[1:3]) == (None, None)

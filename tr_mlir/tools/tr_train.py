@@ -106,12 +106,19 @@ Report (``--report-json FILE``, rewritten after every epoch), schema version
     }
 
 Accuracies are fractions in [0, 1]; ``lr`` is the rate at the epoch's first batch; epochs of a
-resumed run's earlier invocations are included. New keys may be added within a schema version;
+resumed run's earlier invocations are included; a value that is not finite (a loss of a
+diverged epoch, below) is ``null``. New keys may be added within a schema version;
 a key is removed or changes meaning only with a new version.
 
 Errors (missing or malformed data, a bad blueprint file or function, an unknown model, a model
 that cannot take the dataset's shape, a model too large for memory, bad flag values, unwritable
 outputs) print ``tr-train: error: <message>`` on stderr and exit 1, without a traceback;
+so does a run that diverges: an epoch whose validation loss (without a validation set, its train
+loss) is NaN or infinite ends the run after its line (marked ``diverged``) and the summary. It is
+never the best epoch and no checkpoint is written for it (``--save-dir`` keeps the last finite
+epoch's); the message names the epoch, the loss and the learning rate. NumPy's floating-point
+warnings from the kernels of a diverging step are not printed (the kernels skip an update whose
+gradients are not finite, :mod:`tr_mlir.amp`; a model whose loss stays NaN does not recover);
 anything unexpected prints ``tr-train: internal error: ...`` (``TR_TRAIN_TRACEBACK=1`` shows the
 traceback). Ctrl-C stops after writing the report of the finished epochs (exit 130); once the
 run has finished, the console script ignores it while the interpreter exits (exit 0).
@@ -157,6 +164,7 @@ from tr_mlir.tools.train_options import (
     training_options,
 )
 from tr_mlir.tools.train_outputs import (
+    diverged,
     atomic_write,
     best_of,
     check_save_dir,
@@ -462,6 +470,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
          + (f" x {task.world_size} processes" if task.world_size > 1 else ""))
     best, best_epoch = best_of(history)
     interrupted = False
+    divergence = None
 
     def write_outputs() -> None:
         timings["total_s"] = time.perf_counter() - t_start
@@ -477,7 +486,8 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
             timings["train_s"] += row["train_s"]
             timings["val_s"] += row["val_s"]
             history.append(row)
-            new_best = best is None or (not math.isnan(row["val_top1"]) and row["val_top1"] > best)
+            bad = diverged(row, ds.num_val)
+            new_best = bad is None and (best is None or (not math.isnan(row["val_top1"]) and row["val_top1"] > best))
             if new_best:
                 best, best_epoch = row["val_top1"], epoch
             say(f"epoch {epoch:>{len(str(args.epochs))}}/{args.epochs}  lr {row['lr']:.4g}  "
@@ -485,7 +495,13 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
                  f"val top-1 {_pct(row['val_top1'])}  top-5 {_pct(row['val_top5'])}  "
                  + (f"EMA top-1 {_pct(row['val_ema_top1'])}  " if "val_ema_top1" in row else "")
                  + f"{row['train_images_per_s']:,.0f} img/s  {row['train_s'] + row['val_s']:.2f} s"
-                 + ("  *" if new_best else ""))
+                 + ("  *" if new_best else "") + ("  diverged" if bad is not None else ""))
+            if bad is not None:
+                divergence = (f"training diverged in epoch {epoch}: the {bad} loss is {row[bad + '_loss']} (learning "
+                              f"rate {row['lr']:.4g}); lower --lr or add --warmup"
+                              + (f"; --save-dir keeps epoch {epoch - 1}" if args.save_dir is not None and epoch > 1
+                                 else ""))
+                break
             if args.save_dir is not None and lead:
                 t0 = time.perf_counter()
                 state = {"format": RUN_STATE_FORMAT, "config": config, "epochs": history,
@@ -514,8 +530,11 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     if history:
         last = history[-1]
         best_row = next(r for r in history if r["epoch"] == best_epoch) if best_epoch is not None else last
-        say(f"best val top-1 {_pct(best)} at epoch {best_epoch} (val top-5 {_pct(best_row['val_top5'])}, "
-             f"val loss {best_row['val_loss']:.4f})")
+        if best_epoch is None:
+            say("best val top-1: none (no epoch with a finite val loss and top-1)")
+        else:
+            say(f"best val top-1 {_pct(best)} at epoch {best_epoch} (val top-5 {_pct(best_row['val_top5'])}, "
+                 f"val loss {best_row['val_loss']:.4f})")
         say(f"last epoch {last['epoch']}: val top-1 {_pct(last['val_top1'])}, train loss {last['train_loss']:.4f}, "
              f"val loss {last['val_loss']:.4f}")
         emas = [(r["val_ema_top1"], r["epoch"]) for r in history if "val_ema_top1" in r]
@@ -534,6 +553,8 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
                                              ("checkpoints", args.save_dir)) if p is not None]
     if outputs:
         say("wrote " + ", ".join(outputs))
+    if divergence is not None:
+        raise TrainError(divergence)
     return 130 if interrupted else 0
 
 
@@ -620,16 +641,20 @@ def _train_epoch(task: Any, ds: Any, epoch: int, epochs: int, drop_last: bool = 
             bar.update(finished - done[0])
             done[0] = finished
 
+    import numpy as np
+
     try:
         t0 = time.perf_counter()
-        row = task.fit((ds.train_x, ds.train_y), None, epochs=1, on_batch=on_batch, drop_last=drop_last)[0]
+        with np.errstate(all="ignore"):  # a diverging step's overflows: reported as a divergence, not per kernel
+            row = task.fit((ds.train_x, ds.train_y), None, epochs=1, on_batch=on_batch, drop_last=drop_last)[0]
         train_s = time.perf_counter() - t0
         if not bar.disable:
             bar.set_postfix(loss=f"{row['train_loss']:.4f}", refresh=False)
             bar.update(n - done[0])
         t0 = time.perf_counter()
-        ev = task.evaluate(ds.val_x, ds.val_y)
-        ev_ema = task.evaluate(ds.val_x, ds.val_y, ema=True) if task.ema is not None else None
+        with np.errstate(all="ignore"):
+            ev = task.evaluate(ds.val_x, ds.val_y)
+            ev_ema = task.evaluate(ds.val_x, ds.val_y, ema=True) if task.ema is not None else None
         val_s = time.perf_counter() - t0
     finally:
         bar.close()

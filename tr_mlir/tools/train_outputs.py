@@ -185,12 +185,27 @@ def atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def diverged(row: dict[str, Any], num_val: int) -> str | None:
+    """Which loss of the epoch row ``row`` shows the run diverged: ``"val"`` when its validation
+    loss is NaN or infinite (the model as trained so far gives no finite loss on data it does not
+    train on), ``"train"`` when there is no validation set (``num_val`` 0) and its train loss is
+    not finite; else None. A missing loss (None, as a report's ``null``) counts as not finite."""
+    if num_val > 0:
+        return None if _finite(row.get("val_loss")) else "val"
+    return None if _finite(row.get("train_loss")) else "train"
+
+
 def best_of(epochs: list[dict[str, Any]]) -> tuple[float | None, int | None]:
-    """(best val top-1, its epoch) over the epoch rows (the earliest epoch on ties)."""
+    """(best val top-1, its epoch) over the epoch rows (the earliest epoch on ties); an epoch
+    whose val loss is not finite (:func:`diverged`) is not a candidate."""
     best, at = None, None
     for row in epochs:
         v = row.get("val_top1")
-        if v is not None and not math.isnan(v) and (best is None or v > best):
+        if _finite(v) and _finite(row.get("val_loss", 0.0)) and (best is None or v > best):
             best, at = v, row["epoch"]
     return best, at
 
@@ -200,9 +215,10 @@ def make_report(config: dict[str, Any], timings: dict[str, float], epochs: list[
     import tr_mlir
 
     best, at = best_of(epochs)
+    rows = [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in r.items()} for r in epochs]
     return {"schema_version": REPORT_SCHEMA_VERSION, "tool": PROG, "tr_mlir_version": tr_mlir.__version__,
             "config": config, "timings": {k: round(v, 4) for k, v in timings.items()},
-            "best_val_top1": best, "best_epoch": at, "epochs": epochs}
+            "best_val_top1": best, "best_epoch": at, "epochs": rows}
 
 
 def write_plot(path: Path, epochs: list[dict[str, Any]], title: str) -> None:
