@@ -1137,3 +1137,32 @@ def test_residual_adds_split_by_threads_with_numpys_bits(dtypes, cc, monkeypatch
         assert out.tobytes() == want.tobytes()
     assert (dense._add_fn() is not None) == compiled or dtypes[1] != "float32"
     assert buf[1:].tobytes() == ref.tobytes()
+
+
+@needs_cc
+@two_threads
+def test_a_c_thread_that_cannot_start_runs_the_jobs_here_and_turns_the_worker_off(monkeypatch):
+    """``pthread_create`` failing (``tr_run_list`` returns -1 having run nothing): the split GEMM's
+    jobs, a compiled kernel's piece pair and the FC backward's concurrent jobs run on the calling
+    thread, to the same bits, and the C worker stays off afterwards (the Python threads split)."""
+    if not _parallel.c_gemm():
+        pytest.skip("no C worker here")
+    real = _parallel._cgemm
+    monkeypatch.setattr(_parallel, "_cgemm", (lambda _arr, _n: -1, *real[1:]))
+    monkeypatch.setattr(_parallel, "_contended", 0)
+    rng = np.random.default_rng(7)
+    a, b = rnd(rng, (200, 784)), rnd(rng, (784, 1024))
+    want = np.empty((200, 1024), F32)
+    with threadpool_limits(1):
+        np.matmul(a, b, out=want)
+    got = np.full_like(want, np.nan)
+    with threadpool_limits(2):
+        _parallel.matmul(a, b, got)
+    assert np.array_equal(got, want)
+    assert _parallel._cgemm is False and not _parallel.c_gemm()
+    monkeypatch.setattr(_parallel, "_cgemm", (lambda _arr, _n: -1, *real[1:]))
+    x = rnd(rng, (1 << 18,))
+    y = np.zeros_like(x)
+    with threadpool_limits(2):
+        KERNELS["tanh_fwd"].fn(x=x, y=y)  # its two halves through run_c's job pair
+    assert y.tobytes() == np.tanh(x).tobytes() and _parallel._cgemm is False

@@ -405,10 +405,18 @@ def run_jobs(*jobs: _Job) -> tuple[float, ...]:
 
 
 def _run_array(arr) -> None:
-    """Run the jobs of a ctypes ``_Job`` array as :func:`run_jobs` does."""
+    """Run the jobs of a ctypes ``_Job`` array as :func:`run_jobs` does. Where the C worker
+    thread cannot be started (``pthread_create`` failed, nothing ran) the jobs run one after the
+    other on the calling thread (each writes its own part: the same bits) and the C worker is off
+    from then on (:func:`c_gemm` False: the Python kernel threads split, as without it)."""
+    global _cgemm
     with _threads.lock, _threads.hold:
-        if _cgemm[0](ctypes.addressof(arr), len(arr)) != 0:
-            raise RuntimeError("could not start the C kernel thread (pthread_create failed)")
+        if _cgemm[0](ctypes.addressof(arr), len(arr)) == 0:
+            return
+        here = _cgemm[2]
+        for job in arr:
+            here(ctypes.addressof(job))
+    _cgemm = False
 
 
 def kernel_job(fn: ctypes._CFuncPtr, args: Sequence[int]) -> _Job:
@@ -462,7 +470,8 @@ def run_c(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *, keep: bool
     gives each piece's amount (for a kernel whose last two arguments are not its range), else
     the length of that range.
     Otherwise :func:`run`: without the C worker, for a kernel whose parameters a job cannot pass
-    (:func:`_callable_as_job`), if the C thread cannot start, and while :func:`contended`
+    (:func:`_callable_as_job`), once the C thread could not start (that call ran both pieces
+    here, :func:`_run_array`), and while :func:`contended`
     (another process slows a thread: the caller's spin-wait for the C worker would keep a core
     busy that the slowed worker could move to; LeNet-5 with a CPU hog measured 0.86-0.90x the
     Python threads that way). The pieces' results do not depend on the thread that runs them."""
@@ -479,24 +488,17 @@ def run_c(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *, keep: bool
                 arr = cached_jobs(key, lambda: (_Job * 2)(*(kernel_job(fn, p) for p in pieces)))
             else:
                 arr = (_Job * 2)(*(kernel_job(fn, p) for p in pieces))
-            if run_pair(arr, pieces, work):
-                return
+            run_pair(arr, pieces, work)
+            return
     run([lambda p=p: fn(*p) for p in pieces])
 
 
-def run_pair(arr, pieces: Sequence[tuple[int, ...]], work: Sequence[int] | None) -> bool:
-    """Run :func:`run_c`'s job pair ``arr`` (of ``pieces``) on this thread and the C worker and
-    feed :func:`note_split` their times per unit of work; False (nothing ran, the C worker off
-    from now on) when the C thread could not start."""
-    global _cgemm
-    try:
-        _run_array(arr)
-    except RuntimeError:  # pthread_create failed (nothing ran): the Python threads from now on
-        _cgemm = False
-        return False
+def run_pair(arr, pieces: Sequence[tuple[int, ...]], work: Sequence[int] | None) -> None:
+    """Run :func:`run_c`'s job pair ``arr`` (of ``pieces``) on this thread and the C worker
+    (:func:`_run_array`) and feed :func:`note_split` their times per unit of work."""
+    _run_array(arr)
     sizes = [max(1, w) for w in work] if work is not None else [max(1, p[-1] - p[-2]) for p in pieces]
     note_split([arr[i].seconds / sizes[i] * max(sizes) for i in range(2)])
-    return True
 
 
 def run_here(job: _Job) -> None:

@@ -157,9 +157,11 @@ def c_call(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *,
     sizes = tuple(max(1, w) for w in work) if work is not None else tuple(max(1, p[-1] - p[-2]) for p in pieces)
 
     def call() -> None:
-        # while contended, or the C thread could not start (run_pair turned it off): run_c's way
-        if _parallel.contended() or not _parallel.c_gemm() or not _parallel.run_pair(arr, pieces, work):
+        # while contended, or the C thread could not start (_run_array turned it off): run_c's way
+        if _parallel.contended() or not _parallel.c_gemm():
             run_c(fn, pieces, work=work)
+        else:
+            _parallel.run_pair(arr, pieces, work)
 
     call.jobs = arr  # type: ignore[attr-defined]  # the pair lives as long as the call
     call.steps = (Step(tuple(arr), False, NOTE_SPLIT, sizes),)  # type: ignore[attr-defined]
