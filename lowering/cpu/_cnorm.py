@@ -221,25 +221,34 @@ def _bounds(m: int, c: int) -> list[int]:
     return [m * i // t for i in range(t + 1)]
 
 
-def _rows(fn, bounds: list[int], args) -> None:
-    """``fn(*args(w), r0, r1)`` for each row block ``w``, on the kernel threads when there are
-    several (:func:`._parallel.run_c`; no job pair is kept: the pointers include per-call
-    temporaries, the partial sums and the folded scale and shift)."""
-    _parallel.run_c(fn, [(*args(w), r0, r1) for w, (r0, r1) in enumerate(zip(bounds, bounds[1:]))], keep=False)
+def _pieces(bounds: list[int], args) -> list[tuple[int, ...]]:
+    """``(*args(w), r0, r1)`` for each row block ``w`` of ``bounds``: a kernel's pieces for
+    :func:`._parallel.run_c` (or :func:`._prepared.c_call`)."""
+    return [(*args(w), r0, r1) for w, (r0, r1) in enumerate(zip(bounds, bounds[1:]))]
 
 
-def _sums(name: str, arrays: tuple[np.ndarray, ...], m: int, c: int) -> tuple[np.ndarray, np.ndarray]:
-    """The two per-channel float64 sums of kernel ``name`` over all rows of its input ``arrays``,
-    block partials added in thread order."""
-    bounds = _bounds(m, c)
-    parts = _partials(len(bounds) - 1, c)
-    fn = function(name, c)
-    ptrs = tuple(_ptr(a) for a in arrays)
-    _rows(fn, bounds, lambda w: (*ptrs, _ptr(parts[w][0]), _ptr(parts[w][1])))
+def _run(fn, pieces: list[tuple[int, ...]]) -> None:
+    """The pieces on the kernel threads when there are several (:func:`._parallel.run_c`; no job
+    pair is kept: the pointers include per-call temporaries, the partial sums and the folded
+    scale and shift)."""
+    _parallel.run_c(fn, pieces, keep=False)
+
+
+def _sums(fn, pieces: list[tuple[int, ...]], parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Run a sum pass (:func:`stats_pass`, :func:`backward_sums_pass`) and return its two
+    per-channel float64 sums, the block partials added in thread order."""
+    _run(fn, pieces)
     total = parts[0].copy()
     for w in range(1, len(parts)):
         total += parts[w]
     return total[0], total[1]
+
+
+def _sum_pass(name: str, arrays: tuple[np.ndarray, ...], m: int, c: int, own: bool):
+    bounds = _bounds(m, c)
+    parts = (new_partials if own else _partials)(len(bounds) - 1, c)
+    ptrs = tuple(_ptr(a) for a in arrays)
+    return function(name, c), _pieces(bounds, lambda w: (*ptrs, _ptr(parts[w][0]), _ptr(parts[w][1]))), parts
 
 
 LINE_DOUBLES = 8
@@ -261,11 +270,32 @@ def _partials(t: int, c: int) -> list[np.ndarray]:
         cache = _partials_cache.by_shape = {}
     parts = cache.get((t, c))
     if parts is None:
-        stride = -(-2 * c // LINE_DOUBLES) * LINE_DOUBLES + LINE_DOUBLES
-        buf = np.empty(t * stride + LINE_DOUBLES, dtype=np.float64)
-        off = (-buf.ctypes.data % 64) // 8
-        parts = cache[(t, c)] = [buf[off + w * stride: off + w * stride + 2 * c].reshape(2, c) for w in range(t)]
+        parts = cache[(t, c)] = new_partials(t, c)
     return parts
+
+
+def part_stride(c: int) -> int:
+    """float64 elements from one partial-sum array of :func:`new_partials` to the next."""
+    return -(-2 * c // LINE_DOUBLES) * LINE_DOUBLES + LINE_DOUBLES
+
+
+def new_partials(t: int, c: int) -> list[np.ndarray]:
+    """``t`` new float64 (2, c) arrays laid out as :func:`_partials` explains, one buffer:
+    ``parts[w]`` starts :func:`part_stride` elements after ``parts[w - 1]``."""
+    stride = part_stride(c)
+    buf = np.empty(t * stride + LINE_DOUBLES, dtype=np.float64)
+    off = (-buf.ctypes.data % 64) // 8
+    return [buf[off + w * stride: off + w * stride + 2 * c].reshape(2, c) for w in range(t)]
+
+
+def stats_pass(x: np.ndarray, own: bool = False) -> tuple[ctypes._CFuncPtr, list[tuple[int, ...]], list[np.ndarray]]:
+    """The statistics pass over fp32 (M, C) ``x`` (``bn_stats``, pivot x's first row) as
+    ``(fn, pieces, parts)``: its pieces, one per row block (:func:`_bounds`), block ``w``
+    writing ``parts[w][0]`` = ``sum (x - p)`` and ``parts[w][1]`` = ``sum (x - p)^2`` (float64, C
+    each): this thread's cached partial sums (:func:`_partials`), or ``own``: new ones
+    (:func:`new_partials`, a prepared launch's)."""
+    m, c = x.shape
+    return _sum_pass("bn_stats", (x, x[0]), m, c, own)
 
 
 def batch_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -273,10 +303,21 @@ def batch_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     pass of sums shifted by the first row, in double; the variance clamped at 0)."""
     m, c = x.shape
     pivot = np.ascontiguousarray(x[0])
-    s1, s2 = _sums("bn_stats", (x, pivot), m, c)
+    s1, s2 = _sums(*stats_pass(x))
     shift = s1 / m
     var = np.maximum(s2 / m - shift * shift, 0.0)
     return pivot.astype(np.float64) + shift, var
+
+
+def apply_pass(x: np.ndarray, y: np.ndarray, scale: np.ndarray, shift: np.ndarray, relu: bool = False,
+               mask: np.ndarray | None = None, skip: np.ndarray | None = None
+               ) -> tuple[ctypes._CFuncPtr, list[tuple[int, ...]]]:
+    """:func:`apply`'s kernel and pieces (one per row block), ``(fn, pieces)``."""
+    m, c = x.shape
+    name = "bn_apply" if not relu else f"bn_apply_relu{'_add' if skip is not None else ''}" \
+                                       f"{'_mask' if mask is not None else ''}"
+    ptrs = tuple(_ptr(v) for v in (x, skip, y, mask, scale, shift) if v is not None)
+    return function(name, c), _pieces(_bounds(m, c), lambda w: ptrs)
 
 
 def apply(x: np.ndarray, y: np.ndarray, scale: np.ndarray, shift: np.ndarray, relu: bool = False,
@@ -284,12 +325,19 @@ def apply(x: np.ndarray, y: np.ndarray, scale: np.ndarray, shift: np.ndarray, re
     """``y = x * scale + shift`` per channel; x, y fp32 (M, C) (y may be x), scale and shift fp32 (C,).
     ``relu``: ``y = relu(x * scale + shift [+ skip])`` in the same pass (skip fp32 (M, C)), and the
     INT8 ``mask`` (M, C) of the pre-activation ``> 0`` when given."""
+    _run(*apply_pass(x, y, scale, shift, relu, mask, skip))
+
+
+def backward_sums_pass(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, gate: tuple[str, np.ndarray] | None = None,
+                       dskip: np.ndarray | None = None, own: bool = False
+                       ) -> tuple[ctypes._CFuncPtr, list[tuple[int, ...]], list[np.ndarray]]:
+    """:func:`backward_sums`' pass as ``(fn, pieces, parts)``, as :func:`stats_pass`:
+    ``parts[w][0]`` = block ``w``'s ``sum d``, ``parts[w][1]`` its ``sum d * (x - mean)``."""
     m, c = x.shape
-    name = "bn_apply" if not relu else f"bn_apply_relu{'_add' if skip is not None else ''}" \
-                                       f"{'_mask' if mask is not None else ''}"
-    fn = function(name, c)
-    ptrs = tuple(_ptr(v) for v in (x, skip, y, mask, scale, shift) if v is not None)
-    _rows(fn, _bounds(m, c), lambda w: ptrs)
+    if gate is None:
+        return _sum_pass("bn_bwd_stats", (dy, x, mean), m, c, own)
+    skip = () if dskip is None else (dskip,)
+    return _sum_pass(f"bn_bwd_stats_{gate[0]}{'_skip' if skip else ''}", (dy, gate[1], x, mean, *skip), m, c, own)
 
 
 def backward_sums(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, gate: tuple[str, np.ndarray] | None = None,
@@ -298,11 +346,20 @@ def backward_sums(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, gate: tuple[s
     ``x``; ``mean`` fp32 (C,). ``d = dy``, or through a ReLU ``gate`` ``(kind, array)`` (a
     :data:`GATES` kind and its (M, C) mask or output) ``d = dy * gate``; ``dskip`` (with a gate):
     also written with ``d`` in this pass (a residual join's other gradient; may be dy's buffer)."""
+    return _sums(*backward_sums_pass(dy, x, mean, gate, dskip))
+
+
+def input_grad_pass(dy: np.ndarray, x: np.ndarray, dx: np.ndarray, a: np.ndarray, b: np.ndarray, mu: np.ndarray,
+                    c0: np.ndarray, gate: tuple[str, np.ndarray] | None = None, dskip: np.ndarray | None = None
+                    ) -> tuple[ctypes._CFuncPtr, list[tuple[int, ...]]]:
+    """:func:`input_grad`'s kernel and pieces (one per row block), ``(fn, pieces)``."""
     m, c = x.shape
-    if gate is None:
-        return _sums("bn_bwd_stats", (dy, x, mean), m, c)
-    skip = () if dskip is None else (dskip,)
-    return _sums(f"bn_bwd_stats_{gate[0]}{'_skip' if skip else ''}", (dy, gate[1], x, mean, *skip), m, c)
+    if gate is None or dskip is not None:
+        fn, arrays = function("bn_bwd_dx", c), (dy if dskip is None else dskip, x, dx)
+    else:
+        fn, arrays = function(f"bn_bwd_dx_{gate[0]}", c), (dy, gate[1], x, dx)
+    ptrs = tuple(_ptr(v) for v in (*arrays, a, b, mu, c0))
+    return fn, _pieces(_bounds(m, c), lambda w: ptrs)
 
 
 def input_grad(dy: np.ndarray, x: np.ndarray, dx: np.ndarray, a: np.ndarray, b: np.ndarray, mu: np.ndarray,
@@ -310,10 +367,4 @@ def input_grad(dy: np.ndarray, x: np.ndarray, dx: np.ndarray, a: np.ndarray, b: 
     """``dx = a * d + b * (x - mu) + c0`` per channel; fp32 (M, C) arrays (dx may be dy or x),
     fp32 (C,) coefficients; ``d`` as in :func:`backward_sums` (with ``dskip``: read from it, as
     :func:`backward_sums` wrote it, one stream instead of dy and the gate)."""
-    m, c = x.shape
-    if gate is None or dskip is not None:
-        fn, arrays = function("bn_bwd_dx", c), (dy if dskip is None else dskip, x, dx)
-    else:
-        fn, arrays = function(f"bn_bwd_dx_{gate[0]}", c), (dy, gate[1], x, dx)
-    ptrs = tuple(_ptr(v) for v in (*arrays, a, b, mu, c0))
-    _rows(fn, _bounds(m, c), lambda w: ptrs)
+    _run(*input_grad_pass(dy, x, dx, a, b, mu, c0, gate, dskip))
