@@ -10,16 +10,17 @@ import tr_mlir
 from tr_mlir.zoo import MODELS
 
 
-def three_sgd_steps(model: str, batch: int, threads: int, monkeypatch, **env: str):
+def three_sgd_steps(model: str, batch: int, threads: int, monkeypatch, *, fuse: bool = False, **env: str):
     """``(task, losses, parameters and buffers)`` after three SGD steps (momentum 0.9, lr 0.05,
-    seed 3) of zoo model ``model`` on random NHWC fp32 batches of ``batch`` images and 10
-    classes, on ``threads`` kernel threads, with the environment variables ``env`` set."""
+    seed 3) of zoo model ``model`` (``fuse``: compiled with the fusions) on random NHWC fp32
+    batches of ``batch`` images and 10 classes, on ``threads`` kernel threads, with the
+    environment variables ``env`` set."""
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     spec = MODELS[model]
     shape = spec.input_shape
     task = tr_mlir.Task(spec.blueprint(10), shape, 10, batch, optimizer=tr_mlir.optim.SGD(lr=0.05, momentum=0.9),
-                        seed=3)
+                        seed=3, fuse=fuse)
     rng = np.random.default_rng(5)
     with threadpool_limits(threads):
         losses = [task.train_step(rng.standard_normal((batch, *shape)).astype(np.float32),

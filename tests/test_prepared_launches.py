@@ -12,6 +12,7 @@ from threadpoolctl import threadpool_limits
 from tr_mlir.lowering.cpu import _cc, _parallel, _prepared, _threads
 from tr_mlir.lowering.cpu.registry import KERNELS, PreparedLaunch
 
+from _launch_twice import launch_twice
 from _sgd_steps import assert_same_training, three_sgd_steps
 
 F32 = np.float32
@@ -25,14 +26,7 @@ def _run(name: str, arrays: dict, params: dict, threads: int, prepared: bool,
     arrs = {k: (v.copy() if isinstance(v, np.ndarray) else tuple(a.copy() for a in v) if isinstance(v, tuple)
                 else v) for k, v in arrays.items()}
     ws = spec.allocate_workspaces({k: v for k, v in arrs.items() if v is not None}, **params)
-    launch = spec.bind({**arrs, **ws}, params)
-    assert isinstance(launch, PreparedLaunch), name
-    monkeypatch.setenv(_prepared.ENV_PREPARE, "1" if prepared else "0")
-    with threadpool_limits(threads):
-        launch()
-        _next_step(arrs)
-        launch()
-    return arrs, launch
+    return arrs, launch_twice(spec.bind({**arrs, **ws}, params), arrs, threads, prepared, monkeypatch, _next_step)
 
 
 def _next_step(arrays: dict) -> None:

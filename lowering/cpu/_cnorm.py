@@ -200,6 +200,115 @@ def function(name: str, c: int) -> ctypes._CFuncPtr:
 
 _ptr = _cc.address
 
+COEF_SOURCE = r"""
+#include <stdint.h>
+#include <math.h>
+#pragma STDC FP_CONTRACT OFF
+typedef int64_t i64;
+/* a scalar operand: kind 0 the constant value, 1 a float at p, 2 a double at p (read each call) */
+struct bn_scalar { const void *p; i64 kind; double value; };
+static double bn_scalar_value(const struct bn_scalar *s) {
+  return s->kind == 1 ? (double)*(const float *)s->p : s->kind == 2 ? *(const double *)s->p : s->value;
+}
+struct bn_fwd_args {
+  const double *parts; i64 stride, t;  /* part w at parts + w * stride: s1[c] then s2[c] */
+  const float *pivot;                   /* the statistics pass's pivot (x's first row), or NULL: */
+  const float *sum, *sq_sum;            /* the conv's statistics instead */
+  const float *gamma, *beta;
+  float *rm, *rv, *mean, *istd, *scale, *shift;
+  struct bn_scalar eps, momentum;
+  i64 m, c;
+};
+/* norm._compiled_forward between its passes, per channel, each NumPy step in its own precision */
+void bn_fwd_finish(const struct bn_fwd_args *a) {
+  const i64 c = a->c;
+  const double md = (double)a->m, mom = bn_scalar_value(&a->momentum), eps = bn_scalar_value(&a->eps);
+  const float keep = (float)(1.0 - mom), momf = (float)mom;
+  const float momv = (float)(mom * (a->m > 1 ? md / (double)(a->m - 1) : 1.0));
+  for (i64 j = 0; j < c; j++) {
+    double mean, v;
+    if (a->pivot) {
+      double s1 = a->parts[j], s2 = a->parts[c + j];
+      for (i64 w = 1; w < a->t; w++) { s1 += a->parts[w * a->stride + j]; s2 += a->parts[w * a->stride + c + j]; }
+      const double shift = s1 / md;
+      v = s2 / md - shift * shift;
+      mean = (double)a->pivot[j] + shift;
+    } else {
+      mean = (double)a->sum[j] / md;
+      v = (double)a->sq_sum[j] / md;
+    }
+    const double var = v <= 0.0 ? 0.0 : v;  /* np.maximum(v, 0.0): NaN stays, -0 gives +0 */
+    float r = a->rm[j] * keep;
+    a->rm[j] = r + momf * (float)mean;
+    r = a->rv[j] * keep;
+    a->rv[j] = r + momv * (float)var;
+    const double istd = 1.0 / sqrt(var + eps), scale = (double)a->gamma[j] * istd;
+    a->mean[j] = (float)mean;
+    a->istd[j] = (float)istd;
+    a->scale[j] = (float)scale;
+    a->shift[j] = (float)((double)a->beta[j] - mean * scale);
+  }
+}
+struct bn_bwd_args {
+  const double *parts; i64 stride, t;  /* part w: sum d[c] then sum d * (x - mean)[c] */
+  const float *istd, *gamma;
+  float *dgamma, *dbeta, *a, *b, *c0;  /* a NULL: no input gradient */
+  i64 m, c;
+};
+/* norm._compiled_backward between its passes, per channel */
+void bn_bwd_coeffs(const struct bn_bwd_args *p) {
+  const i64 c = p->c;
+  const double md = (double)p->m;
+  for (i64 j = 0; j < c; j++) {
+    double sdy = p->parts[j], sdyx = p->parts[c + j];
+    for (i64 w = 1; w < p->t; w++) { sdy += p->parts[w * p->stride + j]; sdyx += p->parts[w * p->stride + c + j]; }
+    const double istd = (double)p->istd[j], dg = istd * sdyx;
+    p->dbeta[j] = (float)sdy;
+    p->dgamma[j] = (float)dg;
+    if (p->a) {
+      const double k = (double)p->gamma[j] * istd;
+      p->a[j] = (float)k;
+      p->b[j] = (float)((((-k) * istd) * dg) / md);
+      p->c0[j] = (float)(((-k) * sdy) / md);
+    }
+  }
+}
+"""
+"""The per-channel work between the passes of :mod:`.norm`'s compiled forward and backward, in
+C (for prepared launches, :mod:`._prepared_norm`; one library for every channel count): the
+block partial sums added in block order, then ``_compiled_forward``'s mean, variance, running
+statistics, inverse standard deviation, scale and shift (or ``_compiled_backward``'s ``dgamma``,
+``dbeta``, ``a``, ``b``, ``c0``), each operation as NumPy does it there: in double where it
+runs on float64 arrays, in float where NumPy 2 runs it on fp32 arrays (a Python float with an
+fp32 array is rounded to fp32 first), rounded where ``astype`` or an assignment rounds; no
+contraction into fused multiply-adds (ISO C, and the pragma for compilers that contract by
+default)."""
+
+
+class Scalar(ctypes.Structure):
+    """``struct bn_scalar``: a scalar operand read by the C code on every call."""
+    _fields_ = [("p", _P), ("kind", _L), ("value", ctypes.c_double)]
+
+
+class FwdArgs(ctypes.Structure):
+    """``struct bn_fwd_args`` of :data:`COEF_SOURCE` (addresses as ``c_void_p``)."""
+    _fields_ = [("parts", _P), ("stride", _L), ("t", _L),
+                *((n, _P) for n in ("pivot", "sum", "sq_sum", "gamma", "beta", "rm", "rv", "mean", "istd", "scale",
+                                    "shift")),
+                ("eps", Scalar), ("momentum", Scalar), ("m", _L), ("c", _L)]
+
+
+class BwdArgs(ctypes.Structure):
+    """``struct bn_bwd_args`` of :data:`COEF_SOURCE` (addresses as ``c_void_p``)."""
+    _fields_ = [("parts", _P), ("stride", _L), ("t", _L),
+                *((n, _P) for n in ("istd", "gamma", "dgamma", "dbeta", "a", "b", "c0")), ("m", _L), ("c", _L)]
+
+
+def coef_function(name: str) -> ctypes._CFuncPtr:
+    """``bn_fwd_finish`` or ``bn_bwd_coeffs`` of :data:`COEF_SOURCE`: one pointer argument, its
+    :class:`FwdArgs` / :class:`BwdArgs`."""
+    return _cc.function(COEF_SOURCE, name, [_P])
+
 
 MAX_CHANNELS = 1 << 16
 """Most channels the C kernels take: their sums live on the stack of the calling thread (24 bytes

@@ -18,14 +18,16 @@ running statistics and saved statistics are fp32 arrays of C elements (any shape
 
 fp32 contiguous activations run the C kernels of :mod:`._cnorm` where a C compiler is available
 (two passes over memory each way, float64 sums as PyTorch's CPU kernels accumulate, shifted by a
-pivot); fp16 ones (AMP), and every array when ``TR_MLIR_CC=0``, the NumPy code here.
+pivot); fp16 ones (AMP), and every array when ``TR_MLIR_CC=0``, the NumPy code here. In a
+captured graph the compiled training kernels run as prepared launches (:mod:`._prepared_norm`:
+the two passes and the per-channel work between them as C jobs, the same bits).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import _cnorm, _parallel, conv_stats
+from . import _cnorm, _parallel, _prepared_norm, conv_stats
 from ._util import CHUNK, F32, chunks, row_chunks, rows2d, scalar
 from .activation import relu_fwd
 from .registry import kernel
@@ -281,7 +283,36 @@ def bn_affine(x, scale, bias, y) -> None:
         y2[r] = t
 
 
-@kernel("bn2d_fwd", writes=("y", "running_mean", "running_var", "save_mean", "save_istd"), also=("bn1d_fwd",))
+def _prepare_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps=None, momentum=None,
+                 sum=None, sq_sum=None):
+    """``bn2d_fwd`` / ``bn1d_fwd``'s prepared launch (:func:`._prepared_norm.forward_call`)."""
+    return _prepared_norm.forward_call(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps,
+                                       momentum, out_sum=sum, out_sq=sq_sum)
+
+
+def _prepare_relu_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask=None, eps=None,
+                      momentum=None, sum=None, sq_sum=None, skip=None):
+    """``bn2d_relu_fwd``'s prepared launch (with ``skip``: ``bn2d_add_relu_fwd``'s)."""
+    return _prepared_norm.forward_call(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps,
+                                       momentum, True, mask, skip, sum, sq_sum)
+
+
+def _prepare_bwd(dy, x, gamma, save_mean, save_istd, dgamma, dbeta, dx=None):
+    """``bn2d_bwd`` / ``bn1d_bwd``'s prepared launch (:func:`._prepared_norm.backward_call`)."""
+    return _prepared_norm.backward_call(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta)
+
+
+def _prepare_gated(array: str):
+    """The prepare function of the BN+ReLU backward kernels gated by their ``array`` argument
+    (``mask``: the INT8 mask, ``y``: the ReLU output)."""
+    def prepare(dy, x, gamma, save_mean, save_istd, dgamma, dbeta, dx, dskip=None, **gate):
+        return _prepared_norm.backward_call(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta,
+                                            ("m" if array == "mask" else "y", gate[array]), dskip)
+    return prepare
+
+
+@kernel("bn2d_fwd", writes=("y", "running_mean", "running_var", "save_mean", "save_istd"), also=("bn1d_fwd",),
+        prepare=_prepare_fwd)
 def bn_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, eps=None, momentum=None, sum=None,
            sq_sum=None) -> None:
     """Batch norm, training mode. x, y (N, H, W, C) (bn1d: (N, 1, 1, C)); gamma, beta, running and
@@ -295,13 +326,14 @@ def bn_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, e
                      conv_stats.check(sum, sq_sum, x.shape[-1]))
 
 
-@kernel("bn2d_bwd", writes=("dx", "dgamma", "dbeta"), also=("bn1d_bwd",))
+@kernel("bn2d_bwd", writes=("dx", "dgamma", "dbeta"), also=("bn1d_bwd",), prepare=_prepare_bwd)
 def bn_bwd(dy, x, gamma, save_mean, save_istd, dgamma, dbeta, dx=None) -> None:
     """Batch norm backward: dgamma, dbeta (overwritten) and dx, which may be x's buffer."""
     bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta)
 
 
-@kernel("bn2d_relu_fwd", writes=("y", "running_mean", "running_var", "save_mean", "save_istd", "mask"))
+@kernel("bn2d_relu_fwd", writes=("y", "running_mean", "running_var", "save_mean", "save_istd", "mask"),
+        prepare=_prepare_relu_fwd)
 def bn_relu_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask=None, eps=None,
                 momentum=None, sum=None, sq_sum=None) -> None:
     """``y = relu(bn2d(x))``, training mode, as ``bn2d_fwd`` then ``relu_fwd`` to the bit (x, y
@@ -313,7 +345,8 @@ def bn_relu_fwd(x, gamma, beta, running_mean, running_var, y, save_mean, save_is
                           stats=conv_stats.check(sum, sq_sum, x.shape[-1]))
 
 
-@kernel("bn2d_add_relu_fwd", writes=("y", "running_mean", "running_var", "save_mean", "save_istd", "mask"))
+@kernel("bn2d_add_relu_fwd", writes=("y", "running_mean", "running_var", "save_mean", "save_istd", "mask"),
+        prepare=_prepare_relu_fwd)
 def bn_add_relu_fwd(x, skip, gamma, beta, running_mean, running_var, y, save_mean, save_istd, mask=None, eps=None,
                     momentum=None, sum=None, sq_sum=None) -> None:
     """A residual join ``y = relu(bn2d(x) + skip)`` (skip (N, H, W, C) as y), as ``bn2d_fwd``,
@@ -324,20 +357,20 @@ def bn_add_relu_fwd(x, skip, gamma, beta, running_mean, running_var, y, save_mea
                           conv_stats.check(sum, sq_sum, x.shape[-1]))
 
 
-@kernel("bn2d_relu_bwd", writes=("dx", "dgamma", "dbeta"))
+@kernel("bn2d_relu_bwd", writes=("dx", "dgamma", "dbeta"), prepare=_prepare_gated("mask"))
 def bn_relu_bwd(dy, mask, x, gamma, save_mean, save_istd, dgamma, dbeta, dx) -> None:
     """Backward of :func:`bn_relu_fwd` in the mask form: ``bn2d_bwd`` of ``dy * mask`` (what
     ``relu_bwd`` writes) in BN backward's two passes; dx may be x's or dy's buffer."""
     bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta, ("m", mask))
 
 
-@kernel("bn2d_relu_bwd_from_output", writes=("dx", "dgamma", "dbeta"))
+@kernel("bn2d_relu_bwd_from_output", writes=("dx", "dgamma", "dbeta"), prepare=_prepare_gated("y"))
 def bn_relu_bwd_from_output(dy, y, x, gamma, save_mean, save_istd, dgamma, dbeta, dx) -> None:
     """Backward of :func:`bn_relu_fwd` in the output form: ``bn2d_bwd`` of ``dy * (y > 0)``."""
     bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta, ("y", y))
 
 
-@kernel("bn2d_add_relu_bwd", writes=("dx", "dskip", "dgamma", "dbeta"))
+@kernel("bn2d_add_relu_bwd", writes=("dx", "dskip", "dgamma", "dbeta"), prepare=_prepare_gated("mask"))
 def bn_add_relu_bwd(dy, mask, x, gamma, save_mean, save_istd, dgamma, dbeta, dx, dskip) -> None:
     """Backward of :func:`bn_add_relu_fwd` (mask form): ``dskip = dy * mask`` (the join's
     gradient, as ``relu_bwd`` writes it) and ``bn2d_bwd`` of it into dx, dgamma, dbeta, in BN
@@ -345,7 +378,8 @@ def bn_add_relu_bwd(dy, mask, x, gamma, save_mean, save_istd, dgamma, dbeta, dx,
     bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta, ("m", mask), dskip)
 
 
-@kernel("bn2d_add_relu_bwd_from_output", writes=("dx", "dskip", "dgamma", "dbeta"))
+@kernel("bn2d_add_relu_bwd_from_output", writes=("dx", "dskip", "dgamma", "dbeta"),
+        prepare=_prepare_gated("y"))
 def bn_add_relu_bwd_from_output(dy, y, x, gamma, save_mean, save_istd, dgamma, dbeta, dx, dskip) -> None:
     """Backward of :func:`bn_add_relu_fwd` (output form): as :func:`bn_add_relu_bwd` with ``y > 0``."""
     bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta, ("y", y), dskip)
