@@ -6,16 +6,23 @@ and record the jobs' times as the calls would."""
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import os
+import subprocess
+import sys
+import threading
 
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
+import tr_mlir
 from tr_mlir.lowering.backend import ClosureGraph
 from tr_mlir.lowering.cpu import _cc, _parallel, _prepared
 from tr_mlir.lowering.cpu.activation import C_SPLIT_ELEMENTS
 from tr_mlir.lowering.cpu.registry import KERNELS, PreparedLaunch
+from tr_mlir.zoo import MODELS
 
 from _sgd_steps import assert_same_training, three_sgd_steps
 
@@ -243,10 +250,105 @@ def _three_steps(model: str, batch: int, threads: int, groups: bool, monkeypatch
 @pytest.mark.parametrize("model, batch", [("lenet5", 32), ("mlp", 16), ("resnet_tiny", 8)])
 def test_training_with_replay_groups_is_bit_identical(model, batch, threads, monkeypatch):
     """Three SGD steps with and without replay groups: the same losses, parameters and buffers to
-    the bit; LeNet-5's step has groups where there is a C worker."""
+    the bit; where there is a C worker, the steps had groups (LeNet-5's convolution stages, the
+    tiny ResNet's batch norms and poolings; the MLP's FC chains where its GEMMs run as jobs)."""
     on = _three_steps(model, batch, threads, True, monkeypatch)
     off = _three_steps(model, batch, threads, False, monkeypatch)
     assert_same_training(on, off)
     assert off[2] == 0
-    if model == "lenet5" and _cc.available() and _parallel.c_gemm():
-        assert on[2] >= 2, f"only {on[2]} groups"
+    least = {"lenet5": 2, "resnet_tiny": 2}.get(model, 0)  # the MLP's FCs: jobs or NumPy, by BLAS core type
+    if _cc.available() and _parallel.c_gemm():
+        assert on[2] >= least, f"only {on[2]} groups"
+
+
+def _job_bytes(job) -> bytes:
+    raw = bytearray(ctypes.string_at(ctypes.addressof(job), ctypes.sizeof(job)))
+    at = _parallel._Job.seconds.offset
+    raw[at:at + 8] = bytes(8)  # the time the job took: an output
+    return bytes(raw)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("model, batch", [("lenet5", 32), ("mlp", 16), ("resnet_tiny", 8)])
+def test_the_jobs_of_a_call_with_steps_never_change(model, batch, threads, monkeypatch):
+    """A group copies each call's jobs once, when its plan is made: every job of every prepared
+    call with ``steps`` must hold the same bytes after three training steps as when the call was
+    made (a call that writes its step's scalars into its jobs, as SGD's, must not have steps)."""
+    seen = {}
+    real = PreparedLaunch.prepared_call
+
+    def spy(self):
+        call = real(self)
+        for st in getattr(call, "steps", None) or ():
+            for job in st.jobs:
+                seen.setdefault(ctypes.addressof(job), (job, _job_bytes(job)))
+        return call
+
+    monkeypatch.setattr(PreparedLaunch, "prepared_call", spy)
+    three_sgd_steps(model, batch, threads, monkeypatch, **{_prepared.ENV_GROUPS: "0"})
+    changed = [a for a, (job, b) in seen.items() if _job_bytes(job) != b]
+    assert not changed, f"{len(changed)} of {len(seen)} step jobs were written after their call was made"
+    if model != "mlp" and _cc.available() and _parallel.c_gemm():
+        assert seen
+
+
+def test_graphs_replayed_from_two_python_threads_keep_their_bits():
+    """Two LeNet-5 tasks trained at once from two Python threads (their groups and split kernels
+    share the one C worker, one caller at a time): both end with the parameters of the same
+    training run alone, and neither hangs."""
+    spec = MODELS["lenet5"]
+    rng = np.random.default_rng(5)
+    data = [(rng.standard_normal((16, *spec.input_shape)).astype(F32), rng.integers(0, 10, 16).astype(np.int32))
+            for _ in range(12)]
+
+    def task():
+        return tr_mlir.Task(spec.blueprint(10), spec.input_shape, 10, 16,
+                            optimizer=tr_mlir.optim.SGD(lr=0.05, momentum=0.9), seed=3)
+
+    def train(t) -> None:
+        for x, y in data:
+            t.train_step(x, y)
+
+    def params(t) -> bytes:
+        return b"".join(a.tobytes() for _, a in t.parameters())
+
+    with threadpool_limits(2):
+        alone = task()
+        train(alone)
+        tasks = [task(), task()]
+        threads = [threading.Thread(target=train, args=(t,), daemon=True) for t in tasks]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(120)
+    assert not any(th.is_alive() for th in threads), "a training thread hangs"
+    assert all(params(t) == params(alone) for t in tasks)
+
+
+def test_groups_use_the_c_worker_that_was_set_up_even_after_cc_changes(tmp_path):
+    """``CC`` changed after the C worker was set up: a group still runs on that worker's library
+    (a second build of it, with no sgemm set and a worker of its own, crashed the process)."""
+    _need_c_worker()
+    script = tmp_path / "cc_swap.py"
+    script.write_text("""
+import os, sys
+import numpy as np
+from threadpoolctl import threadpool_limits
+import tr_mlir
+from tr_mlir.zoo import MODELS
+spec = MODELS["mlp"]  # its FC GEMMs run as jobs in groups (with NumPy's OpenBLAS on its own core type)
+task = tr_mlir.Task(spec.blueprint(10), spec.input_shape, 10, 16, optimizer=tr_mlir.optim.SGD(lr=0.05), seed=3)
+rng = np.random.default_rng(5)
+x = rng.standard_normal((16, *spec.input_shape)).astype(np.float32)
+y = rng.integers(0, 10, 16).astype(np.int32)
+os.environ["TR_MLIR_REPLAY_GROUPS"] = "0"
+with threadpool_limits(2):
+    task.train_step(x, y)
+    os.environ["CC"] = (os.environ.get("CC") or "cc") + " -DTR_MLIR_TEST_CC_SWAP=1"
+    os.environ["TR_MLIR_REPLAY_GROUPS"] = "1"
+    print("loss", task.train_step(x, y))
+""")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    env["TR_MLIR_CACHE_DIR"] = str(tmp_path / "cc")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and "loss" in done.stdout, done.stderr[-2000:]

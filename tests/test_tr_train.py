@@ -669,7 +669,8 @@ def test_a_diverging_run_stops_with_an_error_and_keeps_the_last_finite_checkpoin
     save = tmp_path / "ckpt"
     code, out, err = run_main(["--device", "cpu", "--model", "mlp_digits", "--epochs", "5", "--save-dir", save,
                                "--report-json", tmp_path / "r.json"], capsys)
-    assert_error(code, err, "training diverged in epoch 3: the val loss is inf", "--save-dir keeps epoch 2")
+    assert_error(code, err, "training diverged in epoch 3: the val loss is inf", "--save-dir keeps epoch 2",
+                 "a resumed run keeps its learning rate")
     assert "epoch 4/5" not in out and re.search(r"epoch 3/5 .* diverged$", out, re.M)
     assert "at epoch 3" not in out and "best val top-1" in out
     report = json.loads((tmp_path / "r.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))

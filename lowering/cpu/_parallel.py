@@ -190,7 +190,8 @@ class _Job(ctypes.Structure):
                 ("gate", ctypes.c_void_p), ("gate_ld", ctypes.c_int64), ("nargs", ctypes.c_int64)]
 
 
-_cgemm: tuple | None | bool = None  # (tr_run_list, tr_after_fork) once loaded, False when unavailable
+_cgemm: tuple | None | bool = None  # (tr_run_list, tr_after_fork, tr_run_here, own, tr_run_segments); False: none
+_run_here_fn = None  # tr_run_here of that library, kept after _run_array turns the worker off
 
 
 def _after_fork() -> None:
@@ -227,7 +228,7 @@ def c_gemm() -> bool:
     with it; without NumPy's OpenBLAS the kernels run on one thread anyway), ``TR_MLIR_C_GEMM`` not ``0``.
     The two switches are read on every call; the worker is set up once, at the first call with
     both on (a first call under ``TR_MLIR_CC=0`` used to turn it off for the whole process)."""
-    global _cgemm
+    global _cgemm, _run_here_fn
     from . import _cc
 
     if os.environ.get(ENV_C_GEMM, "1").strip() == "0" or not _cc.available():
@@ -255,14 +256,17 @@ def c_gemm() -> bool:
                     here = lib.tr_run_here
                     here.argtypes = [ctypes.c_void_p]
                     here.restype = None
+                    segs = lib.tr_run_segments  # replay groups (_prepared.ReplayGroup): this library's worker
+                    segs.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+                    segs.restype = ctypes.c_int
                     own = load_own_blas()
                     if own:
                         lib.tr_setup_own.argtypes = [ctypes.c_void_p, ctypes.c_int]
                         lib.tr_setup_own(own[0], int(own[1]))
-                    _cgemm = (run2, after, here, own)
+                    _cgemm, _run_here_fn = (run2, after, here, own, segs), here
                     if own and not _own_cuts_keep_bits():
                         lib.tr_setup_own(None, 0)  # jobs with own=1 then take NumPy's sgemm too
-                        _cgemm = (run2, after, here, False)
+                        _cgemm = (run2, after, here, False, segs)
     return bool(_cgemm)
 
 
@@ -411,12 +415,12 @@ def _run_array(arr) -> None:
     from then on (:func:`c_gemm` False: the Python kernel threads split, as without it)."""
     global _cgemm
     with _threads.lock, _threads.hold:
-        if _cgemm[0](ctypes.addressof(arr), len(arr)) == 0:
+        cg = _cgemm  # False: another Python thread's call turned the worker off since this one's check
+        if cg and cg[0](ctypes.addressof(arr), len(arr)) == 0:
             return
-        here = _cgemm[2]
         for job in arr:
-            here(ctypes.addressof(job))
-    _cgemm = False
+            _run_here_fn(ctypes.addressof(job))
+        _cgemm = False
 
 
 def kernel_job(fn: ctypes._CFuncPtr, args: Sequence[int]) -> _Job:

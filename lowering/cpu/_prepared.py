@@ -175,7 +175,9 @@ def jobs_call(jobs: tuple, split: bool, count: int = 0, keep: object = None) -> 
     a static split whose times feed :func:`._parallel.note_split`), else one after the other
     here. ``keep``: what else must live as long as the call (the jobs a
     :func:`._parallel.chain` points to). A split call's ``array`` holds the jobs it runs, copies
-    of ``jobs``: a job argument changed between calls must be changed there. Either raises
+    of ``jobs``. Both calls have ``steps`` (:class:`Step`), which a :class:`ReplayGroup` copies
+    once: a caller that changes a job argument between calls (in ``array``) must return a call
+    of its own that does so, without ``steps`` (as :func:`.optim.sgd_call`). Either raises
     :class:`Stale` (none of its jobs run) once the C worker was turned off (it could not start)."""
     if not split:
         def here() -> None:
@@ -216,18 +218,11 @@ def sequence(*calls: Callable[[], None]) -> Callable[[], None]:
     return call
 
 
-_segments_fn: list = []
-
-
 def _run_segments() -> Callable[..., int]:
-    """``tr_run_segments`` of the C worker's library (:data:`._parallel.GEMM_C_SOURCE`, the one
-    :func:`._parallel.c_gemm` loaded: the same worker thread and state)."""
-    if not _segments_fn:
-        fn = _cc.load(_parallel.GEMM_C_SOURCE).tr_run_segments
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-        fn.restype = ctypes.c_int
-        _segments_fn.append(fn)
-    return _segments_fn[0]
+    """``tr_run_segments`` of the library :func:`._parallel.c_gemm` loaded and set up (its worker
+    thread, state and sgemm; a ``CC`` changed since would make :func:`._cc.load` build a copy
+    with a worker and state of its own)."""
+    return _parallel._cgemm[4]
 
 
 class ReplayGroup:
@@ -265,9 +260,12 @@ class ReplayGroup:
                 launch()
             return
         with _threads.lock, _threads.hold:
-            rc = _run_segments()(ctypes.addressof(self.array), ctypes.addressof(self.counts), len(self.counts))
-        if rc != 0:  # the C thread could not start (nothing ran): each launch finds its own way
-            _parallel._cgemm = False  # as run_pair: the Python threads from now on
+            # _cgemm False: another Python thread's call turned the worker off since the check
+            rc = _run_segments()(ctypes.addressof(self.array), ctypes.addressof(self.counts),
+                                 len(self.counts)) if _parallel._cgemm else -1
+            if rc != 0:  # the C thread could not start (nothing ran): the Python threads from now on
+                _parallel._cgemm = False
+        if rc != 0:  # each launch finds its own way
             for launch in self.launches:
                 launch()
             return

@@ -117,8 +117,9 @@ so does a run that diverges: an epoch whose validation loss (without a validatio
 loss) is NaN or infinite ends the run after its line (marked ``diverged``) and the summary. It is
 never the best epoch and no checkpoint is written for it (``--save-dir`` keeps the last finite
 epoch's); the message names the epoch, the loss and the learning rate. NumPy's floating-point
-warnings from the kernels of a diverging step are not printed (the kernels skip an update whose
-gradients are not finite, :mod:`tr_mlir.amp`; a model whose loss stays NaN does not recover);
+warnings are not printed while an epoch trains and validates (the kernels' overflows in a
+diverging step: the divergence is reported instead; the kernels skip an update whose gradients
+are not finite, :mod:`tr_mlir.amp`, but a model whose loss stays NaN does not recover);
 anything unexpected prints ``tr-train: internal error: ...`` (``TR_TRAIN_TRACEBACK=1`` shows the
 traceback). Ctrl-C stops after writing the report of the finished epochs (exit 130); once the
 run has finished, the console script ignores it while the interpreter exits (exit 0).
@@ -471,6 +472,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     best, best_epoch = best_of(history)
     interrupted = False
     divergence = None
+    saved_epochs = 0  # checkpoints this invocation wrote (a resume's checkpoint folder already has one)
 
     def write_outputs() -> None:
         timings["total_s"] = time.perf_counter() - t_start
@@ -498,12 +500,14 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
                  + ("  *" if new_best else "") + ("  diverged" if bad is not None else ""))
             if bad is not None:
                 divergence = (f"training diverged in epoch {epoch}: the {bad} loss is {row[bad + '_loss']} (learning "
-                              f"rate {row['lr']:.4g}); lower --lr or add --warmup"
+                              f"rate {row['lr']:.4g}); start again with a lower --lr or with --warmup (a resumed run "
+                              f"keeps its learning rate)"
                               + (f"; --save-dir keeps epoch {epoch - 1}" if args.save_dir is not None and epoch > 1
                                  else ""))
                 break
             if args.save_dir is not None and lead:
                 t0 = time.perf_counter()
+                saved_epochs += 1
                 state = {"format": RUN_STATE_FORMAT, "config": config, "epochs": history,
                          "best_val_top1": best, "best_epoch": best_epoch}
                 try:
@@ -537,7 +541,8 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
                  f"val loss {best_row['val_loss']:.4f})")
         say(f"last epoch {last['epoch']}: val top-1 {_pct(last['val_top1'])}, train loss {last['train_loss']:.4f}, "
              f"val loss {last['val_loss']:.4f}")
-        emas = [(r["val_ema_top1"], r["epoch"]) for r in history if "val_ema_top1" in r]
+        emas = [(r["val_ema_top1"], r["epoch"]) for r in history
+                if "val_ema_top1" in r and math.isfinite(r.get("val_ema_loss", 0.0))]
         if emas:
             top, at = max(emas, key=lambda e: (e[0], -e[1]))
             say(f"EMA model: best val top-1 {_pct(top)} at epoch {at}, last epoch {_pct(history[-1].get('val_ema_top1'))}")
@@ -550,7 +555,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
          + (f", checkpoints {timings['checkpoint_s']:.1f} s" if args.save_dir else "")
          + f", total {timings['total_s']:.1f} s")
     outputs = [f"{what} {p}" for what, p in (("report", args.report_json), ("plot", args.plot),
-                                             ("checkpoints", args.save_dir)) if p is not None]
+                                             ("checkpoints", args.save_dir if saved_epochs else None)) if p is not None]
     if outputs:
         say("wrote " + ", ".join(outputs))
     if divergence is not None:
