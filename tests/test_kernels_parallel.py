@@ -1142,9 +1142,9 @@ def test_residual_adds_split_by_threads_with_numpys_bits(dtypes, cc, monkeypatch
 @needs_cc
 @two_threads
 def test_a_c_thread_that_cannot_start_runs_the_jobs_here_and_turns_the_worker_off(monkeypatch):
-    """``pthread_create`` failing (``tr_run_list`` returns -1 having run nothing): the split GEMM's
-    jobs, a compiled kernel's piece pair and the FC backward's concurrent jobs run on the calling
-    thread, to the same bits, and the C worker stays off afterwards (the Python threads split)."""
+    """``pthread_create`` failing (``tr_run_list`` returns -1 having run nothing): a split GEMM's
+    jobs and a compiled kernel's piece pair run on the calling thread, to the same bits, and the
+    C worker stays off afterwards (the Python threads split)."""
     if not _parallel.c_gemm():
         pytest.skip("no C worker here")
     real = _parallel._cgemm

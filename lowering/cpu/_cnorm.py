@@ -409,7 +409,9 @@ def stats_pass(x: np.ndarray, own: bool = False) -> tuple[ctypes._CFuncPtr, list
 
 def batch_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The float64 ``(mean, biased variance)`` per channel of fp32 ``x`` (M, C) (module doc: one
-    pass of sums shifted by the first row, in double; the variance clamped at 0)."""
+    pass of sums shifted by the first row, in double; the variance clamped at 0).
+    Mirrored per channel in C by :data:`COEF_SOURCE` (prepared launches, :mod:`._prepared_norm`):
+    change both (tests/test_prepared_norm.py, tests/test_fuzz_prepared_norm.py)."""
     m, c = x.shape
     pivot = np.ascontiguousarray(x[0])
     s1, s2 = _sums(*stats_pass(x))

@@ -509,10 +509,10 @@ def run_here(job: _Job) -> None:
     """Run one job (and its :func:`chain`) on the calling thread, without the GIL. Needs
     :func:`c_gemm`; for jobs of the kernels' own OpenBLAS (one thread) or element-wise calls."""
     if job.own:  # the kernels' own OpenBLAS instance runs at one thread anyway
-        _cgemm[2](ctypes.addressof(job))
+        _run_here_fn(ctypes.addressof(job))  # kept where another thread's _run_array turned the worker off
         return
     with _threads.hold:
-        _cgemm[2](ctypes.addressof(job))
+        _run_here_fn(ctypes.addressof(job))
 
 
 def cached_jobs(key: tuple, make: Callable[[], tuple | None]) -> tuple | None:

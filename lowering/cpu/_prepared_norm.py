@@ -13,7 +13,10 @@ call), and the second pass (:func:`._cnorm.apply_pass` / :func:`._cnorm.input_gr
 :func:`._prepared.c_call` on the same row blocks as the kernel function's: so every part has
 :class:`._prepared.Step` s and a :class:`._prepared.ReplayGroup` can run the launch with its
 neighbours. The C code does each NumPy operation in NumPy's precision and order, so the bits
-are the kernel function's (tests/test_prepared_norm.py).
+are the kernel function's (tests/test_prepared_norm.py, tests/test_fuzz_prepared_norm.py), but
+for the sign and payload of a NaN made from two NaNs: NumPy's ``rm += t`` keeps the first
+operand's in its SIMD lanes and the second's in its scalar tail, which no per-channel loop can
+follow (a NaN stays a NaN).
 
 Declined (None: the kernel function runs, with its own errors): what the kernel function would
 not run compiled (fp16, non-contiguous, ``TR_MLIR_CC=0``, more than :data:`._cnorm.MAX_CHANNELS`
@@ -56,7 +59,9 @@ def _scalar(v, default: float) -> _cnorm.Scalar | None:
 
 
 def _per_channel(c: int, *arrays: np.ndarray | None) -> bool:
-    return all(a is None or (a.dtype == F32 and a.flags.c_contiguous and a.size == c) for a in arrays)
+    """Every array (all required: None is not) fp32, contiguous, of ``c`` elements."""
+    return all(isinstance(a, np.ndarray) and a.dtype == F32 and a.flags.c_contiguous and a.size == c
+               for a in arrays)
 
 
 def _like_rows(x: np.ndarray, *arrays: np.ndarray | None) -> bool:

@@ -132,6 +132,8 @@ def from_output(y: np.ndarray, out_sum: np.ndarray, out_sq: np.ndarray) -> None:
 
 def mean_var(out_sum: np.ndarray, out_sq: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     """The float64 ``(mean, biased variance)`` per channel a BN forward takes from a conv's
-    ``sum`` and ``sq_sum`` over ``m`` values per channel (the variance clamped at 0)."""
+    ``sum`` and ``sq_sum`` over ``m`` values per channel (the variance clamped at 0).
+    Mirrored per channel in C by :data:`._cnorm.COEF_SOURCE` (prepared launches,
+    :mod:`._prepared_norm`): change both (tests/test_prepared_norm.py, tests/test_fuzz_prepared_norm.py)."""
     return (out_sum.reshape(-1).astype(np.float64) / m,
             np.maximum(out_sq.reshape(-1).astype(np.float64) / m, 0.0))

@@ -99,7 +99,9 @@ def _numpy_stats(x2: np.ndarray, mean: np.ndarray, acc: np.ndarray) -> np.ndarra
 
 def _running_update(rm: np.ndarray, rv: np.ndarray, mean, var, m: int, momentum) -> None:
     """PyTorch's running statistics, in place: ``rm = (1 - mom) rm + mom mean``,
-    ``rv = (1 - mom) rv + mom var M / (M - 1)`` (M = 1 keeps the biased variance)."""
+    ``rv = (1 - mom) rv + mom var M / (M - 1)`` (M = 1 keeps the biased variance).
+    Mirrored per channel in C by :data:`._cnorm.COEF_SOURCE` (prepared launches,
+    :mod:`._prepared_norm`): change both (tests/test_prepared_norm.py, tests/test_fuzz_prepared_norm.py)."""
     mom = scalar(momentum)
     rm *= 1.0 - mom
     rm += mom * mean
@@ -112,7 +114,9 @@ def _compiled_forward(x2, y2, gamma, beta, rm, rv, mean, istd, eps, momentum, re
     """:func:`bn_forward_train` with the C kernels of :mod:`._cnorm` (fp32 (M, C) views): the
     statistics, inv_std, scale and shift in float64 (C elements), each rounded to fp32 once;
     ``relu`` (:func:`bn_relu_forward_train`): the ReLU, mask and residual add in the normalize pass;
-    ``stats``: the conv's ``(sum, sq_sum)`` in place of the statistics pass."""
+    ``stats``: the conv's ``(sum, sq_sum)`` in place of the statistics pass.
+    Mirrored per channel in C by :data:`._cnorm.COEF_SOURCE` (prepared launches,
+    :mod:`._prepared_norm`): change both (tests/test_prepared_norm.py, tests/test_fuzz_prepared_norm.py)."""
     m = x2.shape[0]
     mean64, var64 = _cnorm.batch_stats(x2) if stats is None else conv_stats.mean_var(*stats, m)
     _running_update(rm, rv, mean64.astype(F32), var64.astype(F32), m, momentum)
@@ -255,7 +259,9 @@ def bn_backward(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta, gate=None
 def _compiled_backward(dy2, x2, gamma, mean, istd, dx2, dg, db, gate=None, skip2=None) -> None:
     """:func:`bn_backward` with the C kernels of :mod:`._cnorm` (fp32 (M, C) arrays): the sums in
     double, then ``dx = k * dy - k * istd * mdg * (x - mean) - k * mdb`` with ``k = gamma * istd``,
-    ``mdb = dbeta / M``, ``mdg = dgamma / M`` (the same formula)."""
+    ``mdb = dbeta / M``, ``mdg = dgamma / M`` (the same formula).
+    Mirrored per channel in C by :data:`._cnorm.COEF_SOURCE` (prepared launches,
+    :mod:`._prepared_norm`): change both (tests/test_prepared_norm.py, tests/test_fuzz_prepared_norm.py)."""
     m = x2.shape[0]
     mu = np.ascontiguousarray(mean, dtype=F32)
     sdy, sdyxc = _cnorm.backward_sums(dy2, x2, mu, gate, skip2)

@@ -189,7 +189,8 @@ class PreparedLaunch:
     each replay's start) runs ``fn`` on every call. A prepared call that finds the state it was
     made for gone (the C worker failed to start mid-replay) raises :class:`._prepared.Stale`
     before any write ``fn`` would not redo, and ``fn`` runs instead. The prepared call must give
-    ``fn``'s bits (tests/test_prepared_launches.py runs both on every prepared kernel). A call
+    ``fn``'s bits (tests/test_prepared_launches.py runs both on every prepared kernel; the sign and
+    payload of a NaN aside, where NumPy's own SIMD and scalar loops differ: :mod:`._prepared_norm`). A call
     with ``steps`` (:class:`._prepared.Step` s, as :func:`._prepared.c_call`,
     :func:`._prepared.jobs_call` and :func:`._prepared.sequence` give them) must do exactly what
     its steps' jobs do, the jobs unchanged from call to call (a call that writes into its jobs

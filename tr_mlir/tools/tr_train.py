@@ -165,10 +165,10 @@ from tr_mlir.tools.train_options import (
     training_options,
 )
 from tr_mlir.tools.train_outputs import (
-    diverged,
     atomic_write,
     best_of,
     check_save_dir,
+    diverged,
     dump_ir,
     find_checkpoint,
     load_run_state,
@@ -646,18 +646,24 @@ def _train_epoch(task: Any, ds: Any, epoch: int, epochs: int, drop_last: bool = 
             bar.update(finished - done[0])
             done[0] = finished
 
+    import warnings
+
     import numpy as np
 
     try:
         t0 = time.perf_counter()
-        with np.errstate(all="ignore"):  # a diverging step's overflows: reported as a divergence, not per kernel
+        # a diverging step's overflows are reported as the divergence, not per kernel: errstate on
+        # this thread, the filter for the kernel threads' NumPy code (a process-wide filter: a CLI)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
             row = task.fit((ds.train_x, ds.train_y), None, epochs=1, on_batch=on_batch, drop_last=drop_last)[0]
         train_s = time.perf_counter() - t0
         if not bar.disable:
             bar.set_postfix(loss=f"{row['train_loss']:.4f}", refresh=False)
             bar.update(n - done[0])
         t0 = time.perf_counter()
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
             ev = task.evaluate(ds.val_x, ds.val_y)
             ev_ema = task.evaluate(ds.val_x, ds.val_y, ema=True) if task.ema is not None else None
         val_s = time.perf_counter() - t0
