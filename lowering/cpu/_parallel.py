@@ -299,7 +299,8 @@ def _row_cuts_keep_bits(gemm: Callable[[np.ndarray, np.ndarray, np.ndarray], Non
 
 def own_blas() -> str | None:
     """The core name of the kernels' own OpenBLAS instance in use, or None (see :func:`._blas_libs.own_blas_core`)."""
-    return _cgemm[3][2] if c_gemm() and _cgemm[3] else None
+    cg = _cgemm if c_gemm() else None  # one read: another Python thread may turn the worker off
+    return cg[3][2] if cg and cg[3] else None
 
 
 def _operand(x: np.ndarray) -> tuple[int, int] | None:
