@@ -109,6 +109,7 @@ class Runner:
         self._rows = exe.scalar("local_batch_size")
         self._stage_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._probs = self._find_output(G.INF_MAIN_A, "probs")
+        self._pinned = None  # the launch state of the step being replayed (_pinned_step), or None
         self.before_step: Callable[[], None] | None = None
         """Called before every optimizer step (the EMA decay of the step, :mod:`tr_mlir.ema`)."""
         self.after_step: Callable[[], None] | None = None
@@ -153,10 +154,29 @@ class Runner:
             lab_pad.fill(0)
         return rows
 
-    @staticmethod
-    def _replay(graphs) -> None:
-        for g in graphs:
-            g.replay()
+    def _replay(self, graphs) -> None:
+        state = self._pinned
+        if state is None:
+            for g in graphs:
+                g.replay()
+        else:  # inside _pinned_step: the step's launch state, one pin for all its graphs
+            for g in graphs:
+                g.replay_in(state)
+
+    def _pinned_step(self, body: Callable[[], None]) -> None:
+        """Run ``body`` (a step's or an evaluation's replays) with the backend's launch state
+        pinned once for all of them where it can (``begin_step`` / ``end_step`` and graphs with
+        ``replay_in``: the CPU backend), else as it is."""
+        begin = getattr(self.exe.backend, "begin_step", None)
+        if begin is None:
+            body()
+            return
+        try:
+            self._pinned = begin()
+            body()
+        finally:
+            self._pinned = None
+            self.exe.backend.end_step()
 
     # -- training -----------------------------------------------------------------------
 
@@ -171,10 +191,14 @@ class Runner:
         self._rows[0] = rows
         if self.before_step is not None:
             self.before_step()
-        self._replay(self._pre[(variant, ab)])
-        if prefetch is not None:
-            prefetch("b" if ab == "a" else "a")
-        self._replay(self._post[(variant, ab, last)])
+
+        def replays() -> None:
+            self._replay(self._pre[(variant, ab)])
+            if prefetch is not None:
+                prefetch("b" if ab == "a" else "a")
+            self._replay(self._post[(variant, ab, last)])
+
+        self._pinned_step(replays)
         if self.after_step is not None:
             self.after_step()
 
@@ -254,9 +278,8 @@ class Runner:
             ab = _AB[b % 2]
             self.stage(ab, v, x[start:start + rows], None if y is None else y[start:start + rows])
             self._rows[0] = rows
-            self._replay(self._transfer[ab])
-            self._replay(infer[(v, ab)])
-            self._replay(self._accum_val[v] if y is not None else ())
+            self._pinned_step(lambda ab=ab, v=v: (self._replay(self._transfer[ab]), self._replay(infer[(v, ab)]),
+                                                  self._replay(self._accum_val[v] if y is not None else ())))
             if sink is not None:
                 sink(v, start, rows)
             start += rows

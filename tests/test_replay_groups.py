@@ -352,3 +352,35 @@ with threadpool_limits(2):
     env["TR_MLIR_CACHE_DIR"] = str(tmp_path / "cc")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0 and "loss" in done.stdout, done.stderr[-2000:]
+
+
+def test_a_training_step_pins_the_launch_state_once_for_its_graphs(monkeypatch):
+    """The runner pins one launch state for all the graphs of a step (``begin_step``), not one per
+    graph; a switch changed between steps takes effect at the next; an error inside a step leaves
+    nothing pinned."""
+    spec = MODELS["lenet5"]
+    task = tr_mlir.Task(spec.blueprint(10), spec.input_shape, 10, 8, optimizer=tr_mlir.optim.SGD(lr=0.05), seed=3)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((8, *spec.input_shape)).astype(F32), rng.integers(0, 10, 8).astype(np.int32)
+    task.train_step(x, y)
+    pins = []
+    real = _prepared._state_now
+    monkeypatch.setattr(_prepared, "_state_now", lambda: pins.append(1) or real())
+    replays = []
+    real_replay_in = ClosureGraph.replay_in
+    monkeypatch.setattr(ClosureGraph, "replay_in", lambda g, st: replays.append(st) or real_replay_in(g, st))
+    task.train_step(x, y)
+    assert len(replays) >= 5 and len(set(map(id, replays))) == 1
+    assert len(pins) <= 2  # the input copy's graph before the step, then the step
+    monkeypatch.setenv(_prepared.ENV_PREPARE, "0")
+    task.train_step(x, y)
+    assert replays[-1].prepared is False
+    monkeypatch.setenv(_prepared.ENV_PREPARE, "1")
+
+    def boom(g, st):
+        raise RuntimeError("a failing launch")
+
+    monkeypatch.setattr(ClosureGraph, "replay_in", boom)
+    with pytest.raises(RuntimeError, match="a failing launch"):
+        task.runner._step(0, "a", False, 0.05, 8)
+    assert _prepared._replay_state.state is None and task.runner._pinned is None

@@ -26,7 +26,8 @@ from . import _cc, _parallel, _threads
 ENV_PREPARE = "TR_MLIR_PREPARE"
 """Environment variable: ``0`` runs every launch of a captured graph through its kernel function
 (its checks and dispatch on every call) instead of the call the kernel prepared
-(:class:`.registry.PreparedLaunch`); read at the start of each replay."""
+(:class:`.registry.PreparedLaunch`); read when a replay pins its launch state (:func:`begin_replay`:
+at each graph replay, or once per training step for all its graphs)."""
 
 
 class Stale(Exception):  # noqa: N818 - a signal between two modules, not an error anyone sees
@@ -39,8 +40,7 @@ class Stale(Exception):  # noqa: N818 - a signal between two modules, not an err
 
 ENV_GROUPS = "TR_MLIR_REPLAY_GROUPS"
 """Environment variable: ``0`` calls every prepared launch of a replay from Python, one after the
-other, instead of running runs of them as :class:`ReplayGroup` s; read at the start of each
-replay."""
+other, instead of running runs of them as :class:`ReplayGroup` s; read with :data:`ENV_PREPARE`."""
 
 NOTE_SPLIT = "split"
 """A :class:`Step`'s two jobs are a :func:`c_call` pair: their times per unit of work (``sizes``)
@@ -85,6 +85,7 @@ _launch_states: dict[tuple, LaunchState] = {}
 
 class _ReplayState(threading.local):
     state: LaunchState | None = None
+    grouped: bool = True  # ENV_GROUPS as read when the state was pinned
 
 
 _replay_state = _ReplayState()
@@ -118,11 +119,13 @@ def begin_replay() -> LaunchState:
     :func:`._cc.available` then answer from: a thread count or ``TR_MLIR_CC`` set by a kernel
     (a plugin's) inside the replay takes effect at the next replay. :func:`._parallel.contended`
     keeps changing with the measurements; the prepared calls follow the pinned value, the
-    kernel functions the live one. Always pair it with :func:`end_replay` in a ``finally``."""
+    kernel functions the live one. Always pair it with :func:`end_replay` in a ``finally``.
+    Several graphs may replay under one pin (a training step's: the runner, through the CPU
+    backend's ``begin_step``, and :meth:`~tr_mlir.lowering.backend.ClosureGraph.replay_in`)."""
     _threads.outside_kernels()
     end_replay()
     state = _state_now()
-    _replay_state.state = state
+    _replay_state.state, _replay_state.grouped = state, os.environ.get(ENV_GROUPS, "1").strip() != "0"
     _threads.replay.workers = state.workers
     _cc.pinned.value = state.compiled
     return state
@@ -284,9 +287,11 @@ def replay_plan(launches: tuple, state: LaunchState, plans: dict) -> tuple:
     """What a replay of ``launches`` under ``state`` calls: the launches, with each run of two or
     more consecutive prepared launches whose calls have :class:`Step` s made one
     :class:`ReplayGroup` (none when the state has no C worker or no prepared calls, or with
-    :data:`ENV_GROUPS` ``0``). Made once per state and kept in ``plans`` (the graph's own; the
-    prepared calls of every launch are made here, in order)."""
-    if not (state.prepared and state.c_gemm) or os.environ.get(ENV_GROUPS, "1").strip() == "0":
+    :data:`ENV_GROUPS` ``0``, read when ``state`` was pinned). Made once per state and kept in
+    ``plans`` (the graph's own; the prepared calls of every launch are made here, in order)."""
+    rs = _replay_state
+    grouped = rs.grouped if rs.state is state else os.environ.get(ENV_GROUPS, "1").strip() != "0"
+    if not (state.prepared and state.c_gemm and grouped):
         return launches
     found = plans.get(state)
     if found is not None:

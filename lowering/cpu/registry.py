@@ -185,8 +185,8 @@ class PreparedLaunch:
     in force when it is asked (the thread count, compiled kernels, the C worker, contention),
     or None where it has no such call (a path it does not cover, an array ``fn`` would refuse):
     then ``fn`` itself runs, raising its own errors. One call is kept per state met, so a
-    process switching between 1 and 2 threads prepares twice; ``TR_MLIR_PREPARE=0`` (read at
-    each replay's start) runs ``fn`` on every call. A prepared call that finds the state it was
+    process switching between 1 and 2 threads prepares twice; ``TR_MLIR_PREPARE=0`` (read where a
+    replay pins its state: :func:`._prepared.begin_replay`) runs ``fn`` on every call. A prepared call that finds the state it was
     made for gone (the C worker failed to start mid-replay) raises :class:`._prepared.Stale`
     before any write ``fn`` would not redo, and ``fn`` runs instead. The prepared call must give
     ``fn``'s bits (tests/test_prepared_launches.py runs both on every prepared kernel; the sign and
