@@ -164,9 +164,9 @@ class Runner:
                 g.replay_in(state)
 
     def _pinned_step(self, body: Callable[[], None]) -> None:
-        """Run ``body`` (a step's or an evaluation's replays) with the backend's launch state
-        pinned once for all of them where it can (``begin_step`` / ``end_step`` and graphs with
-        ``replay_in``: the CPU backend), else as it is."""
+        """Run ``body`` (a step's or an evaluation batch's replays) with the backend's launch
+        state pinned once for all of them where the backend has ``begin_step`` / ``end_step``
+        (the CPU backend, whose graphs then replay with ``replay_in``), else as it is."""
         begin = getattr(self.exe.backend, "begin_step", None)
         if begin is None:
             body()

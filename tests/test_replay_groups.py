@@ -384,3 +384,33 @@ def test_a_training_step_pins_the_launch_state_once_for_its_graphs(monkeypatch):
     with pytest.raises(RuntimeError, match="a failing launch"):
         task.runner._step(0, "a", False, 0.05, 8)
     assert _prepared._replay_state.state is None and task.runner._pinned is None
+
+
+def test_a_replay_nested_inside_a_step_leaves_no_graph_of_the_step_unpinned(monkeypatch):
+    """A graph replayed inside a step (another task's, from the batch iterator the step's prefetch
+    pulls) ends the thread's pin: the step's later graphs must not replay under a state no longer
+    pinned (their plans would be made from the live state's calls and kept under the step's)."""
+    import tr_mlir.lowering.backend as backend
+
+    spec = MODELS["lenet5"]
+    make = lambda: tr_mlir.Task(spec.blueprint(10), spec.input_shape, 10, 8,  # noqa: E731
+                                optimizer=tr_mlir.optim.SGD(lr=0.05), seed=3)
+    student, teacher = make(), make()
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((24, *spec.input_shape)).astype(F32), rng.integers(0, 10, 24).astype(np.int32)
+    teacher.predict(x[:8])
+    student.compile()
+    seen = []
+    real = backend.replay_plan
+    monkeypatch.setattr(backend, "replay_plan",
+                        lambda launches, st, plans: seen.append(_prepared._replay_state.state is st) or real(launches, st, plans))
+
+    def batches():
+        for i in range(3):
+            if i == 1:  # staged while step 0 runs
+                teacher.predict(x[:8])
+            yield x[8 * i:8 * i + 8], y[8 * i:8 * i + 8]
+
+    student.runner.train_epoch(batches(), 3, lambda b: 0.05)
+    assert seen and all(seen), seen
+    assert _prepared._replay_state.state is None

@@ -250,7 +250,8 @@ def function(source: str, name: str, argtypes: Sequence[type]) -> ctypes._CFuncP
 class AvailablePin(threading.local):
     """Per thread: ``value``, what :func:`available` answers inside the graph replay this thread
     runs (pinned at its start by :func:`._prepared.begin_replay`; a ``TR_MLIR_CC`` set by a
-    kernel inside the replay takes effect at the next one), None outside one."""
+    kernel inside the replay takes effect at the next one; in a training step's replays, pinned
+    once for the step, at the next step), None outside one."""
 
     value: bool | None = None
 

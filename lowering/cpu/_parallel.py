@@ -676,7 +676,9 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
     whole = slice(None)
     # small GEMMs (a rule on the shape, so one and two threads agree) keep NumPy's OpenBLAS:
     # its small-matrix path was faster there (the MLP's 200x10 layer: 64 vs 96 us backward)
-    own = own_blas and flops >= MIN_SPLIT_FLOPS and a.ndim == 2 and b.ndim == 2 and c_gemm() and bool(_cgemm[3])
+    own = own_blas and flops >= MIN_SPLIT_FLOPS and a.ndim == 2 and b.ndim == 2 and c_gemm()
+    cg = _cgemm if own else None  # one read, as in own_blas(): another Python thread may turn the worker off
+    own = bool(cg and cg[3])
     if own and user is None and n >= 2 * OWN_COL_BLOCKS:
         # fixed column blocks, whatever the thread count (its bits depend on the cut): equal
         # halves, where row cuts at multiples of 24 split the MLP's 200 rows 96 / 104

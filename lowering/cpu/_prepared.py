@@ -7,9 +7,9 @@ two threads. A kernel registered with ``prepare`` (:class:`.registry.PreparedLau
 once per :class:`LaunchState` and replays a ready call: :func:`c_call` for a compiled kernel's
 pieces (:func:`._parallel.run_c` with its job pair made once), :func:`jobs_call` and
 :func:`._parallel.matmul_call` for GEMM jobs. The same pieces run, so the bits are the kernel
-function's. :func:`begin_replay` pins the state for one replay, so that neither the kernel
-functions nor the prepared launches ask OpenBLAS for its thread count or read ``TR_MLIR_CC``
-on every call.
+function's. :func:`begin_replay` pins the state for one replay (the runner: once for all the
+graphs of a training step), so that neither the kernel functions nor the prepared launches ask
+OpenBLAS for its thread count or read ``TR_MLIR_CC`` on every call.
 """
 
 from __future__ import annotations
@@ -117,7 +117,8 @@ def begin_replay() -> LaunchState:
     """Start a graph replay on the calling thread: :func:`._threads.outside_kernels`, then pin
     the :class:`LaunchState` of now for the replay, which :func:`._parallel.workers` and
     :func:`._cc.available` then answer from: a thread count or ``TR_MLIR_CC`` set by a kernel
-    (a plugin's) inside the replay takes effect at the next replay. :func:`._parallel.contended`
+    (a plugin's) inside the replay takes effect at the next replay (the next step, for the
+    replays of a training step pinned together). :func:`._parallel.contended`
     keeps changing with the measurements; the prepared calls follow the pinned value, the
     kernel functions the live one. Always pair it with :func:`end_replay` in a ``finally``.
     Several graphs may replay under one pin (a training step's: the runner, through the CPU

@@ -184,7 +184,7 @@ class ReplayPin(threading.local):
     runs (:func:`._prepared.begin_replay`), None outside one. A replay runs kernels only; pinned,
     :func:`workers` skips reading the count from OpenBLAS on every call (a lock and a C call,
     about 0.7 us, 20 times in a LeNet-5 step), and a count a kernel sets inside the replay takes
-    effect at the next one."""
+    effect at the next one (in a training step's replays, pinned once for the step: the next step)."""
 
     workers: int | None = None
 
