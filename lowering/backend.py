@@ -23,7 +23,7 @@ import numpy as np
 
 from tr_mlir.dialects.memplan import Target
 from tr_mlir.errors import TrMlirError
-from tr_mlir.lowering.cpu import KERNELS, KernelSpec, _prepared, begin_replay, end_replay, replay_plan
+from tr_mlir.lowering.cpu import KERNELS, KernelSpec, begin_replay, end_replay, pinned_state, replay_plan
 
 Launch = Callable[[], None]
 """One bound kernel call: a zero-argument closure over fixed views."""
@@ -126,7 +126,7 @@ class ClosureGraph:
         the graphs of one training step replay under one pin. Where that pin is no longer in
         force on this thread (a replay nested inside the step, another runner's in a batch
         iterator or ``on_batch``, ended it), the graph pins its own (:meth:`replay`)."""
-        if _prepared._replay_state.state is not state:
+        if pinned_state() is not state:
             self.replay()
             return
         for launch in replay_plan(self.launches, state, self.plans):

@@ -29,7 +29,7 @@ from tr_mlir.lowering.cpu import (  # noqa: F401  (each module registers its ker
     ranges,
 )
 from tr_mlir.lowering.cpu._parallel import outside_kernels
-from tr_mlir.lowering.cpu._prepared import begin_replay, end_replay, replay_plan
+from tr_mlir.lowering.cpu._prepared import begin_replay, end_replay, pinned_state, replay_plan
 from tr_mlir.lowering.cpu.registry import (
     CPU,
     CUDA,
@@ -45,4 +45,5 @@ from tr_mlir.lowering.cpu.registry import (
 )
 
 __all__ = ["CPU", "CUDA", "KERNELS", "TARGETS", "ArrayInfo", "KernelSpec", "PreparedLaunch", "begin_replay",
-           "end_replay", "kernel", "kernel_name", "lookup", "outside_kernels", "register", "replay_plan"]
+           "end_replay", "kernel", "kernel_name", "lookup", "outside_kernels", "pinned_state", "register",
+           "replay_plan"]

@@ -100,6 +100,11 @@ def _state_now() -> LaunchState:
     return state
 
 
+def pinned_state() -> LaunchState | None:
+    """The :class:`LaunchState` pinned on the calling thread (:func:`begin_replay`), or None."""
+    return _replay_state.state
+
+
 def pinned_contended() -> bool:
     """:func:`._parallel.contended` as the prepared calls decide it: the pinned state's."""
     return launch_state().contended
