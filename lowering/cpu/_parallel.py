@@ -498,12 +498,23 @@ def run_c(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *, keep: bool
     run([lambda p=p: fn(*p) for p in pieces])
 
 
+def pair_sizes(pieces: Sequence[tuple[int, ...]], work: Sequence[int] | None) -> tuple[int, ...]:
+    """Each piece's amount of work (at least 1): ``work``, else the length of the range its last two
+    arguments give (:func:`run_c`)."""
+    return tuple(max(1, w) for w in work) if work is not None else tuple(max(1, p[-1] - p[-2]) for p in pieces)
+
+
+def note_pair(seconds: Sequence[float], sizes: Sequence[int]) -> None:
+    """:func:`note_split` of a job pair's ``seconds``, each scaled to the larger amount of work."""
+    top = max(sizes)
+    note_split([t / n * top for t, n in zip(seconds, sizes)])
+
+
 def run_pair(arr, pieces: Sequence[tuple[int, ...]], work: Sequence[int] | None) -> None:
     """Run :func:`run_c`'s job pair ``arr`` (of ``pieces``) on this thread and the C worker
-    (:func:`_run_array`) and feed :func:`note_split` their times per unit of work."""
+    (:func:`_run_array`) and feed :func:`note_pair` their times."""
     _run_array(arr)
-    sizes = [max(1, w) for w in work] if work is not None else [max(1, p[-1] - p[-2]) for p in pieces]
-    note_split([arr[i].seconds / sizes[i] * max(sizes) for i in range(2)])
+    note_pair((arr[0].seconds, arr[1].seconds), pair_sizes(pieces, work))
 
 
 def run_here(job: _Job) -> None:

@@ -163,7 +163,7 @@ def c_call(fn: ctypes._CFuncPtr, pieces: Sequence[tuple[int, ...]], *,
     if len(pieces) != 2 or not as_job:
         return functools.partial(run_c, fn, pieces, work=work)
     arr = (_parallel._Job * 2)(*(_parallel.kernel_job(fn, p) for p in pieces))
-    sizes = tuple(max(1, w) for w in work) if work is not None else tuple(max(1, p[-1] - p[-2]) for p in pieces)
+    sizes = _parallel.pair_sizes(pieces, work)
 
     def call() -> None:
         # while contended, or the C thread could not start (_run_array turned it off): run_c's way
@@ -285,8 +285,7 @@ class ReplayGroup:
             elif sizes is None:
                 _parallel.note_split((arr[at].seconds, arr[at + 1].seconds))
             else:
-                top = max(sizes)
-                _parallel.note_split((arr[at].seconds / sizes[0] * top, arr[at + 1].seconds / sizes[1] * top))
+                _parallel.note_pair((arr[at].seconds, arr[at + 1].seconds), sizes)
 
 
 def replay_plan(launches: tuple, state: LaunchState, plans: dict) -> tuple:
