@@ -66,9 +66,10 @@ from . import _threads
 from ._blas_libs import find_sgemm, load_own_blas
 from ._threads import MAX_WORKERS, outside_kernels, run, run_dynamic, workers  # noqa: F401 - the module's API
 
-MIN_SPLIT_FLOPS = 4e6
-"""Smallest GEMM (2*m*n*k) worth splitting across threads: below it the hand-off costs more
-(tens of microseconds) than the second core saves."""
+MIN_SPLIT_FLOPS = 2e6
+"""Smallest GEMM (2*m*n*k) split across threads (and run on the kernels' own OpenBLAS). 4e6 while splits
+took the Python threads; with the C worker LeNet-5's 2.6 MFLOP FC gains (2-thread step 1.60 -> 1.55
+ms, 2026-12-07, interleaved; 1 thread level); at 3e5 the 2-thread step lost 35 us."""
 
 BLOCK_FLOPS = 60e6
 """While the kernel threads run unequally fast (:func:`contended`), split GEMMs of at least this
