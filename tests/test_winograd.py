@@ -326,3 +326,32 @@ def test_weight_transforms_keep_every_write(guard, monkeypatch):
                     u.fill(np.nan)
                     W._weights(pl, w, u, True, ws["col"])
                     np.testing.assert_allclose(u, ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_weight_transforms_by_component_rows_give_the_whole_transforms_bits(threads, monkeypatch):
+    """The plans whose threads split the components (``split_components``) transform the weights
+    by component rows (``tr_wt_rows``, each thread the rows its GEMMs read) instead of by filters
+    or channels: U has every bit of one whole ``tr_wt`` call, on one thread and on two, forward and
+    input gradient (U_UNCACHED lowered so that 8-channel convs split their components)."""
+    if not _cc.available():
+        pytest.skip("no C compiler here")
+    monkeypatch.setattr(W, "U_UNCACHED", 1)
+    x, w, dy, g = _data((2, 6, 6, 8, 12, 1))
+    ws = _ws(g, "winograd_4x4_3x3")
+    for pl in (W.fwd_plan(g, 4), W.dgrad_plan(g, 4)):
+        assert pl.split_components
+        kern = W._kernels(pl)
+        ref = np.full(pl.u_shape, np.nan, np.float32)
+        if pl.flip:
+            kern.wt(w.ctypes.data, ref.ctypes.data, 0, pl.kw)
+        else:
+            wt = np.ascontiguousarray(w.transpose(3, 1, 2, 0))  # (CW, 3, 3, KW), what tr_wtrans writes
+            kern.wt(wt.ctypes.data, ref.ctypes.data, 0, 0, pl.cw)
+        assert not np.isnan(ref).any()
+        u = W._wbuf(g, ws, 4, False)[0].reshape(pl.u_shape)
+        with threadpool_limits(threads):
+            for _ in range(20):
+                u.fill(np.nan)
+                W._weights(pl, w, u, True, ws["col"])
+                np.testing.assert_array_equal(u, ref)

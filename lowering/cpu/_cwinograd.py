@@ -16,7 +16,9 @@ Functions of one plan (tiles ``t`` numbered ``(n * TH + ty) * TW + tx``):
   ``U[xi, c, k]`` (each component the GEMM's B operand as it is, :mod:`.winograd`) for the
   channels ``c`` in ``[k0, k1)``, vectorized over the filters, reading ``wT`` (channels from
   ``base``), which ``tr_wtrans(w, wT, c0, c1, k0, k1)`` fills: the channels ``[c0, c1)`` of w
-  with the filter and channel axes swapped, for the filters ``[k0, k1)``;
+  with the filter and channel axes swapped, for the filters ``[k0, k1)``. ``tr_wt_rows`` takes
+  two more arguments, ``r0, r1``, and writes only the components of the rows ``[r0, r1)`` of the
+  alpha x alpha grid (each row's code as ``tr_wt``'s, so the same bits);
 * ``tr_fwd(x, U, y, scratch, t0, t1, sgemm, ilp64, st)``: tiles ``[t0, t1)`` in chunks of ``P``:
   input transform into ``V`` (``scratch``), one GEMM per component into ``M`` (behind ``V``), and
   the output transform into y. The GEMMs are ``cblas_sgemm`` calls of NumPy's OpenBLAS (its
@@ -210,6 +212,9 @@ void {signature} {{
 """
 
 
+_WT_FORMS = (("tr_wt", ""), ("tr_wt_rows", ", long r0, long r1"))
+
+
 def source(pl: Plan) -> str:
     """The C source of the kernels of ``pl`` (module doc)."""
     tf = pl.transform
@@ -269,18 +274,21 @@ def source(pl: Plan) -> str:
 
     dsrc = _decl("s", a, a, lambda i, j: f"dU + (({i * a + j}L * KW + k) * CW) + c0")
     ddst = _decl("d", 3, 3, lambda r, s: f"dw + ((k * 3 + {r}) * 3 + {s}) * CW + c0", const=False)
+    # tr_wt, and tr_wt_rows: only the component rows [r0, r1) of U (the same code per row, so the
+    # same bits), for the plans whose threads split the components (module doc)
     if pl.flip:  # U (alpha^2, KW, CW) from w rotated, vectorized over the CW channels
-        f_w = _weight_function(
-            "tr_wt(const float* restrict w, float* restrict U, long k0, long k1)",
+        f_w = "".join(_weight_function(
+            f"{name}(const float* restrict w, float* restrict U, long k0, long k1{rows})",
             _decl("s", 3, 3, lambda r, s: f"w + ((k * 3 + {tap(r)}) * 3 + {tap(s)}) * CW + c0"),
             _decl("d", a, a, lambda i, j: f"U + (({i * a + j}L * KW + k) * CW) + c0", const=False),
-            sandwich(g, g, "s", "d", "      "))
+            sandwich(g, g, "s", "d", "      ", guard=bool(rows))) for name, rows in _WT_FORMS)
     else:  # U (alpha^2, CW, KW) from wT (CW, 3, 3, KW), vectorized over the KW filters
-        f_w = _weight_function(
-            "tr_wt(const float* restrict wT, float* restrict U, long base, long k0, long k1)",
+        f_w = "".join(_weight_function(
+            f"{name}(const float* restrict wT, float* restrict U, long base, long k0, long k1{rows})",
             _decl("s", 3, 3, lambda r, s: f"wT + (((k - base) * 9 + {r * 3 + s}) * KW) + c0"),
             _decl("d", a, a, lambda i, j: f"U + (({i * a + j}L * CW + k) * KW) + c0", const=False),
-            sandwich(g, g, "s", "d", "      "), inner="KW") + TRANSPOSE_SOURCE
+            sandwich(g, g, "s", "d", "      ", guard=bool(rows)), inner="KW") for name, rows in _WT_FORMS) \
+            + TRANSPOSE_SOURCE
     f_dwt = _weight_function("tr_dwt(const float* restrict dU, float* restrict dw, long k0, long k1)", dsrc, ddst,
                             sandwich(g.T, g.T, "s", "d", "      "))
     # U is (CI, CO) per component in both plans (the forward's CI is the conv's C, the input
@@ -444,6 +452,7 @@ class Kernels:
     def __init__(self, src: str):
         fwd = "tr_wtrans" in src  # the forward's transpose of w ahead of its transform
         self.wt = _cc.function(src, "tr_wt", [_VP, _VP] + [_L] * (3 if fwd else 2))
+        self.wt_rows = _cc.function(src, "tr_wt_rows", [_VP, _VP] + [_L] * (5 if fwd else 4))
         self.wtrans = _cc.function(src, "tr_wtrans", [_VP, _VP, _L, _L, _L, _L]) if fwd else None
         self.fwd = _cc.function(src, "tr_fwd", [_VP, _VP, _VP, _VP, _VP, _L, _L, _VP, _L, _VP])
         self.part = _cc.function(src, "tr_part", [_VP, _VP, _VP, _VP, _VP, _L, _L, _L, _L, _L, _VP, _L, _VP])
