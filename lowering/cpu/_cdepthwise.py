@@ -39,10 +39,11 @@ hold (fp16 operands, no C compiler, ``TR_MLIR_CC=0``) the NumPy code runs.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 
 import numpy as np
 
-from . import _cc, _parallel
+from . import _cc, _parallel, _prepared
 from ._threads import MAX_WORKERS
 from ._util import F32, take
 
@@ -139,6 +140,12 @@ void tr_dw_wgrad(const float* restrict dy, const float* restrict x, float* restr
   for (long c = c0; c < c1; c++)
     for (long t = 0; t < kk; t++) dw[c * kk + t] = acc[t * C + c];
 }
+
+/* wt (kk, C) = w (C, kk) transposed: the tap-major weights (a copy; the prepared launches') */
+void tr_dw_taps(const float* restrict w, float* restrict wt, long C, long kk) {
+  for (long t = 0; t < kk; t++)
+    for (long c = 0; c < C; c++) wt[t * C + c] = w[c * kk + t];
+}
 """
 """C source of the three depthwise kernels (module doc)."""
 
@@ -228,29 +235,64 @@ def forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g, tmp: np.ndarray) -> 
     kernels index raw pointers with ``g``'s sizes). Raises ``ValueError`` (:func:`._util.take`)
     when ``tmp`` is too small."""
     wt = _tap_major(w, g, tmp)
-    fn = _fn("tr_dw_fwd", 4, 2)
-    _parallel.run_c(fn, _image_pieces(g, (x.ctypes.data, wt.ctypes.data, y.ctypes.data, _dims(g)), y.size))
+    _parallel.run_c(*_forward_pieces(x, wt, y, g))
+
+
+def _forward_pieces(x: np.ndarray, wt: np.ndarray, y: np.ndarray, g) -> tuple[ctypes._CFuncPtr, list]:
+    return _fn("tr_dw_fwd", 4, 2), _image_pieces(g, (x.ctypes.data, wt.ctypes.data, y.ctypes.data, _dims(g)), y.size)
 
 
 def dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g, tmp: np.ndarray, accumulate: bool = False) -> None:
     """dx (N, H, W, C) = dL/dx from dy (N, Ho, Wo, C) and w, fp32; ``accumulate``: dx += dL/dx.
     The NumPy depthwise input gradient's bits. Gated and raising as :func:`forward`."""
     wt = _tap_major(w, g, tmp)
-    fn = _fn("tr_dw_dgrad", 4, 3)
+    _parallel.run_c(*_dgrad_pieces(dy, wt, dx, g, accumulate))
+
+
+def _dgrad_pieces(dy: np.ndarray, wt: np.ndarray, dx: np.ndarray, g, accumulate: bool) -> tuple[ctypes._CFuncPtr, list]:
     head = (dy.ctypes.data, wt.ctypes.data, dx.ctypes.data, _dims(g), int(accumulate))
-    _parallel.run_c(fn, _image_pieces(g, head, dx.size))
+    return _fn("tr_dw_dgrad", 4, 3), _image_pieces(g, head, dx.size)
 
 
 def wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, tmp: np.ndarray) -> None:
     """dw (C, k, k, 1) = dL/dw (overwritten) from dy (N, Ho, Wo, C) and x (N, H, W, C), fp32; the
     NumPy depthwise weight gradient's bits on any number of threads (channel blocks per thread).
     Gated and raising as :func:`forward`."""
+    _parallel.run_c(*_wgrad_pieces(dy, x, dw, g, tmp))
+
+
+def _wgrad_pieces(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, tmp: np.ndarray) -> tuple[ctypes._CFuncPtr, list]:
     flat = take(tmp, (scratch_elements(g),))
     base = flat.ctypes.data + (-flat.ctypes.data % 64)  # 64-byte aligned (fp32 arrays are 4-byte aligned)
-    fn = _fn("tr_dw_wgrad", 5, 3)
     blocks = -(-g.c // CHANNEL_BLOCK)
     t = min(_parallel.workers(), blocks) if dy.size >= WGRAD_SPLIT_ELEMENTS else 1
     cuts = [min(g.c, blocks * i // t * CHANNEL_BLOCK) for i in range(t)] + [g.c]
     # thread w sums its channels [lo, hi) in its own region (indexed t*C + c, as the whole)
-    _parallel.run_c(fn, [(dy.ctypes.data, x.ctypes.data, base + 4 * w * _region(g), dw.ctypes.data, _dims(g), g.n,
-                          lo, hi) for w, (lo, hi) in enumerate(zip(cuts, cuts[1:]))])
+    return _fn("tr_dw_wgrad", 5, 3), [(dy.ctypes.data, x.ctypes.data, base + 4 * w * _region(g), dw.ctypes.data,
+                                       _dims(g), g.n, lo, hi) for w, (lo, hi) in enumerate(zip(cuts, cuts[1:]))]
+
+
+def _taps_call(w: np.ndarray, g, tmp: np.ndarray) -> tuple[Callable[[], None], np.ndarray]:
+    """The tap-major copy of w into ``tmp`` as a one-job call (``tr_dw_taps``: :func:`_tap_major`'s
+    values), and the (k*k, C) view it writes."""
+    kk = g.win.k * g.win.k
+    wt = take(tmp, (kk, g.c))
+    return _prepared.c_call(_fn("tr_dw_taps", 2, 2), [(w.ctypes.data, wt.ctypes.data, g.c, kk)]), wt
+
+
+def forward_call(x: np.ndarray, w: np.ndarray, y: np.ndarray, g, tmp: np.ndarray) -> Callable[[], None]:
+    """:func:`forward` on these arrays as a ready call (:func:`._prepared.c_call` s: the tap-major
+    copy, then the same pieces, hence the same bits). Gated and raising as :func:`forward`."""
+    taps, wt = _taps_call(w, g, tmp)
+    return _prepared.sequence(taps, _prepared.c_call(*_forward_pieces(x, wt, y, g)))
+
+
+def dgrad_call(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g, tmp: np.ndarray) -> Callable[[], None]:
+    """:func:`dgrad` (overwriting dx) on these arrays as a ready call, as :func:`forward_call`."""
+    taps, wt = _taps_call(w, g, tmp)
+    return _prepared.sequence(taps, _prepared.c_call(*_dgrad_pieces(dy, wt, dx, g, False)))
+
+
+def wgrad_call(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, tmp: np.ndarray) -> Callable[[], None]:
+    """:func:`wgrad` on these arrays as a ready call (:func:`._prepared.c_call`: the same pieces)."""
+    return _prepared.c_call(*_wgrad_pieces(dy, x, dw, g, tmp))

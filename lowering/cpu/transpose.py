@@ -20,10 +20,11 @@ NumPy 0.36 / 0.27, C 0.38 / 0.33, so below :data:`C_ELEMENTS` the NumPy code sta
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 
 import numpy as np
 
-from . import _cc, _parallel
+from . import _cc, _parallel, _prepared
 from ._util import F32
 from ._util import sum_transposed as numpy_sum_transposed
 
@@ -86,18 +87,49 @@ def sum_transposed(dst: np.ndarray, parts: list[np.ndarray]) -> None:
     at multiples of :data:`TILE` (module doc); everything else :func:`._util.sum_transposed`,
     which also adds the parts into ``parts[0]`` and casts to ``dst``'s dtype (fp16 included). The
     same bits either way. Raises ``ValueError`` for mismatched shapes."""
-    if not parts or any(p.shape != parts[0].shape for p in parts) or dst.ndim != 3 or \
-            dst.shape != (parts[0].shape[0], parts[0].shape[2], parts[0].shape[1]):
+    if not _shapes_match(dst, parts):
         raise ValueError(f"expected parts of one shape (G, m, n) and dst (G, n, m), got "
                          f"{[p.shape for p in parts]} and {dst.shape}")
+    found = _pieces(dst, parts)
+    if found is None:
+        numpy_sum_transposed(dst, parts)
+        return
+    fn, groups = found
+    for pieces in groups:
+        _parallel.run_c(fn, pieces)
+
+
+def _shapes_match(dst: np.ndarray, parts: list[np.ndarray]) -> bool:
+    """Parts of one shape (G, m, n) and dst (G, n, m)."""
+    return bool(parts) and all(p.shape == parts[0].shape for p in parts) and dst.ndim == 3 and \
+        dst.shape == (parts[0].shape[0], parts[0].shape[2], parts[0].shape[1])
+
+
+def _pieces(dst: np.ndarray, parts: list[np.ndarray]) -> tuple[ctypes._CFuncPtr, list[list[tuple[int, ...]]]] | None:
+    """The C kernel and, per group, its pieces (one block of source rows per kernel thread), for
+    :func:`sum_transposed`'s checked operands; None where the NumPy code runs."""
     g, m, n = parts[0].shape
     fn = _kernel() if m * n >= C_ELEMENTS and len(parts) <= MAX_PARTS else None
     if fn is None or any(a.dtype != F32 or not a.flags.c_contiguous for a in (dst, *parts)):
-        numpy_sum_transposed(dst, parts)
-        return
+        return None
     t = _parallel.workers()
     cuts = [min(m, -(-(m * i // t) // TILE) * TILE) for i in range(t)] + [m]
+    groups = []
     for gi in range(g):
         ptrs = [p[gi].ctypes.data for p in parts] + [0] * (MAX_PARTS - len(parts))
-        _parallel.run_c(fn, [(*ptrs, len(parts), dst[gi].ctypes.data, m, n, lo, hi)
-                             for lo, hi in zip(cuts, cuts[1:]) if hi > lo])
+        groups.append([(*ptrs, len(parts), dst[gi].ctypes.data, m, n, lo, hi) for lo, hi in zip(cuts, cuts[1:])
+                       if hi > lo])
+    return fn, groups
+
+
+def sum_transposed_call(dst: np.ndarray, parts: list[np.ndarray]) -> Callable[[], None] | None:
+    """:func:`sum_transposed` of these operands made ready once for a prepared launch, under the
+    thread count in force now: :func:`._prepared.c_call` per group (the same pieces, hence the
+    same bits), or the NumPy code's call where that runs; None where the shapes do not match."""
+    if not _shapes_match(dst, parts):
+        return None
+    found = _pieces(dst, parts)
+    if found is None:
+        return lambda: numpy_sum_transposed(dst, parts)
+    fn, groups = found
+    return _prepared.sequence(*(_prepared.c_call(fn, pieces) for pieces in groups))

@@ -1,0 +1,141 @@
+"""Prepared launches of the convolution kernels (``conv_fwd``, ``conv_bwd``; :class:`.registry.PreparedLaunch`).
+
+A conv launch of the kernel function works out its geometry, checks its algorithm, picks its
+method (:func:`.conv.dispatch_method`) and builds its pieces on every call: 20-40 us of Python,
+where MobileNetV2's CIFAR convs take a few microseconds to a few hundred (its 104 conv launches a
+step). A prepared launch does that once per :class:`._prepared.LaunchState` and replays the pieces
+the function would run, so the bits are the function's (tests/test_prepared_launches.py):
+
+* ``direct`` (the compiled small-channel kernels, :mod:`._cconv`): their pieces, as
+  :func:`._prepared.c_call` s;
+* ``pointwise`` (1x1, stride 1, no padding: one GEMM on the NHWC matrix): the forward
+  ``y = x @ w.T`` and the input gradient ``dx = dy @ w`` as :func:`._parallel.matmul_call`; the
+  weight gradient as :func:`.conv._gemm_tn` runs it for one group, ``dw = dy.T @ x`` where
+  ``K >= C``, else ``dw.T = x.T @ dy`` in ``wbuf`` and the tiled transposed copy
+  (:func:`.transpose.sum_transposed_call`);
+* ``depthwise`` (groups = C = K, :mod:`._cdepthwise`): the tap-major copy of w and the
+  kernel's pieces (:func:`._cdepthwise.forward_call` and the like).
+
+Each direction of ``conv_bwd`` is prepared on its own method; the weight gradient runs first, as
+in the function (dx may be x's buffer). Declined (None: the kernel function runs, with its own
+errors): an algorithm that does not apply, Winograd (its kernels run from Python), the
+statistics epilogue (``bn_stats``), fp16 operands (AMP's casts), arrays that are not
+C-contiguous, the im2col method, and a path the function would run on the Python kernel threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from . import _cconv, _cdepthwise, _parallel, _prepared
+from ._util import F32, take
+from .transpose import sum_transposed_call
+
+Call = Callable[[], None]
+
+
+def _geometry(x_shape, w_shape, k: int, s: int, p: int, groups: int, fp16: bool, *algos: str):
+    """The geometry of a conv whose ``algos`` all apply and none is Winograd, else None (the
+    kernel itself then raises its errors or runs Winograd)."""
+    from . import conv, winograd  # they import this module
+
+    try:
+        g = conv.conv_geom(x_shape, w_shape, k, s, p, groups)
+        for a in algos:
+            conv.check_algorithm(a, g, fp16)
+    except ValueError:
+        return None
+    if any(a in winograd.VARIANTS and winograd.applicable(g) for a in algos):
+        return None
+    return g
+
+
+def _fp32(*arrays: np.ndarray) -> bool:
+    return all(a.dtype == F32 and a.flags.c_contiguous for a in arrays)
+
+
+def prepare_fwd(x, w, y, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, sum=None, sq_sum=None, *, k: int,
+                s: int = 1, p: int = 0, groups: int = 1, algo: str = "auto", bn_stats: bool = False) -> Call | None:
+    """``conv_fwd``'s prepared launch (module doc), or None."""
+    from . import conv  # it imports this module
+
+    fp16 = any(a.dtype != F32 for a in (x, w, y))
+    g = _geometry(x.shape, w.shape, k, s, p, groups, fp16, algo)
+    if g is None or sum is not None or sq_sum is not None or y.shape != g.y_shape:
+        return None
+    meth = conv.dispatch_method(g, algo, x, w, y)
+    try:
+        if meth == "direct":
+            return _cconv.forward_call(x, w, y, g, tmp)
+        if not _fp32(x, w, y):
+            return None
+        if meth == "pointwise":
+            return _parallel.matmul_call(x.reshape(g.m, g.c), w.reshape(g.k_out, g.c).T, y.reshape(g.m, g.k_out))
+        if meth == "depthwise" and _cdepthwise.usable(g, tmp, x, w, y):
+            return _cdepthwise.forward_call(x, w, y, g, tmp)
+    except ValueError:
+        return None
+    return None
+
+
+def _wgrad_call(dy, x, dw, g, algo: str, wbuf, tmp) -> Call | None:
+    """The weight gradient of ``conv_bwd`` (:func:`.conv.conv_wgrad`) as a ready call, or None."""
+    from . import conv  # it imports this module
+
+    meth = conv.dispatch_method(g, algo, dy, x, dw)
+    if meth == "direct":
+        return _cconv.wgrad_call(dy, x, dw, g, tmp)
+    if not _fp32(dy, x, dw):
+        return None
+    if meth == "depthwise" and _cdepthwise.usable(g, tmp, dy, x, dw):
+        return _cdepthwise.wgrad_call(dy, x, dw, g, tmp)
+    if meth != "pointwise":
+        return None
+    x2, dy2 = x.reshape(g.m, g.c), dy.reshape(g.m, g.k_out)
+    if g.k_out >= g.c:  # conv._gemm_tn's two ways for one group
+        return _parallel.matmul_call(dy2.T, x2, dw.reshape(g.k_out, g.c))
+    wt = take(wbuf, (1, g.c, g.k_out))
+    gemm = _parallel.matmul_call(x2.T, dy2, wt[0])
+    copy = sum_transposed_call(dw.reshape(1, g.k_out, g.c), [wt])
+    if gemm is None or copy is None:
+        return None
+    return _prepared.sequence(gemm, copy)
+
+
+def _dgrad_call(dy, w, dx, g, algo: str, tmp) -> Call | None:
+    """The input gradient of ``conv_bwd`` (:func:`.conv.conv_dgrad`, overwriting dx) as a ready
+    call, or None."""
+    from . import conv  # it imports this module
+
+    meth = conv.dispatch_method(g, algo, dy, w, dx)
+    if meth == "direct":
+        return _cconv.dgrad_call(dy, w, dx, g, tmp)
+    if not _fp32(dy, w, dx):
+        return None
+    if meth == "depthwise" and _cdepthwise.usable(g, tmp, dy, w, dx):
+        return _cdepthwise.dgrad_call(dy, w, dx, g, tmp)
+    if meth == "pointwise":
+        return _parallel.matmul_call(dy.reshape(g.m, g.k_out), w.reshape(g.k_out, g.c), dx.reshape(g.m, g.c))
+    return None
+
+
+def prepare_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1,
+                p: int = 0, groups: int = 1, algo_dgrad: str = "auto", algo_wgrad: str = "auto") -> Call | None:
+    """``conv_bwd``'s prepared launch (module doc): the weight gradient's call, then the input
+    gradient's (none for ``conv_bwd_first_layer``), or None where either has none."""
+    fp16 = any(a is not None and a.dtype != F32 for a in (dy, x, w, dw, dx))
+    algos = (algo_wgrad,) if dx is None else (algo_wgrad, algo_dgrad)
+    g = _geometry(x.shape, w.shape, k, s, p, groups, fp16, *algos)
+    if g is None or not dw.flags.c_contiguous or dy.shape != g.y_shape or dw.shape != g.w_shape \
+            or dx is not None and dx.shape != g.x_shape:
+        return None
+    try:
+        weight = _wgrad_call(dy, x, dw, g, algo_wgrad, wbuf, tmp)
+        if weight is None or dx is None:
+            return weight
+        data = _dgrad_call(dy, w, dx, g, algo_dgrad, tmp)
+    except ValueError:
+        return None
+    return None if data is None else _prepared.sequence(weight, data)
