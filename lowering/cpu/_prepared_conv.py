@@ -56,45 +56,43 @@ def _fp32(*arrays: np.ndarray) -> bool:
     return all(a.dtype == F32 and a.flags.c_contiguous for a in arrays)
 
 
+def _direction(g, algo: str, arrays: tuple, tmp, direct, depthwise, pointwise: Callable[[], Call | None]
+               ) -> Call | None:
+    """The ready call of one conv direction on ``arrays`` (its two operands and its output, in the
+    kernel function's order) by the method the function picks (:func:`.conv.dispatch_method`):
+    ``direct(*arrays, g, tmp)``, ``depthwise(*arrays, g, tmp)`` where its kernels run, or
+    ``pointwise()``; None otherwise."""
+    from . import conv  # it imports this module
+
+    meth = conv.dispatch_method(g, algo, *arrays)
+    if meth == "direct":
+        return direct(*arrays, g, tmp)
+    if not _fp32(*arrays):
+        return None
+    if meth == "depthwise" and _cdepthwise.usable(g, tmp, *arrays):
+        return depthwise(*arrays, g, tmp)
+    return pointwise() if meth == "pointwise" else None
+
+
 def prepare_fwd(x, w, y, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, sum=None, sq_sum=None, *, k: int,
                 s: int = 1, p: int = 0, groups: int = 1, algo: str = "auto", bn_stats: bool = False) -> Call | None:
     """``conv_fwd``'s prepared launch (module doc), or None."""
-    from . import conv  # it imports this module
-
     fp16 = any(a.dtype != F32 for a in (x, w, y))
     g = _geometry(x.shape, w.shape, k, s, p, groups, fp16, algo)
     if g is None or sum is not None or sq_sum is not None or y.shape != g.y_shape:
         return None
-    meth = conv.dispatch_method(g, algo, x, w, y)
     try:
-        if meth == "direct":
-            return _cconv.forward_call(x, w, y, g, tmp)
-        if not _fp32(x, w, y):
-            return None
-        if meth == "pointwise":
-            return _parallel.matmul_call(x.reshape(g.m, g.c), w.reshape(g.k_out, g.c).T, y.reshape(g.m, g.k_out))
-        if meth == "depthwise" and _cdepthwise.usable(g, tmp, x, w, y):
-            return _cdepthwise.forward_call(x, w, y, g, tmp)
+        return _direction(g, algo, (x, w, y), tmp, _cconv.forward_call, _cdepthwise.forward_call, lambda: (
+            _parallel.matmul_call(x.reshape(g.m, g.c), w.reshape(g.k_out, g.c).T, y.reshape(g.m, g.k_out))))
     except ValueError:
         return None
-    return None
 
 
-def _wgrad_call(dy, x, dw, g, algo: str, wbuf, tmp) -> Call | None:
-    """The weight gradient of ``conv_bwd`` (:func:`.conv.conv_wgrad`) as a ready call, or None."""
-    from . import conv  # it imports this module
-
-    meth = conv.dispatch_method(g, algo, dy, x, dw)
-    if meth == "direct":
-        return _cconv.wgrad_call(dy, x, dw, g, tmp)
-    if not _fp32(dy, x, dw):
-        return None
-    if meth == "depthwise" and _cdepthwise.usable(g, tmp, dy, x, dw):
-        return _cdepthwise.wgrad_call(dy, x, dw, g, tmp)
-    if meth != "pointwise":
-        return None
+def _pointwise_wgrad(dy, x, dw, g, wbuf) -> Call | None:
+    """The pointwise weight gradient as :func:`.conv._gemm_tn` runs it for one group: ``dw = dy.T
+    @ x`` where K >= C, else ``dw.T = x.T @ dy`` in ``wbuf`` and its transposed copy."""
     x2, dy2 = x.reshape(g.m, g.c), dy.reshape(g.m, g.k_out)
-    if g.k_out >= g.c:  # conv._gemm_tn's two ways for one group
+    if g.k_out >= g.c:
         return _parallel.matmul_call(dy2.T, x2, dw.reshape(g.k_out, g.c))
     wt = take(wbuf, (1, g.c, g.k_out))
     gemm = _parallel.matmul_call(x2.T, dy2, wt[0])
@@ -102,23 +100,6 @@ def _wgrad_call(dy, x, dw, g, algo: str, wbuf, tmp) -> Call | None:
     if gemm is None or copy is None:
         return None
     return _prepared.sequence(gemm, copy)
-
-
-def _dgrad_call(dy, w, dx, g, algo: str, tmp) -> Call | None:
-    """The input gradient of ``conv_bwd`` (:func:`.conv.conv_dgrad`, overwriting dx) as a ready
-    call, or None."""
-    from . import conv  # it imports this module
-
-    meth = conv.dispatch_method(g, algo, dy, w, dx)
-    if meth == "direct":
-        return _cconv.dgrad_call(dy, w, dx, g, tmp)
-    if not _fp32(dy, w, dx):
-        return None
-    if meth == "depthwise" and _cdepthwise.usable(g, tmp, dy, w, dx):
-        return _cdepthwise.dgrad_call(dy, w, dx, g, tmp)
-    if meth == "pointwise":
-        return _parallel.matmul_call(dy.reshape(g.m, g.k_out), w.reshape(g.k_out, g.c), dx.reshape(g.m, g.c))
-    return None
 
 
 def prepare_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1,
@@ -132,10 +113,12 @@ def prepare_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None
             or dx is not None and dx.shape != g.x_shape:
         return None
     try:
-        weight = _wgrad_call(dy, x, dw, g, algo_wgrad, wbuf, tmp)
+        weight = _direction(g, algo_wgrad, (dy, x, dw), tmp, _cconv.wgrad_call, _cdepthwise.wgrad_call,
+                            lambda: _pointwise_wgrad(dy, x, dw, g, wbuf))
         if weight is None or dx is None:
             return weight
-        data = _dgrad_call(dy, w, dx, g, algo_dgrad, tmp)
+        data = _direction(g, algo_dgrad, (dy, w, dx), tmp, _cconv.dgrad_call, _cdepthwise.dgrad_call, lambda: (
+            _parallel.matmul_call(dy.reshape(g.m, g.k_out), w.reshape(g.k_out, g.c), dx.reshape(g.m, g.c))))
     except ValueError:
         return None
     return None if data is None else _prepared.sequence(weight, data)
