@@ -23,7 +23,11 @@ def _run(name: str, arrays: dict, params: dict, threads: int, prepared: bool,
     """Bind kernel ``name`` to copies of ``arrays`` (and its workspaces) and launch it twice (the
     second launch reruns the same call: a stale prepared piece would show up as a difference)."""
     spec = KERNELS[name]
-    arrs = {k: (v.copy() if isinstance(v, np.ndarray) else tuple(a.copy() for a in v) if isinstance(v, tuple)
+    copies: dict[int, np.ndarray] = {}  # one copy per array: an in-place case stays in place
+
+    def copy(a: np.ndarray) -> np.ndarray:
+        return copies.setdefault(id(a), a.copy())
+    arrs = {k: (copy(v) if isinstance(v, np.ndarray) else tuple(copy(a) for a in v) if isinstance(v, tuple)
                 else v) for k, v in arrays.items()}
     ws = spec.allocate_workspaces({k: v for k, v in arrs.items() if v is not None}, **params)
     return arrs, launch_twice(spec.bind({**arrs, **ws}, params), arrs, threads, prepared, monkeypatch, _next_step)
@@ -81,6 +85,13 @@ def _cases():
         b = _rng_arrays(11, dy=(n, ho, ho, k_out))
         cases.append(("conv_bwd", {**a, **b, "dw": np.zeros_like(a["w"]), "dx": np.zeros_like(a["x"])},
                       {**conv, "algo_dgrad": algo, "algo_wgrad": algo}, ("dw", "dx")))
+    # residual joins and gradient sums: split from 64K elements (in place too: y is a's buffer)
+    for shape in ((32, 16, 16, 32), (2, 3, 3, 5)):
+        a = _rng_arrays(12, a=shape, b=shape, dy=shape, dx=shape)
+        cases.append(("add_fwd", {"a": a["a"], "b": a["b"], "y": np.zeros(shape, F32)}, {}, ("y",)))
+        cases.append(("add_fwd", {"a": a["a"], "b": a["b"], "y": None}, {}, ("y",)))
+        cases.append(("grad_acc", {"dy": a["dy"], "dx": a["dx"]}, {}, ("dx",)))
+        cases.append(("add_bwd_acc", {"dy": a["dy"], "da": a["a"], "db": a["b"]}, {}, ("da", "db")))
     for n, h, c in ((128, 28, 6), (4, 10, 16)):
         x = _rng_arrays(3, x=(n, h, h, c))["x"]
         y, mask = np.zeros((n, h // 2, h // 2, c), F32), np.zeros((n, h // 2, h // 2, c), np.int8)
@@ -143,8 +154,8 @@ CASES = _cases()
 
 
 def _fix_in_place(arrays: dict) -> dict:
-    if "y" in arrays and arrays["y"] is None:  # tanh in place: y is x's own buffer
-        arrays["y"] = arrays["x"]
+    if "y" in arrays and arrays["y"] is None:  # in place: y is x's (tanh) or a's (add) own buffer
+        arrays["y"] = arrays["x"] if "x" in arrays else arrays["a"]
     return arrays
 
 

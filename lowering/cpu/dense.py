@@ -417,7 +417,15 @@ def channel_padding_bwd(dy, dx) -> None:
     dx[...] = dy[..., : dx.shape[-1]]
 
 
-@kernel("add_fwd", writes=("y",))
+def _prepare_add(a, b, y):
+    """The prepared launch of ``add_fwd`` (and, through :func:`_prepare_acc`, of ``add_bwd_acc``
+    and ``grad_acc``): :func:`_add`'s compiled pieces for the state in force now, as a
+    :func:`._prepared.c_call`; None where :func:`_add` runs NumPy."""
+    found = _add_pieces(a, b, y, _prepared.pinned_contended())
+    return None if found is None else _prepared.c_call(*found)
+
+
+@kernel("add_fwd", writes=("y",), prepare=_prepare_add)
 def add_fwd(a, b, y) -> None:
     """Residual join ``y = a + b`` (same shapes); y may be a's or b's buffer."""
     _add(a, b, y)
@@ -461,19 +469,12 @@ def _add(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     on the Python kernel threads (:func:`._parallel.split`). Each element's sum is the same
     wherever the cut falls and in C as in NumPy (one IEEE fp32 addition), so the bits are those
     of one NumPy call."""
-    if not (a.shape == b.shape == out.shape and a.flags.c_contiguous and b.flags.c_contiguous
-            and out.flags.c_contiguous and all(_same_or_apart(v, out) for v in (a, b))):
+    if not _flat_blocks(a, b, out):
         np.add(a, b, out=out, casting="same_kind")
         return
-    fn = _add_fn() if a.dtype == b.dtype == out.dtype == F32 else None
-    if fn is not None:
-        n = out.size
-        # while contended, run_c splits on the Python threads (~40 us a hand-off): not below their size
-        small = _parallel.MIN_SPLIT_ELEMENTS if _parallel.contended() else ADD_SPLIT_ELEMENTS
-        t = _parallel.workers() if n >= small else 1
-        bounds = [n * i // t for i in range(t + 1)]
-        ptrs = (a.ctypes.data, b.ctypes.data, out.ctypes.data)
-        _parallel.run_c(fn, [(*ptrs, lo, hi) for lo, hi in zip(bounds, bounds[1:])])
+    found = _add_pieces(a, b, out, _parallel.contended())
+    if found is not None:
+        _parallel.run_c(*found)
         return
     if out.size >= _parallel.MIN_SPLIT_ELEMENTS:
         af, bf, of = flat(a), flat(b), flat(out)
@@ -481,6 +482,37 @@ def _add(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
                                                             casting="same_kind"))
         return
     np.add(a, b, out=out, casting="same_kind")
+
+
+def _add_pieces(a: np.ndarray, b: np.ndarray, out: np.ndarray, contended: bool) -> tuple | None:
+    """The compiled add and its pieces (flat blocks ``[lo, hi)``, one per kernel thread from
+    :data:`ADD_SPLIT_ELEMENTS`; while ``contended``, run_c splits on the Python threads, about 40
+    us a hand-off, so not below :data:`._parallel.MIN_SPLIT_ELEMENTS`) for :func:`_add`'s fp32
+    same-shaped contiguous operands (each ``out``'s own buffer or apart from it); None otherwise."""
+    if not (a.dtype == b.dtype == out.dtype == F32 and _flat_blocks(a, b, out)):
+        return None
+    fn = _add_fn()
+    if fn is None:
+        return None
+    n = out.size
+    t = _parallel.workers() if n >= (_parallel.MIN_SPLIT_ELEMENTS if contended else ADD_SPLIT_ELEMENTS) else 1
+    bounds = [n * i // t for i in range(t + 1)]
+    ptrs = (a.ctypes.data, b.ctypes.data, out.ctypes.data)
+    return fn, [(*ptrs, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+
+
+def _prepare_acc(dy, dx=None, da=None, db=None):
+    """The prepared launch of ``grad_acc`` (``dx += dy``) and ``add_bwd_acc`` (``da += dy``,
+    ``db += dy``): :func:`_prepare_add` of each, in the kernel's order; None where any has none."""
+    calls = [_prepare_add(d, dy, d) for d in (dx, da, db) if d is not None]
+    return None if not calls or None in calls else _prepared.sequence(*calls)
+
+
+def _flat_blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """Whether :func:`_add` may cut its operands into flat blocks: same shapes, C-contiguous, each
+    operand ``out``'s own buffer or apart from it."""
+    return a.shape == b.shape == out.shape and a.flags.c_contiguous and b.flags.c_contiguous \
+        and out.flags.c_contiguous and all(_same_or_apart(v, out) for v in (a, b))
 
 
 def _same_or_apart(v: np.ndarray, out: np.ndarray) -> bool:
@@ -498,7 +530,7 @@ def add_bwd(dy, da=None, db=None) -> None:
             copy_into(d, dy)
 
 
-@kernel("add_bwd_acc", writes=("da", "db"))
+@kernel("add_bwd_acc", writes=("da", "db"), prepare=_prepare_acc)
 def add_bwd_acc(dy, da=None, db=None) -> None:
     """Gradient of ``a + b`` accumulated: ``da += dy``, ``db += dy`` (slots summing several uses)."""
     for d in (da, db):
@@ -506,7 +538,7 @@ def add_bwd_acc(dy, da=None, db=None) -> None:
             _add(d, dy, d)
 
 
-@kernel("grad_acc", writes=("dx",), also=("grad_accum",))
+@kernel("grad_acc", writes=("dx",), also=("grad_accum",), prepare=_prepare_acc)
 def grad_acc(dy, dx) -> None:
     """``dx += dy``: add one use's gradient into a value's gradient slot (split by threads as
     :func:`_add`)."""

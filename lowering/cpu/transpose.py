@@ -105,14 +105,16 @@ def _shapes_match(dst: np.ndarray, parts: list[np.ndarray]) -> bool:
         dst.shape == (parts[0].shape[0], parts[0].shape[2], parts[0].shape[1])
 
 
-def _pieces(dst: np.ndarray, parts: list[np.ndarray]) -> tuple[ctypes._CFuncPtr, list[list[tuple[int, ...]]]] | None:
+def _pieces(dst: np.ndarray, parts: list[np.ndarray], small: bool = False
+            ) -> tuple[ctypes._CFuncPtr, list[list[tuple[int, ...]]]] | None:
     """The C kernel and, per group, its pieces (one block of source rows per kernel thread), for
-    :func:`sum_transposed`'s checked operands; None where the NumPy code runs."""
+    :func:`sum_transposed`'s checked operands; None where the NumPy code runs. ``small``: below
+    :data:`C_ELEMENTS` too, as one piece per group (the NumPy code's bits)."""
     g, m, n = parts[0].shape
-    fn = _kernel() if m * n >= C_ELEMENTS and len(parts) <= MAX_PARTS else None
+    fn = _kernel() if (small or m * n >= C_ELEMENTS) and len(parts) <= MAX_PARTS else None
     if fn is None or any(a.dtype != F32 or not a.flags.c_contiguous for a in (dst, *parts)):
         return None
-    t = _parallel.workers()
+    t = _parallel.workers() if m * n >= C_ELEMENTS else 1
     cuts = [min(m, -(-(m * i // t) // TILE) * TILE) for i in range(t)] + [m]
     groups = []
     for gi in range(g):
@@ -124,11 +126,13 @@ def _pieces(dst: np.ndarray, parts: list[np.ndarray]) -> tuple[ctypes._CFuncPtr,
 
 def sum_transposed_call(dst: np.ndarray, parts: list[np.ndarray]) -> Callable[[], None] | None:
     """:func:`sum_transposed` of these operands made ready once for a prepared launch, under the
-    thread count in force now: :func:`._prepared.c_call` per group (the same pieces, hence the
-    same bits), or the NumPy code's call where that runs; None where the shapes do not match."""
+    thread count in force now: :func:`._prepared.c_call` per group (the same pieces; below
+    :data:`C_ELEMENTS`, where the function runs NumPy, one piece per group on the calling thread,
+    the same bits and no Python, so the call can join a replay group), or the NumPy code's call
+    where the C kernel does not run; None where the shapes do not match."""
     if not _shapes_match(dst, parts):
         return None
-    found = _pieces(dst, parts)
+    found = _pieces(dst, parts, small=True)
     if found is None:
         return lambda: numpy_sum_transposed(dst, parts)
     fn, groups = found
