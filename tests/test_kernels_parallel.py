@@ -1166,3 +1166,31 @@ def test_a_c_thread_that_cannot_start_runs_the_jobs_here_and_turns_the_worker_of
     with threadpool_limits(2):
         KERNELS["tanh_fwd"].fn(x=x, y=y)  # its two halves through run_c's job pair
     assert y.tobytes() == np.tanh(x).tobytes() and _parallel._cgemm is False
+
+
+@two_threads
+@pytest.mark.parametrize("m, k, n, trans_b", [(40, 2048, 24, True), (41, 2033, 24, False), (200, 100, 64, False),
+                                              (100, 100, 200, True), (64, 256, 100, False), (30, 3000, 45, False)])
+def test_gemms_whose_halves_would_take_openblas_small_kernel_agree_on_one_and_two_threads(m, k, n, trans_b):
+    """GEMMs of 2-5 MFLOP, some cut unevenly: a half of at most SMALL_GEMM_MNK (OpenBLAS's
+    small-matrix kernel, another order of the k sums) would give other bits on 2 threads than the
+    whole GEMM on 1; such GEMMs run whole (and the FC kernels' splits too)."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k)).astype(np.float32).T if trans_b else rng.standard_normal((k, n)).astype(np.float32)
+    outs = []
+    for t in (1, 2):
+        out = np.zeros((m, n), np.float32)
+        with threadpool_limits(t):
+            _parallel.matmul(a, b, out=out)
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    x, w, dy = a.reshape(m, 1, 1, k), np.ascontiguousarray(b.T).reshape(n, 1, 1, k), outs[0].reshape(m, 1, 1, n)
+    got = []
+    for t in (1, 2):
+        arrays = {"dy": dy, "w": w, "x": x.copy(), "dw": np.zeros_like(w), "db": np.zeros(n, np.float32),
+                  "dx": np.zeros_like(x)}
+        with threadpool_limits(t):
+            KERNELS["fc_bwd"].fn(**arrays)
+        got.append([arrays[name].tobytes() for name in ("dw", "db", "dx")])
+    assert got[0] == got[1]

@@ -29,28 +29,25 @@ OpenBLAS call over all of ``k``; element-wise pieces are independent):
   into more blocks while :func:`contended` (another process slowing one of the threads).
 * :func:`run_jobs`: two C jobs (:func:`gemm_job`: a ``cblas_sgemm`` of NumPy's OpenBLAS with a
   bias add or a column sum after it; :func:`call_job`: a compiled element-wise kernel), one on
-  the calling thread and one on a C worker thread that never touches the GIL. :func:`matmul`
-  and :func:`split_jobs` use it when available (:func:`c_gemm`; ``TR_MLIR_C_GEMM=0`` turns it
-  off); on the MLP step it saved 0.3 ms of 10.5 against the Python threads.
+  the calling thread and one on a C worker thread that never touches the GIL; :func:`matmul`
+  and :func:`split_jobs` use it when available (:func:`c_gemm`; ``TR_MLIR_C_GEMM=0``: off).
 * :func:`run_c`: one compiled kernel over two argument lists (the compiled conv, pooling,
   batch-norm, ReLU and tanh-backward kernels split their batch or rows this way), as a
   :func:`kernel_job` pair on the C worker; on the Python threads without it, or while
-  :func:`contended`. LeNet-5 at 2 threads, each kernel the best of 60 calls, against the Python
-  threads: conv forward 0.89 -> 0.48 and 1.04 -> 0.61 ms, the first conv's backward 0.91 ->
-  0.52, max pool forward 0.55 -> 0.27; all kernels of the step 8.0 -> 6.6 ms.
+  :func:`contended`. LeNet-5 at 2 threads against the Python threads: conv forward 0.89 -> 0.48
+  ms, max pool forward 0.55 -> 0.27; all kernels of the step 8.0 -> 6.6 ms.
 
 :func:`matmul` with ``own_blas=True`` (the FC layers) runs its GEMMs with the kernels' own
 OpenBLAS instance when :func:`._blas_libs.own_blas_core` names a core type (Haswell kernels on AMD Zen 4
 CPUs where NumPy's OpenBLAS picked an Intel AVX-512 type: 10-14% faster there), cut only where that
 instance gives the same bits (:data:`OWN_ROW_ALIGN`), so one and two threads agree.
 
-"The same bits" holds only where the BLAS kernels give each output element the same sums
-wherever the GEMM is cut: NumPy's OpenBLAS with its SkylakeX kernels does; with its Haswell
-kernels (the core type of Zen 1-3 and Intel AVX2 CPUs, or any CPU under
+"The same bits" holds only where the BLAS kernels give each output element the same sums wherever
+the GEMM is cut (into blocks above :data:`SMALL_GEMM_MNK`): NumPy's OpenBLAS with its SkylakeX
+kernels does; with its Haswell kernels (the core type of Zen 1-3 and Intel AVX2 CPUs, or any CPU under
 ``OPENBLAS_CORETYPE=Haswell``) only row cuts at multiples of :data:`OWN_ROW_ALIGN` do. A probe
-(:func:`numpy_cut_align`) decides which cuts the kernels make with NumPy's OpenBLAS; a
-BLAS that keeps its bits under neither runs every GEMM whole.
-"""
+(:func:`numpy_cut_align`) decides which cuts the kernels make with NumPy's OpenBLAS; a BLAS
+that keeps its bits under neither runs every GEMM whole."""
 
 from __future__ import annotations
 
@@ -66,10 +63,14 @@ from . import _threads
 from ._blas_libs import find_sgemm, load_own_blas
 from ._threads import MAX_WORKERS, outside_kernels, run, run_dynamic, workers  # noqa: F401 - the module's API
 
-MIN_SPLIT_FLOPS = 2e6
-"""Smallest GEMM (2*m*n*k) split across threads (and run on the kernels' own OpenBLAS). 4e6 while splits
-took the Python threads; with the C worker LeNet-5's 2.6 MFLOP FC gains (2-thread step 1.60 -> 1.55
-ms, 2026-12-07, interleaved; 1 thread level); at 3e5 the 2-thread step lost 35 us."""
+MIN_SPLIT_FLOPS = 4e6
+"""Smallest GEMM (2*m*n*k) worth splitting across threads: below it the hand-off costs more
+(tens of microseconds) than the second core saves."""
+
+SMALL_GEMM_MNK = 1e6
+"""A GEMM block of m*n*k at most this takes OpenBLAS's small-matrix kernel (SkylakeX sgemm:
+100^3), which sums k in another order: no cut that depends on the thread count makes one (a
+2-4 MFLOP GEMM split in two gave other bits on 2 threads than whole on 1)."""
 
 BLOCK_FLOPS = 60e6
 """While the kernel threads run unequally fast (:func:`contended`), split GEMMs of at least this
@@ -613,10 +614,8 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
     GEMM followed by the unfused ReLU kernel. Raises ValueError for a non-contiguous ``out``
     or a ``gate`` of another shape on that path.
 
-    A stack of one GEMM (3-D operands with a leading axis of 1: a convolution with one group)
-    runs as its 2-D GEMM, so a split takes the C worker, not the Python threads: the same
-    ``cblas_sgemm`` calls on the same blocks (MobileNetV2's pointwise weight gradients, 3-6 MFLOP
-    each, took 0.13-0.15 ms on 2 threads against 0.09 ms on 1 through the Python threads).
+    A stack of one GEMM (a conv with one group) runs as its 2-D GEMM, so a split takes the C worker
+    (MobileNetV2's pointwise weight gradients through the Python threads: 0.13-0.15 ms on 2, 0.09 on 1).
 
     A matrix-vector product (``m`` or ``n`` = 1) is never split: NumPy runs it as a ``gemv``,
     whose sums are not those of ``cblas_sgemm`` on blocks, so a split would change its bits
@@ -714,7 +713,8 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
         align = numpy_cut_align()  # 0: no cut keeps NumPy's bits, the GEMM runs whole
     if align != 1:  # row blocks at multiples of align: the only other cuts that keep the bits
         axis, size = -2, m // align if align else 0
-    if t == 1 or flops < MIN_SPLIT_FLOPS or size < 2 * t or min(m, n) == 1:
+    if t == 1 or flops < MIN_SPLIT_FLOPS or size < 2 * t or min(m, n) == 1 \
+            or size // t * max(align, 1) * (n if axis == -2 else m) * k <= SMALL_GEMM_MNK:
         if own:
             make = lambda: gemm_job(a, b, out, bias=None if bias is None else bias.reshape(-1),  # noqa: E731
                                     own=True, relu=relu, gate=gate)

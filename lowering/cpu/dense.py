@@ -56,7 +56,7 @@ def ws_fc(arrays: dict[str, ArrayInfo], **_: object) -> dict[str, ArrayInfo]:
     return out
 
 
-def concurrent_backward(n: int, f: int, o: int) -> bool:
+def concurrent_backward(n: int, f: int, o: int, own: bool = False) -> bool:
     """Whether an fp32 FC backward of batch ``n``, ``f`` inputs and ``o`` outputs runs as one
     parallel section, each thread computing a column block of dw and then the same columns of
     dx (:func:`_backward_concurrently`), instead of one split GEMM after the other: when each
@@ -64,8 +64,11 @@ def concurrent_backward(n: int, f: int, o: int) -> bool:
     two, no wait between the GEMMs. (Measured first with dw and dx one per thread on Python
     threads, n = 200: f x o = 1024 x 512: 2.43 ms vs 2.60 split; under load the MLP step fell
     by 1.1 ms.) A static rule on the shapes; every way computes each element with the same
-    OpenBLAS call over the whole ``k``, so the result is the same bits."""
-    return 2.0 * n * f * o >= _parallel.MIN_SPLIT_FLOPS and min(n, f, o) >= 2
+    OpenBLAS call over the whole ``k``, so the result is the same bits: NumPy's OpenBLAS (not
+    ``own``, the kernels' own, whose two blocks run on one thread too) only with halves above
+    :data:`._parallel.SMALL_GEMM_MNK`."""
+    return 2.0 * n * f * o >= _parallel.MIN_SPLIT_FLOPS and min(n, f, o) >= 2 \
+        and (own or n * (f // 2) * o > _parallel.SMALL_GEMM_MNK)
 
 
 def fc_forward(x, w, b, y, ws: dict[str, np.ndarray], relu: bool = False) -> None:
@@ -162,8 +165,8 @@ def _weight_grad_c(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.nda
         return False
     axis = -2 if align > 1 else _parallel.split_axis(o, f)
     size = (o // align) if axis == -2 else f
-    if size < 2 * t:
-        return False
+    if size < 2 * t or size // t * align * (f if axis == -2 else o) * n <= _parallel.SMALL_GEMM_MNK:
+        return False  # too few rows or columns, or a block OpenBLAS would sum another way
     count = _parallel.gemm_blocks(flops, size, t, _prepared.pinned_contended() if prepare else None)
     if prepare:
         jobs = _weight_grad_jobs(dy2, x2, dw2, db2, axis, count, align)
@@ -203,7 +206,7 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int, gat
     arrays = (dy, w, x, dw, dx) if db is None else (dy, w, x, dw, db, dx)
     own = _parallel.own_blas() is not None  # fixed blocks on any thread count (its bits depend on the cut)
     threads = _parallel.workers()
-    if any(a.dtype != F32 for a in arrays) or not concurrent_backward(n, f, o) or threads > 2 or \
+    if any(a.dtype != F32 for a in arrays) or not concurrent_backward(n, f, o, own) or threads > 2 or \
             threads == 1 and not own:
         return False
     dy2, w2, x2, dw2, dx2 = dy.reshape(n, o), w.reshape(o, f), x.reshape(n, f), dw.reshape(o, f), dx.reshape(n, f)
