@@ -1194,3 +1194,22 @@ def test_gemms_whose_halves_would_take_openblas_small_kernel_agree_on_one_and_tw
             KERNELS["fc_bwd"].fn(**arrays)
         got.append([arrays[name].tobytes() for name in ("dw", "db", "dx")])
     assert got[0] == got[1]
+
+
+@two_threads
+def test_a_contended_stack_is_not_cut_into_small_kernel_blocks(monkeypatch):
+    """While the threads are contended a split GEMM takes two blocks per thread (from BLOCK_FLOPS
+    per thread, counted over the whole stack); 19 GEMMs of 208x137 @ 137x113 (3.2M m*n*k each)
+    would then be cut into quarters under SMALL_GEMM_MNK, whose sums OpenBLAS orders otherwise:
+    they stay in halves, the bits of one thread."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((19, 208, 137)).astype(np.float32)
+    b = rng.standard_normal((19, 137, 113)).astype(np.float32)
+    outs = []
+    for t, contended in ((1, 0), (2, 5)):
+        monkeypatch.setattr(_parallel, "_contended", contended)
+        out = np.zeros((19, 208, 113), np.float32)
+        with threadpool_limits(t):
+            _parallel.matmul(a, b, out)
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])

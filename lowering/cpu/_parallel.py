@@ -685,8 +685,7 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
         raise ValueError(f"expected split axis -2 (rows) or -1 (columns), got {axis}")
     size = m if axis == -2 else n
     whole = slice(None)
-    # small GEMMs (a rule on the shape, so one and two threads agree) keep NumPy's OpenBLAS:
-    # its small-matrix path was faster there (the MLP's 200x10 layer: 64 vs 96 us backward)
+    # small GEMMs (a shape rule: 1 and 2 threads agree) keep NumPy's OpenBLAS, faster there (MLP's 200x10)
     own = own_blas and flops >= MIN_SPLIT_FLOPS and a.ndim == 2 and b.ndim == 2 and c_gemm()
     cg = _cgemm if own else None  # one read, as in own_blas(): another Python thread may turn the worker off
     own = bool(cg and cg[3])
@@ -713,8 +712,8 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
         align = numpy_cut_align()  # 0: no cut keeps NumPy's bits, the GEMM runs whole
     if align != 1:  # row blocks at multiples of align: the only other cuts that keep the bits
         axis, size = -2, m // align if align else 0
-    if t == 1 or flops < MIN_SPLIT_FLOPS or size < 2 * t or min(m, n) == 1 \
-            or size // t * max(align, 1) * (n if axis == -2 else m) * k <= SMALL_GEMM_MNK:
+    unit = max(align, 1) * (n if axis == -2 else m) * k  # m*n*k of one unit of size, of one matrix
+    if t == 1 or flops < MIN_SPLIT_FLOPS or size < 2 * t or min(m, n) == 1 or size // t * unit <= SMALL_GEMM_MNK:
         if own:
             make = lambda: gemm_job(a, b, out, bias=None if bias is None else bias.reshape(-1),  # noqa: E731
                                     own=True, relu=relu, gate=gate)
@@ -746,7 +745,7 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
             epilogue(whole, whole)
         return False
 
-    count = gemm_blocks(flops, size, t, _prepared().pinned_contended() if prepare else None)
+    count = gemm_blocks(flops, size, t, _prepared().pinned_contended() if prepare else None, unit)
     if t == 2 and user is None and a.ndim == 2 and b.ndim == 2 and c_gemm():
         make = lambda: _split_jobs(a, b, out, axis, None if bias is None else bias.reshape(-1),  # noqa: E731
                                    count, own, align, relu=relu, gate=gate)
@@ -848,12 +847,13 @@ def numpy_cut_align() -> int:
     return _numpy_align[0]
 
 
-def gemm_blocks(flops: float, size: int, t: int, contended_now: bool | None = None) -> int:
-    """Blocks a split GEMM of ``flops`` is cut into along an axis of ``size``, on ``t`` threads:
-    ``t``, or ``2 t`` while :func:`contended` (``contended_now`` when given: a prepared call's
-    pinned state) from :data:`BLOCK_FLOPS` per thread on (each block at least 2 wide)."""
+def gemm_blocks(flops: float, size: int, t: int, contended_now: bool | None = None, unit: float = 0.0) -> int:
+    """Blocks a split GEMM of ``flops`` is cut into along an axis of ``size``, on ``t`` threads: ``t``, or
+    ``2 t`` while :func:`contended` (``contended_now``: a prepared call's pinned state) from :data:`BLOCK_FLOPS`
+    per thread on (blocks at least 2 wide, above :data:`SMALL_GEMM_MNK` by ``unit``: m*n*k per unit of size)."""
     busy = _contended > 0 if contended_now is None else contended_now
-    per = 2 if busy and flops >= BLOCK_FLOPS * t and cuts_keep_bits() else 1
+    per = 2 if busy and flops >= BLOCK_FLOPS * t and cuts_keep_bits() and (
+        not unit or size // (2 * t) * unit > SMALL_GEMM_MNK) else 1
     return max(1, min(t * per, size // 2))
 
 

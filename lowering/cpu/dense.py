@@ -165,9 +165,10 @@ def _weight_grad_c(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.nda
         return False
     axis = -2 if align > 1 else _parallel.split_axis(o, f)
     size = (o // align) if axis == -2 else f
-    if size < 2 * t or size // t * align * (f if axis == -2 else o) * n <= _parallel.SMALL_GEMM_MNK:
+    unit = align * (f if axis == -2 else o) * n  # m*n*k per unit of size
+    if size < 2 * t or size // t * unit <= _parallel.SMALL_GEMM_MNK:
         return False  # too few rows or columns, or a block OpenBLAS would sum another way
-    count = _parallel.gemm_blocks(flops, size, t, _prepared.pinned_contended() if prepare else None)
+    count = _parallel.gemm_blocks(flops, size, t, _prepared.pinned_contended() if prepare else None, unit)
     if prepare:
         jobs = _weight_grad_jobs(dy2, x2, dw2, db2, axis, count, align)
         return False if jobs is None else _prepared.jobs_call(jobs, True, count)
