@@ -344,14 +344,17 @@ def test_matmul_batched_and_epilogue_blocks():
 
 def test_gemm_blocks_rule(monkeypatch):
     monkeypatch.setattr(_parallel, "_contended", 0)
-    assert _parallel.gemm_blocks(1e6, 1024, 2) == 2
-    assert _parallel.gemm_blocks(1e12, 1024, 2) == 2  # one block per thread on balanced threads
+    big = 1e9  # m*n*k of one unit of the cut axis
+    assert _parallel.gemm_blocks(1e6, 1024, 2, unit=big) == 2
+    assert _parallel.gemm_blocks(1e12, 1024, 2, unit=big) == 2  # one block per thread on balanced threads
     monkeypatch.setattr(_parallel, "_contended", 5)
-    assert _parallel.gemm_blocks(1e6, 1024, 2) == 2
-    assert _parallel.gemm_blocks(1e12, 1024, 2) == (4 if _parallel.cuts_keep_bits() else 2)
+    assert _parallel.gemm_blocks(1e6, 1024, 2, unit=big) == 2
+    assert _parallel.gemm_blocks(1e12, 1024, 2, unit=big) == (4 if _parallel.cuts_keep_bits() else 2)
     monkeypatch.setattr(_parallel, "_invariant", [True])
-    assert _parallel.gemm_blocks(1e12, 5, 2) == 2  # blocks at least 2 wide
-    assert _parallel.gemm_blocks(1e12, 3, 2) == 1
+    assert _parallel.gemm_blocks(1e12, 5, 2, unit=big) == 2  # blocks at least 2 wide
+    assert _parallel.gemm_blocks(1e12, 3, 2, unit=big) == 1
+    assert _parallel.gemm_blocks(1e12, 1024, 2, unit=4000) == 4  # quarters of 256 units: 1.02e6 m*n*k
+    assert _parallel.gemm_blocks(1e12, 1024, 2, unit=3900) == 2  # 0.998e6: OpenBLAS's small kernel
 
 
 def test_contention_is_measured_on_static_splits(monkeypatch):

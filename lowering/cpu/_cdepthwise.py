@@ -239,6 +239,8 @@ def forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g, tmp: np.ndarray) -> 
 
 
 def _forward_pieces(x: np.ndarray, wt: np.ndarray, y: np.ndarray, g) -> tuple[ctypes._CFuncPtr, list]:
+    """``tr_dw_fwd`` and its pieces (image ranges) for x (N, H, W, C), the tap-major weights wt
+    (k*k, C) and y (N, Ho, Wo, C), fp32, as :func:`forward` runs them."""
     return _fn("tr_dw_fwd", 4, 2), _image_pieces(g, (x.ctypes.data, wt.ctypes.data, y.ctypes.data, _dims(g)), y.size)
 
 
@@ -250,6 +252,8 @@ def dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g, tmp: np.ndarray, acc
 
 
 def _dgrad_pieces(dy: np.ndarray, wt: np.ndarray, dx: np.ndarray, g, accumulate: bool) -> tuple[ctypes._CFuncPtr, list]:
+    """``tr_dw_dgrad`` and its pieces (image ranges) for dy (N, Ho, Wo, C), wt (k*k, C) and dx
+    (N, H, W, C), fp32, as :func:`dgrad` runs them."""
     head = (dy.ctypes.data, wt.ctypes.data, dx.ctypes.data, _dims(g), int(accumulate))
     return _fn("tr_dw_dgrad", 4, 3), _image_pieces(g, head, dx.size)
 
@@ -262,6 +266,9 @@ def wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, tmp: np.ndarray) -> 
 
 
 def _wgrad_pieces(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, tmp: np.ndarray) -> tuple[ctypes._CFuncPtr, list]:
+    """``tr_dw_wgrad`` and its pieces (channel blocks, each summing in its own 64-byte aligned
+    region of ``tmp``) for dy (N, Ho, Wo, C), x (N, H, W, C) and dw (C, k, k, 1), fp32, as
+    :func:`wgrad` runs them. Raises ``ValueError`` when ``tmp`` is too small."""
     flat = take(tmp, (scratch_elements(g),))
     base = flat.ctypes.data + (-flat.ctypes.data % 64)  # 64-byte aligned (fp32 arrays are 4-byte aligned)
     blocks = -(-g.c // CHANNEL_BLOCK)

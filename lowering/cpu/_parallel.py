@@ -745,7 +745,7 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
             epilogue(whole, whole)
         return False
 
-    count = gemm_blocks(flops, size, t, _prepared().pinned_contended() if prepare else None, unit)
+    count = gemm_blocks(flops, size, t, _prepared().pinned_contended() if prepare else None, unit=unit)
     if t == 2 and user is None and a.ndim == 2 and b.ndim == 2 and c_gemm():
         make = lambda: _split_jobs(a, b, out, axis, None if bias is None else bias.reshape(-1),  # noqa: E731
                                    count, own, align, relu=relu, gate=gate)
@@ -847,13 +847,13 @@ def numpy_cut_align() -> int:
     return _numpy_align[0]
 
 
-def gemm_blocks(flops: float, size: int, t: int, contended_now: bool | None = None, unit: float = 0.0) -> int:
-    """Blocks a split GEMM of ``flops`` is cut into along an axis of ``size``, on ``t`` threads: ``t``, or
-    ``2 t`` while :func:`contended` (``contended_now``: a prepared call's pinned state) from :data:`BLOCK_FLOPS`
-    per thread on (blocks at least 2 wide, above :data:`SMALL_GEMM_MNK` by ``unit``: m*n*k per unit of size)."""
+def gemm_blocks(flops: float, size: int, t: int, contended_now: bool | None = None, *, unit: float) -> int:
+    """Blocks a split GEMM of ``flops`` is cut into along an axis of ``size`` (units), on ``t`` threads: ``t``,
+    or ``2 t`` while :func:`contended` (``contended_now``: a prepared call's pinned state) from :data:`BLOCK_FLOPS`
+    per thread, blocks 2 units wide or more and above :data:`SMALL_GEMM_MNK` (``unit``: one matrix's m*n*k a unit)."""
     busy = _contended > 0 if contended_now is None else contended_now
-    per = 2 if busy and flops >= BLOCK_FLOPS * t and cuts_keep_bits() and (
-        not unit or size // (2 * t) * unit > SMALL_GEMM_MNK) else 1
+    per = 2 if busy and flops >= BLOCK_FLOPS * t and cuts_keep_bits() and size // (2 * t) * unit > SMALL_GEMM_MNK \
+        else 1
     return max(1, min(t * per, size // 2))
 
 

@@ -7,7 +7,7 @@ step). A prepared launch does that once per :class:`._prepared.LaunchState` and 
 the function would run, so the bits are the function's (tests/test_prepared_launches.py):
 
 * ``direct`` (the compiled small-channel kernels, :mod:`._cconv`): their pieces, as
-  :func:`._prepared.c_call` s;
+  :func:`._prepared.c_call` calls;
 * ``pointwise`` (1x1, stride 1, no padding: one GEMM on the NHWC matrix): the forward
   ``y = x @ w.T`` and the input gradient ``dx = dy @ w`` as :func:`._parallel.matmul_call`; the
   weight gradient as :func:`.conv._gemm_tn` runs it for one group, ``dw = dy.T @ x`` where
@@ -53,6 +53,7 @@ def _geometry(x_shape, w_shape, k: int, s: int, p: int, groups: int, fp16: bool,
 
 
 def _fp32(*arrays: np.ndarray) -> bool:
+    """Every array fp32 and C-contiguous (the pointwise and depthwise paths' views of them)."""
     return all(a.dtype == F32 and a.flags.c_contiguous for a in arrays)
 
 

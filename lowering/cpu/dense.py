@@ -168,7 +168,7 @@ def _weight_grad_c(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.nda
     unit = align * (f if axis == -2 else o) * n  # m*n*k per unit of size
     if size < 2 * t or size // t * unit <= _parallel.SMALL_GEMM_MNK:
         return False  # too few rows or columns, or a block OpenBLAS would sum another way
-    count = _parallel.gemm_blocks(flops, size, t, _prepared.pinned_contended() if prepare else None, unit)
+    count = _parallel.gemm_blocks(flops, size, t, _prepared.pinned_contended() if prepare else None, unit=unit)
     if prepare:
         jobs = _weight_grad_jobs(dy2, x2, dw2, db2, axis, count, align)
         return False if jobs is None else _prepared.jobs_call(jobs, True, count)
