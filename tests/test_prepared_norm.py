@@ -20,9 +20,11 @@ from _sgd_steps import assert_same_training, three_sgd_steps
 F32 = np.float32
 
 SHAPES = [(4, 3, 3, 5), (2, 2, 2, 1280), (1, 1, 1, 24), (32, 1, 1, 10), (1, 1, 1, 3), (8, 32, 32, 64),
-          (3, 33, 33, 161)]
-"""Few and many channels, M = 1 row and more, (N, 1, 1, C) batch norms, and two activations of at
-least :data:`._cnorm.SPLIT_ELEMENTS` (one with an odd channel count and uneven row blocks)."""
+          (3, 33, 33, 161), (3, 7, 7, 240)]
+"""Few and many channels, M = 1 row and more, (N, 1, 1, C) batch norms, two activations of at
+least :data:`._cnorm.SPLIT_ELEMENTS` (one with an odd channel count and uneven row blocks), and
+one between :data:`._cnorm.BLOCK_ELEMENTS` and it (row blocks that a prepared launch runs on two
+threads and the kernel function on one)."""
 
 SCALARS = ("f32", "f64", "number", "none")
 """How ``eps`` and ``momentum`` come: 1-element fp32 or fp64 arrays, Python numbers, None."""
@@ -156,15 +158,16 @@ def test_prepared_bn_gives_the_kernel_functions_bits(case, threads, monkeypatch)
 
 
 def test_the_cases_reach_the_clamp_nan_and_split_paths():
-    """The data of the cases does what they are there for: the clamp, NaN channels, both splits."""
+    """The data of the cases does what they are there for: the clamp, NaN channels, the row blocks
+    (three shapes; one the kernel function runs in turn on one thread)."""
     name, arrays, _ = next(c for c in CASES if c[0] == "bn2d_fwd" and "sum" in c[1])
     mean, var = conv_stats.mean_var(arrays["sum"], arrays["sq_sum"], arrays["x"].size // arrays["x"].shape[-1])
     assert arrays["sq_sum"].reshape(-1)[0] < 0 and var[0] == 0.0 and var[-1] == 0.0
     x = next(c[1]["x"] for c in CASES if c[0] == "bn2d_fwd" and c[1]["x"].shape == (4, 3, 3, 5))
     assert np.isnan(x[..., 2]).any() and np.isnan(x[0, 0, 0, 3]) and np.ptp(x[..., 1]) == 0
-    with threadpool_limits(2):
-        big = [s for s in SHAPES if len(_cnorm._bounds(int(np.prod(s[:-1])), s[-1])) > 2]
-    assert len(big) == 2 or _parallel.workers() < 2
+    blocked = [s for s in SHAPES if len(_cnorm._bounds(int(np.prod(s[:-1])), s[-1])) > 2]
+    assert len(blocked) == 3
+    assert sum(int(np.prod(s)) < _cnorm.SPLIT_ELEMENTS for s in blocked) == 1
 
 
 @pytest.mark.parametrize("change", ["fp16", "wide", "strided gamma", "aliased statistics", "int eps",
@@ -254,3 +257,23 @@ def test_training_with_prepared_bn_is_bit_identical(model, batch, fuse, threads,
     assert on[2] and all(launch.last_call is launch.generic for launch in off[2])
     for launch in on[2]:
         _assert_prepared(launch, launch.func.__name__)
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+@pytest.mark.parametrize("case", [i for i, c in enumerate(CASES) if c[1]["x"].size >= _cnorm.BLOCK_ELEMENTS],
+                         ids=lambda i: f"{CASES[i][0]}-{'x'.join(map(str, CASES[i][1]['x'].shape))}-{i}")
+def test_bn_bits_do_not_depend_on_the_thread_count(case, prepared, monkeypatch):
+    """The row blocks are fixed by the shape (:data:`._cnorm.BLOCK_ELEMENTS`), so one thread and two
+    give the same bits, prepared or not (the partial sums used to be one per thread). A +1e20 and
+    a -1e20 in channel 0 at the start of each block make the float64 sums depend on the blocks
+    (the values after the +1e20 are lost in one block, kept after the -1e20 with one block)."""
+    name, arrays, aliases = CASES[case]
+    arrays = dict(arrays)
+    key = "dy" if "dy" in arrays else "x"  # what the sums run over: plant +-1e20 where block 2 starts
+    a = arrays[key] = arrays[key].copy()
+    rows = a.reshape(-1, a.shape[-1])
+    rows[1, 0], rows[rows.shape[0] // 2, 0] = 1e20, -1e20  # one block: 0 + the later rows; two: 0
+    one, _ = _run(name, arrays, aliases, 1, prepared, monkeypatch)
+    two, _ = _run(name, arrays, aliases, 2, prepared, monkeypatch)
+    for k, w in _outputs(name, one).items():
+        assert two[k].tobytes() == w.tobytes(), f"{name}: {k} differs between 1 and 2 threads"

@@ -5,10 +5,11 @@ centered squares, normalize) and two in the backward, each through chunk-sized t
 BN layer is memory-bound, so the passes are the cost; here the forward makes two (statistics,
 then normalize) and the backward two (the two sums, then the input gradient), each one
 streaming read per operand and at most one write, vectorized over the channel axis (contiguous
-in NHWC; ``C`` is a compile-time constant). Rows ``M = N*H*W`` are a run-time range ``[r0, r1)``,
-which is how :func:`batch_stats`, :func:`apply` and the backward functions split a large activation among the
-kernel threads (:func:`._parallel.run_c`: the calling thread and the C worker, no GIL, or the
-Python kernel threads without it).
+in NHWC; ``C`` is a compile-time constant). Rows ``M = N*H*W`` are a run-time range ``[r0, r1)``:
+from :data:`BLOCK_ELEMENTS` every pass is cut into :data:`~._threads.MAX_WORKERS` blocks of rows,
+which the kernel threads run concurrently (:func:`._parallel.run_c`: the calling thread and the C
+worker, no GIL, or the Python kernel threads without it) or one thread in turn
+(:data:`SPLIT_ELEMENTS`).
 
 Statistics accumulate in float64 per channel (PyTorch's CPU batch norm also accumulates fp32
 input in double, in two passes: the mean, then the centered squares). Here one pass sums the
@@ -20,8 +21,9 @@ variance"). With the pivot inside the data the cancellation of the last differen
 the summation error of M double additions (about ``M * 2^-53`` relative) stays far below fp32
 rounding. The variance is clamped at 0. The backward's sums are ``sum dy`` and
 ``sum dy * (x - mean)`` (the saved fp32 mean), giving ``sum dy * xhat`` directly.
-Each thread sums its own block of rows; the blocks are added in thread order, so results are
-fixed by the shapes and the thread count. They differ from the NumPy kernels by rounding only
+Each block of rows has its own partial sums; the blocks are added in order, so results are
+fixed by the shapes alone: the same bits on one thread or two, and from a prepared launch
+(:mod:`._prepared_norm`) or the kernel function. They differ from the NumPy kernels by rounding only
 (fp32 per-row sums there); tests compare both against PyTorch.
 
 **Local sums.** Every statistics kernel sums into arrays local to the call and stores them once
@@ -45,14 +47,25 @@ import threading
 
 import numpy as np
 
-from . import _cc, _parallel
+from . import _cc, _parallel, _threads
+
+BLOCK_ELEMENTS = 1 << 15
+"""Activations of at least this many elements are cut into :data:`~._threads.MAX_WORKERS` blocks of
+rows (module doc), whatever the thread count, so the statistics' bits depend on the shapes only.
+A prepared launch (:mod:`._prepared_norm`) runs the blocks on the kernel threads whenever there
+are two: inside a replay group (:class:`._prepared.ReplayGroup`) the C worker is already spinning
+on the previous launch's jobs, and the hand-off costs a few microseconds. Measured on the Zen 5
+host (2026-12-07, CIFAR MobileNetV2 batch 32, whose BN activations have 12K-262K elements; two
+tasks in one process, steps alternated, medians of 10 rounds of 10 steps, load < 1): 13.9 ms a
+step on 2 threads with the prepared launches split from 2^19 elements, 12.6 from 2^16; 12.8-13.0
+from 2^13-2^15 against 12.9-13.2 from 2^16 (within the noise); 1 thread unchanged."""
 
 SPLIT_ELEMENTS = 1 << 19
-"""Activations of at least this many elements are shared out among the kernel threads by blocks
-of rows (below it the hand-off costs more than the second core saves: on the Zen 5 host,
-2026-12-07, BN+ReLU over 262,144 and 294,912 elements took 0.078 / 0.076 ms forward and 0.114 /
-0.136 ms backward on 1 thread, 0.094 / 0.109 and 0.126 / 0.143 ms split in two; 786,432: the
-backward 0.276 -> 0.235 ms)."""
+"""From this many elements the kernel function (:mod:`.norm`, not prepared) runs the blocks on
+the kernel threads; below it one thread runs them in turn (the hand-off with its per-call job
+pair costs more than the second core saves: on the Zen 5 host, 2026-12-07, BN+ReLU over 262,144
+and 294,912 elements took 0.078 / 0.076 ms forward and 0.114 / 0.136 ms backward on 1 thread,
+0.094 / 0.109 and 0.126 / 0.143 ms split in two; 786,432: the backward 0.276 -> 0.235 ms)."""
 
 _P = ctypes.c_void_p
 _L = ctypes.c_int64
@@ -325,9 +338,17 @@ def usable(*arrays: np.ndarray | None) -> bool:
 
 
 def _bounds(m: int, c: int) -> list[int]:
-    t = _parallel.workers() if m * c >= SPLIT_ELEMENTS else 1
-    t = max(1, min(t, m))
+    """Row bounds of the blocks of an (m, c) pass (:data:`BLOCK_ELEMENTS`): the shape's alone."""
+    t = max(1, min(_threads.MAX_WORKERS if m * c >= BLOCK_ELEMENTS else 1, m))
     return [m * i // t for i in range(t + 1)]
+
+
+def concurrent(pieces: list[tuple[int, ...]], elements: int | None = None) -> bool:
+    """Whether a pass's blocks (``pieces``) run on the kernel threads rather than in turn on the
+    calling thread: several, as many kernel threads as blocks, and for the kernel function
+    (``elements``, the activation's size) at least :data:`SPLIT_ELEMENTS` elements; a prepared
+    launch (``elements`` None) from any size (:data:`BLOCK_ELEMENTS`)."""
+    return 1 < len(pieces) <= _parallel.workers() and (elements is None or elements >= SPLIT_ELEMENTS)
 
 
 def _pieces(bounds: list[int], args) -> list[tuple[int, ...]]:
@@ -336,17 +357,22 @@ def _pieces(bounds: list[int], args) -> list[tuple[int, ...]]:
     return [(*args(w), r0, r1) for w, (r0, r1) in enumerate(zip(bounds, bounds[1:]))]
 
 
-def _run(fn, pieces: list[tuple[int, ...]]) -> None:
-    """The pieces on the kernel threads when there are several (:func:`._parallel.run_c`; no job
-    pair is kept: the pointers include per-call temporaries, the partial sums and the folded
-    scale and shift)."""
-    _parallel.run_c(fn, pieces, keep=False)
+def _run(fn, pieces: list[tuple[int, ...]], elements: int) -> None:
+    """The pieces of a pass over ``elements`` elements: on the kernel threads where
+    :func:`concurrent` (:func:`._parallel.run_c`; no job pair is kept: the pointers include
+    per-call temporaries, the partial sums and the folded scale and shift), else in turn here."""
+    if concurrent(pieces, elements):
+        _parallel.run_c(fn, pieces, keep=False)
+        return
+    for p in pieces:
+        fn(*p)
 
 
-def _sums(fn, pieces: list[tuple[int, ...]], parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Run a sum pass (:func:`stats_pass`, :func:`backward_sums_pass`) and return its two
-    per-channel float64 sums, the block partials added in thread order."""
-    _run(fn, pieces)
+def _sums(fn, pieces: list[tuple[int, ...]], parts: list[np.ndarray], elements: int
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """Run a sum pass (:func:`stats_pass`, :func:`backward_sums_pass`) over ``elements`` elements
+    and return its two per-channel float64 sums, the block partials added in block order."""
+    _run(fn, pieces, elements)
     total = parts[0].copy()
     for w in range(1, len(parts)):
         total += parts[w]
@@ -414,7 +440,7 @@ def batch_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     change both (tests/test_prepared_norm.py, tests/test_fuzz_prepared_norm.py)."""
     m, c = x.shape
     pivot = np.ascontiguousarray(x[0])
-    s1, s2 = _sums(*stats_pass(x))
+    s1, s2 = _sums(*stats_pass(x), x.size)
     shift = s1 / m
     var = np.maximum(s2 / m - shift * shift, 0.0)
     return pivot.astype(np.float64) + shift, var
@@ -436,7 +462,7 @@ def apply(x: np.ndarray, y: np.ndarray, scale: np.ndarray, shift: np.ndarray, re
     """``y = x * scale + shift`` per channel; x, y fp32 (M, C) (y may be x), scale and shift fp32 (C,).
     ``relu``: ``y = relu(x * scale + shift [+ skip])`` in the same pass (skip fp32 (M, C)), and the
     INT8 ``mask`` (M, C) of the pre-activation ``> 0`` when given."""
-    _run(*apply_pass(x, y, scale, shift, relu, mask, skip))
+    _run(*apply_pass(x, y, scale, shift, relu, mask, skip), x.size)
 
 
 def backward_sums_pass(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, gate: tuple[str, np.ndarray] | None = None,
@@ -457,7 +483,7 @@ def backward_sums(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, gate: tuple[s
     ``x``; ``mean`` fp32 (C,). ``d = dy``, or through a ReLU ``gate`` ``(kind, array)`` (a
     :data:`GATES` kind and its (M, C) mask or output) ``d = dy * gate``; ``dskip`` (with a gate):
     also written with ``d`` in this pass (a residual join's other gradient; may be dy's buffer)."""
-    return _sums(*backward_sums_pass(dy, x, mean, gate, dskip))
+    return _sums(*backward_sums_pass(dy, x, mean, gate, dskip), x.size)
 
 
 def input_grad_pass(dy: np.ndarray, x: np.ndarray, dx: np.ndarray, a: np.ndarray, b: np.ndarray, mu: np.ndarray,
@@ -478,4 +504,4 @@ def input_grad(dy: np.ndarray, x: np.ndarray, dx: np.ndarray, a: np.ndarray, b: 
     """``dx = a * d + b * (x - mu) + c0`` per channel; fp32 (M, C) arrays (dx may be dy or x),
     fp32 (C,) coefficients; ``d`` as in :func:`backward_sums` (with ``dskip``: read from it, as
     :func:`backward_sums` wrote it, one stream instead of dy and the gate)."""
-    _run(*input_grad_pass(dy, x, dx, a, b, mu, c0, gate, dskip))
+    _run(*input_grad_pass(dy, x, dx, a, b, mu, c0, gate, dskip), x.size)

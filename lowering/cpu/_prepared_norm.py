@@ -77,6 +77,15 @@ def _apart(written: tuple, read: tuple) -> bool:
                    for i in range(count) for j in range(len(arrays)))
 
 
+def _blocks(fn, pieces: list[tuple[int, ...]]) -> Callable[[], None]:
+    """A pass's blocks (:func:`._cnorm._bounds`) as a prepared call: a :func:`._prepared.c_call`
+    on the kernel threads where :func:`._cnorm.concurrent`, else one after the other on the
+    calling thread (the same blocks and partial sums, so the same bits)."""
+    if len(pieces) == 1 or _cnorm.concurrent(pieces):
+        return _prepared.c_call(fn, pieces)
+    return _prepared.sequence(*(_prepared.c_call(fn, [p]) for p in pieces))
+
+
 def _keep(call: Callable[[], None], *objects) -> Callable[[], None]:
     call.keep = objects  # type: ignore[attr-defined]  # what the jobs point to lives as long as the call
     return call
@@ -114,12 +123,12 @@ def forward_call(x, gamma, beta, running_mean, running_var, y, save_mean, save_i
     calls, parts = [], None
     if stats is None:
         fn, pieces, parts = _cnorm.stats_pass(x2, own=True)
-        calls.append(_prepared.c_call(fn, pieces))
+        calls.append(_blocks(fn, pieces))
         args.parts, args.stride, args.t, args.pivot = _ptr(parts[0]), _cnorm.part_stride(c), len(parts), _ptr(x2)
     else:
         args.sum, args.sq_sum = _ptr(stats[0]), _ptr(stats[1])
     calls.append(_prepared.c_call(_cnorm.coef_function("bn_fwd_finish"), [(ctypes.addressof(args),)]))
-    calls.append(_prepared.c_call(*_cnorm.apply_pass(x2, y2, folded[0], folded[1], relu,
+    calls.append(_blocks(*_cnorm.apply_pass(x2, y2, folded[0], folded[1], relu,
                                                      None if mask is None else rows2d(mask),
                                                      None if skip is None else rows2d(skip))))
     return _keep(_prepared.sequence(*calls), args, parts, folded)
@@ -150,10 +159,10 @@ def backward_call(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta, gate=No
     coef = None if dx is None else np.empty((3, c), F32)  # a, b, c0
     args = _cnorm.BwdArgs(parts=_ptr(parts[0]), stride=_cnorm.part_stride(c), t=len(parts), istd=_ptr(save_istd),
                           gamma=_ptr(gamma), dgamma=_ptr(dgamma), dbeta=_ptr(dbeta), m=x2.shape[0], c=c)
-    calls = [_prepared.c_call(fn, pieces),
+    calls = [_blocks(fn, pieces),
              _prepared.c_call(_cnorm.coef_function("bn_bwd_coeffs"), [(ctypes.addressof(args),)])]
     if coef is not None:
         args.a, args.b, args.c0 = _ptr(coef[0]), _ptr(coef[1]), _ptr(coef[2])
-        calls.append(_prepared.c_call(*_cnorm.input_grad_pass(rows2d(dy), x2, rows2d(dx), coef[0], coef[1], mu,
+        calls.append(_blocks(*_cnorm.input_grad_pass(rows2d(dy), x2, rows2d(dx), coef[0], coef[1], mu,
                                                               coef[2], gate2, skip2)))
     return _keep(_prepared.sequence(*calls), args, parts, coef)
