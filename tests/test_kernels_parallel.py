@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from tr_mlir.lowering.cpu import KERNELS, _blas_libs, _cc, _parallel, _threads, dense, optim, ranges
+from tr_mlir.lowering.cpu import KERNELS, _blas_libs, _cc, _gemm_bits, _parallel, _threads, dense, optim, ranges
 
 F32 = np.float32
 two_threads = pytest.mark.skipif(not _threads.controller(), reason="needs OpenBLAS + threadpoolctl for 2 threads")
@@ -349,8 +349,8 @@ def test_gemm_blocks_rule(monkeypatch):
     assert _parallel.gemm_blocks(1e12, 1024, 2, unit=big) == 2  # one block per thread on balanced threads
     monkeypatch.setattr(_parallel, "_contended", 5)
     assert _parallel.gemm_blocks(1e6, 1024, 2, unit=big) == 2
-    assert _parallel.gemm_blocks(1e12, 1024, 2, unit=big) == (4 if _parallel.cuts_keep_bits() else 2)
-    monkeypatch.setattr(_parallel, "_invariant", [True])
+    assert _parallel.gemm_blocks(1e12, 1024, 2, unit=big) == (4 if _gemm_bits.cuts_keep_bits() else 2)
+    monkeypatch.setattr(_gemm_bits, "_invariant", [True])
     assert _parallel.gemm_blocks(1e12, 5, 2, unit=big) == 2  # blocks at least 2 wide
     assert _parallel.gemm_blocks(1e12, 3, 2, unit=big) == 1
     assert _parallel.gemm_blocks(1e12, 1024, 2, unit=4000) == 4  # quarters of 256 units: 1.02e6 m*n*k
@@ -391,7 +391,7 @@ def test_matmul_dynamic_blocks_give_the_serial_bits(monkeypatch, contended):
     with threadpool_limits(2):
         _parallel.matmul(a, b, got)
     assert np.array_equal(got, want)
-    if _parallel.cuts_keep_bits():
+    if _gemm_bits.cuts_keep_bits():
         assert _parallel._contended == (2 if contended else 0)  # a dynamic call counted
 
 
@@ -943,9 +943,9 @@ def test_cut_probes():
     """Where NumPy's OpenBLAS here keeps its bits (the probes: any cut, row cuts at multiples of
     OWN_ROW_ALIGN, or none); an own instance in use passed its probe for row cuts at multiples
     of OWN_ROW_ALIGN."""
-    assert isinstance(_parallel.cuts_keep_bits(), bool)
-    align = _parallel.numpy_cut_align()
-    assert align in (0, 1, _parallel.OWN_ROW_ALIGN) and (align == 1) == _parallel.cuts_keep_bits()
+    assert isinstance(_gemm_bits.cuts_keep_bits(), bool)
+    align = _gemm_bits.numpy_cut_align()
+    assert align in (0, 1, _parallel.OWN_ROW_ALIGN) and (align == 1) == _gemm_bits.cuts_keep_bits()
     if _parallel.own_blas():
         assert _parallel._own_cuts_keep_bits()
 
@@ -963,7 +963,7 @@ def test_gemm_cuts_follow_numpy_cut_align(monkeypatch, align, c_worker):
         monkeypatch.setattr(_parallel, "_cgemm", _parallel._cgemm[:3] + (False,))
     if not c_worker:
         monkeypatch.setattr(_parallel, "_cgemm", False)
-    monkeypatch.setattr(_parallel, "_numpy_align", [align])
+    monkeypatch.setattr(_gemm_bits, "_numpy_align", [align])
     monkeypatch.setattr(_parallel, "_jobs_cache", {})
     monkeypatch.setattr(_parallel, "_contended", 100)  # dynamic blocks too, where they would apply
     monkeypatch.setattr(_parallel, "IMBALANCE", 1e9)
@@ -998,11 +998,11 @@ def test_numpy_openblas_haswell_kernels_split_with_the_serial_bits():
     code = """
 import numpy as np
 from threadpoolctl import threadpool_limits
-from tr_mlir.lowering.cpu import KERNELS, _blas_libs, _parallel as P
+from tr_mlir.lowering.cpu import KERNELS, _blas_libs, _gemm_bits, _parallel as P
 lib = _blas_libs.numpy_openblas()
 if lib is None or str(lib.architecture).lower() != "haswell":
     print("SKIP", None if lib is None else lib.architecture); raise SystemExit
-assert P.numpy_cut_align() == P.OWN_ROW_ALIGN, P.numpy_cut_align()
+assert _gemm_bits.numpy_cut_align() == P.OWN_ROW_ALIGN, _gemm_bits.numpy_cut_align()
 rng = np.random.default_rng(0)
 r = lambda *s: rng.standard_normal(s).astype(np.float32)
 for c_worker in (True, False):

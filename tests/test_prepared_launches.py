@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from tr_mlir.lowering.cpu import _cc, _parallel, _prepared, _threads
+from tr_mlir.lowering.cpu import _cc, _gemm_bits, _parallel, _prepared, _threads
 from tr_mlir.lowering.cpu.registry import KERNELS, PreparedLaunch
 
 from _launch_twice import launch_twice
@@ -350,8 +350,8 @@ def test_prepared_gemm_blocks_follow_the_pinned_state(monkeypatch):
     out = np.zeros((200, 1024), F32)
     # the 4-block contended split needs cuts that keep the bits; where NumPy's OpenBLAS runs its
     # Haswell kernels they do not and every state gets 2 blocks: allow them (only blocks are counted)
-    monkeypatch.setattr(_parallel, "cuts_keep_bits", lambda: True)
-    align = _parallel.numpy_cut_align()
+    monkeypatch.setattr(_gemm_bits, "cuts_keep_bits", lambda: True)
+    align = _gemm_bits.numpy_cut_align()
     size = 200 // align if align > 1 else 1024  # row blocks at multiples of align, else column blocks
     with threadpool_limits(2):
         for pinned in (False, True):
@@ -388,3 +388,31 @@ def test_a_c_worker_lost_mid_replay_falls_back_to_the_kernel(monkeypatch):
         spec.fn(**want)
     np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-5)
     assert np.abs(got["y"]).sum() > 0
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_an_unsplit_prepared_gemm_is_one_c_job_with_numpys_bits(threads):
+    """A GEMM too small to split (MobileNetV2's 2x2 pointwise convs, its classifier) prepares as one
+    C job (so its launch stays in a replay group) giving ``np.matmul``'s bits, plain or transposed
+    operands, with a bias; a matrix-vector product (NumPy's ``gemv``) keeps NumPy."""
+    rng = np.random.default_rng(7)
+    r = lambda *s: rng.standard_normal(s).astype(F32)  # noqa: E731
+    w = r(64, 192)
+    cases = [(r(128, 192), w.T, None), (r(128, 192), r(192, 64), None), (r(32, 1280), r(1280, 10), r(10)),
+             (r(200, 10).T, r(200, 256), None)]
+    with threadpool_limits(threads):
+        for a, b, bias in cases:
+            out = np.zeros((a.shape[0], b.shape[1]), F32)
+            call = _parallel.matmul_call(a, b, out, bias=bias)
+            assert call is not None
+            if _parallel.c_gemm():
+                assert getattr(call, "steps", None) is not None, (a.shape, b.shape)
+            call()
+            want = np.zeros_like(out)
+            _parallel.serial_matmul(a, b, want)  # NumPy's OpenBLAS on one thread, as the kernels run it
+            if bias is not None:
+                want += bias
+            assert out.tobytes() == want.tobytes(), (a.shape, b.shape)
+        vec = np.zeros((32, 1), F32)
+        call = _parallel.matmul_call(r(32, 100), r(100, 1), vec)
+        assert getattr(call, "steps", None) is None

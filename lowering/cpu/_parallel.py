@@ -46,7 +46,7 @@ instance gives the same bits (:data:`OWN_ROW_ALIGN`), so one and two threads agr
 the GEMM is cut (into blocks above :data:`SMALL_GEMM_MNK`): NumPy's OpenBLAS with its SkylakeX
 kernels does; with its Haswell kernels (the core type of Zen 1-3 and Intel AVX2 CPUs, or any CPU under
 ``OPENBLAS_CORETYPE=Haswell``) only row cuts at multiples of :data:`OWN_ROW_ALIGN` do. A probe
-(:func:`numpy_cut_align`) decides which cuts the kernels make with NumPy's OpenBLAS; a BLAS
+(:func:`._gemm_bits.numpy_cut_align`) decides which cuts the kernels make with NumPy's OpenBLAS; a BLAS
 that keeps its bits under neither runs every GEMM whole."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from importlib import resources
 
 import numpy as np
 
-from . import _threads
+from . import _gemm_bits, _threads
 from ._blas_libs import find_sgemm, load_own_blas
 from ._threads import MAX_WORKERS, outside_kernels, run, run_dynamic, workers  # noqa: F401 - the module's API
 
@@ -276,27 +276,7 @@ def _own_cuts_keep_bits() -> bool:
     """Whether the own OpenBLAS instance gives the same bits for row blocks cut at multiples of
     :data:`OWN_ROW_ALIGN`, plain or transposed operands, as for the whole GEMM (a probe when it
     is loaded; if not, it is not used)."""
-    return _row_cuts_keep_bits(lambda a, b, out: run_here(gemm_job(a, b, out, own=True)))
-
-
-def _row_cuts_keep_bits(gemm: Callable[[np.ndarray, np.ndarray, np.ndarray], None]) -> bool:
-    """Whether ``gemm(a, b, out)`` (``out = a @ b`` on one thread) gives the same bits for row
-    blocks cut at multiples of :data:`OWN_ROW_ALIGN`, plain or transposed operands, as for the
-    whole GEMM."""
-    rng = np.random.default_rng(1)
-    a = rng.standard_normal((200, 131)).astype(np.float32)
-    b = rng.standard_normal((131, 203)).astype(np.float32)
-    for lhs in (a, np.ascontiguousarray(a.T).T):
-        for rhs in (b, np.ascontiguousarray(b.T).T):
-            whole = np.empty((200, 203), np.float32)
-            gemm(lhs, rhs, whole)
-            for cuts in ((0, 96, 200), (0, 48, 120, 200)):
-                part = np.empty_like(whole)
-                for lo, hi in zip(cuts, cuts[1:]):
-                    gemm(lhs[lo:hi], rhs, part[lo:hi])
-                if not np.array_equal(part, whole):
-                    return False
-    return True
+    return _gemm_bits.row_cuts_keep_bits(lambda a, b, out: run_here(gemm_job(a, b, out, own=True)))
 
 
 def own_blas() -> str | None:
@@ -577,7 +557,7 @@ FC forward): a fixed cut, the same on one or two threads."""
 
 OWN_ROW_ALIGN = 24
 """Row cut granularity of GEMMs with the kernels' own OpenBLAS instance (Haswell kernels), and
-with NumPy's OpenBLAS where it runs Haswell kernels too (:func:`numpy_cut_align`): their
+with NumPy's OpenBLAS where it runs Haswell kernels too (:func:`._gemm_bits.numpy_cut_align`): their
 results change when a GEMM is cut into column blocks, or into row blocks at other multiples
 (their row unroll is 24), and stay the same bits at multiples of 24 (checked for the MLP's
 shapes, tests/test_kernels_parallel.py)."""
@@ -591,7 +571,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
     blocks of ``m`` (``axis=-2``) or column blocks of ``n`` (``axis=-1``); ``None`` chooses by
     :func:`split_axis`. Each output element is computed by one OpenBLAS call over all of ``k``
     either way, and the blocks are cut only where NumPy's OpenBLAS keeps its bits
-    (:func:`numpy_cut_align`: row blocks at multiples of :data:`OWN_ROW_ALIGN` whatever ``axis``
+    (:func:`._gemm_bits.numpy_cut_align`: row blocks at multiples of :data:`OWN_ROW_ALIGN` whatever ``axis``
     says, or no split, where cuts anywhere would change them), so the split does not change the
     result.
 
@@ -709,7 +689,7 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
     if own:
         align = OWN_ROW_ALIGN
     elif t > 1 and flops >= MIN_SPLIT_FLOPS:
-        align = numpy_cut_align()  # 0: no cut keeps NumPy's bits, the GEMM runs whole
+        align = _gemm_bits.numpy_cut_align()  # 0: no cut keeps NumPy's bits, the GEMM runs whole
     if align != 1:  # row blocks at multiples of align: the only other cuts that keep the bits
         axis, size = -2, m // align if align else 0
     unit = max(align, 1) * (n if axis == -2 else m) * k  # m*n*k of one unit of size, of one matrix
@@ -733,6 +713,10 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
                     user(whole, whole)
                 return True
         if prepare:
+            one_job = _serial_job(a, b, out, bias, relu, gate) if user is None else None
+            if one_job is not None:
+                return _prepared().jobs_call((one_job,), False)
+
             def serial() -> None:
                 serial_matmul(a, b, out)
                 if epilogue is not None:
@@ -779,6 +763,20 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
     return False
 
 
+def _serial_job(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray | None, relu: bool,
+                gate: np.ndarray | None) -> _Job | None:
+    """The whole GEMM ``out = a @ b`` (+ ``bias``, the ReLU epilogues) of a prepared launch that
+    does not split it, as one :func:`gemm_job` with NumPy's OpenBLAS, so that the launch is a C
+    job and stays inside a replay group (a small pointwise conv of MobileNetV2 broke its groups).
+    The same ``cblas_sgemm`` call ``np.matmul`` makes (the split blocks' jobs rely on it too), so
+    the same bits; None, and NumPy, where NumPy would not call it so: a matrix-vector product
+    (``gemv``), ``a @ a.T`` (``syrk``), no C worker, or a layout a job cannot take."""
+    m, n = out.shape[-2], out.shape[-1]
+    if a.ndim != 2 or b.ndim != 2 or min(m, n) < 2 or np.shares_memory(a, b) or not c_gemm():
+        return None
+    return gemm_job(a, b, out, bias=None if bias is None else bias.reshape(-1), relu=relu, gate=gate)
+
+
 def _split_jobs(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, bias: np.ndarray | None,
                 count: int = 2, own: bool = False, align: int = 1, *, relu: bool = False,
                 gate: np.ndarray | None = None) -> tuple | None:
@@ -799,60 +797,12 @@ def _split_jobs(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, bias: 
     return tuple(jobs)
 
 
-_invariant: list[bool] = []
-
-
-def cuts_keep_bits() -> bool:
-    """Whether NumPy's OpenBLAS gives the same bits for a GEMM cut into row or column blocks at
-    arbitrary places as for the whole (a probe, once per process, on one thread). True for its
-    SkylakeX kernels; the Haswell kernels, for one, sum differently in column tails. When False
-    the number of blocks of a split never depends on timing (:func:`contended` is ignored),
-    so a run's results depend only on the shapes and the thread count."""
-    if not _invariant:
-        rng = np.random.default_rng(0)
-        a = rng.standard_normal((97, 131)).astype(np.float32)
-        b = rng.standard_normal((131, 203)).astype(np.float32)
-        whole = np.empty((97, 203), np.float32)
-        serial_matmul(a, b, whole)
-        ok = True
-        for cut in (37, 48):
-            part = np.empty_like(whole)
-            serial_matmul(a[:cut], b, part[:cut])
-            serial_matmul(a[cut:], b, part[cut:])
-            ok = ok and np.array_equal(part, whole)
-        for cut in (64, 101):
-            part = np.empty_like(whole)
-            serial_matmul(a, b[:, :cut], part[:, :cut])
-            serial_matmul(a, b[:, cut:], part[:, cut:])
-            ok = ok and np.array_equal(part, whole)
-        _invariant.append(bool(ok))
-    return _invariant[0]
-
-
-_numpy_align: list[int] = []
-
-
-def numpy_cut_align() -> int:
-    """Where a GEMM of NumPy's OpenBLAS may be cut and keep the bits of the whole (probes, once
-    per process, on one thread): 1, anywhere, into row or column blocks (:func:`cuts_keep_bits`:
-    its SkylakeX kernels); :data:`OWN_ROW_ALIGN`, into row blocks at its multiples only (its
-    Haswell kernels, which sum column tails and other row cuts differently: the core type
-    OpenBLAS picks on Zen 1-3 and AVX2 Intel CPUs, and on any CPU under
-    ``OPENBLAS_CORETYPE=Haswell``); 0, nowhere found (its split GEMMs run whole)."""
-    if not _numpy_align:
-        if cuts_keep_bits():
-            _numpy_align.append(1)
-        else:
-            _numpy_align.append(OWN_ROW_ALIGN if _row_cuts_keep_bits(serial_matmul) else 0)
-    return _numpy_align[0]
-
-
 def gemm_blocks(flops: float, size: int, t: int, contended_now: bool | None = None, *, unit: float) -> int:
     """Blocks a split GEMM of ``flops`` is cut into along an axis of ``size`` (units), on ``t`` threads: ``t``,
     or ``2 t`` while :func:`contended` (``contended_now``: a prepared call's pinned state) from :data:`BLOCK_FLOPS`
     per thread, blocks 2 units wide or more and above :data:`SMALL_GEMM_MNK` (``unit``: one matrix's m*n*k a unit)."""
     busy = _contended > 0 if contended_now is None else contended_now
-    per = 2 if busy and flops >= BLOCK_FLOPS * t and cuts_keep_bits() and size // (2 * t) * unit > SMALL_GEMM_MNK \
+    per = 2 if busy and flops >= BLOCK_FLOPS * t and _gemm_bits.cuts_keep_bits() and size // (2 * t) * unit > SMALL_GEMM_MNK \
         else 1
     return max(1, min(t * per, size // 2))
 

@@ -13,7 +13,7 @@ of :mod:`._parallel` runs the second thread's part when it is there. GEMMs of at
 :data:`._parallel.MIN_SPLIT_FLOPS` use the kernels' own OpenBLAS instance when there is one
 (:func:`._parallel.own_blas`: results agree with NumPy's to float rounding); the blocks are then
 fixed by the shapes. With NumPy's OpenBLAS, the cuts are those that keep its bits
-(:func:`._parallel.numpy_cut_align`: where only row cuts at multiples of 24 do, no column
+(:func:`._gemm_bits.numpy_cut_align`: where only row cuts at multiples of 24 do, no column
 blocks and no one-section backward). Every strategy gives the same bits on one or two threads,
 contended or not (tests/test_kernels_parallel.py).
 """
@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from . import _cc, _parallel, _prepared
+from . import _cc, _gemm_bits, _parallel, _prepared
 from .activation import relu_bwd_from_output, relu_fwd
 from ._util import F32, as32, chunks, copy_into, finish, flat, out32, same_memory, scalar
 from .registry import CUDA, ArrayInfo, kernel
@@ -160,7 +160,7 @@ def _weight_grad_c(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.nda
         return False
     own = _parallel.own_blas() is not None
     # own OpenBLAS: row cuts at multiples of 24 only; NumPy's: where its probe says they keep its bits
-    align = _parallel.OWN_ROW_ALIGN if own else _parallel.numpy_cut_align()
+    align = _parallel.OWN_ROW_ALIGN if own else _gemm_bits.numpy_cut_align()
     if not align:
         return False
     axis = -2 if align > 1 else _parallel.split_axis(o, f)
@@ -213,7 +213,7 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int, gat
     dy2, w2, x2, dw2, dx2 = dy.reshape(n, o), w.reshape(o, f), x.reshape(n, f), dw.reshape(o, f), dx.reshape(n, f)
     db2 = None if db is None else db.reshape(o)
     writes = (dw2,) if db2 is None else (dw2, db2)
-    if not own and _parallel.numpy_cut_align() != 1:
+    if not own and _gemm_bits.numpy_cut_align() != 1:
         return False  # NumPy's OpenBLAS changes its bits under column cuts here (its Haswell kernels)
     if any(np.may_share_memory(a, b) for a in writes for b in (dy2, w2, x2, dx2)) or \
             np.may_share_memory(dx2, dy2) or np.may_share_memory(dx2, w2):
@@ -223,7 +223,7 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int, gat
         return False  # overlapping some other way: one GEMM after the other
     count = 2  # column blocks: one per thread, two per thread while the threads run unequally fast
     busy = _prepared.pinned_contended() if prepare else _parallel.contended()
-    if not own and busy and 2.0 * n * f * o >= _parallel.BLOCK_FLOPS and _parallel.cuts_keep_bits():
+    if not own and busy and 2.0 * n * f * o >= _parallel.BLOCK_FLOPS and _gemm_bits.cuts_keep_bits():
         count = 4
         if not prepare:  # the prepared call counts each of its calls (jobs_call)
             _parallel.note_dynamic_call()
