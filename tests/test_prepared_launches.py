@@ -413,6 +413,36 @@ def test_an_unsplit_prepared_gemm_is_one_c_job_with_numpys_bits(threads):
             if bias is not None:
                 want += bias
             assert out.tobytes() == want.tobytes(), (a.shape, b.shape)
+        dy, x = r(128, 84), r(128, 120)  # an FC's weight gradient with its bias gradient summed in the job
+        dw, db, want_db = np.zeros((84, 120), F32), np.zeros(84, F32), np.zeros(84, F32)
+        call = _parallel.matmul_call(dy.T, x, dw, row_sums=(dy, db))
+        if _parallel.c_gemm():
+            assert getattr(call, "steps", None) is not None
+        call()
+        np.add.reduce(dy, axis=0, out=want_db)
+        assert db.tobytes() == want_db.tobytes()
+        with pytest.raises(ValueError, match="row_sums or an epilogue"):
+            _parallel.matmul_call(dy.T, x, dw, row_sums=(dy, db), epilogue=lambda rows, cols: None)
         vec = np.zeros((32, 1), F32)
         call = _parallel.matmul_call(r(32, 100), r(100, 1), vec)
         assert getattr(call, "steps", None) is None
+
+
+def test_a_small_fc_backward_runs_its_two_gemms_side_by_side(monkeypatch):
+    """LeNet-5's 120 -> 84 FC backward (too small to split) prepares, on two threads, as one pair of
+    whole-GEMM C jobs: dW (with db summed in its job) and dX side by side, the kernel function's
+    bits; with dx written over x (the weight gradient reads x) the two run in turn."""
+    if not _parallel.c_gemm():
+        pytest.skip("no C worker (no C compiler or no NumPy OpenBLAS)")
+    case = next(c for c in CASES if c[0] == "fc_bwd" and c[1]["x"].shape == (128, 1, 1, 120))
+    name, arrays, params, outs = case
+    got, launch = _run(name, dict(arrays), params, 2, True, monkeypatch)
+    want, _ = _run(name, dict(arrays), params, 2, False, monkeypatch)
+    steps = launch.last_call.steps
+    assert len(steps) == 1 and not steps[0].here and len(steps[0].jobs) == 2
+    for k in outs:
+        assert got[k].tobytes() == want[k].tobytes(), k
+    x = arrays["x"].copy()
+    got, launch = _run(name, {**arrays, "x": x, "dx": x}, params, 2, True, monkeypatch)  # one buffer
+    assert got["dx"] is got["x"]
+    assert [st.here for st in launch.last_call.steps] == [True, True]

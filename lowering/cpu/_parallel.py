@@ -622,17 +622,34 @@ def _relu_after(out: np.ndarray, relu: bool, gate: np.ndarray | None) -> None:
         activation.relu_bwd_from_output(out, gate, out)
 
 
+def row_sums_epilogue(src: np.ndarray, dst: np.ndarray) -> Callable[[slice, slice], None]:
+    """A :func:`matmul` epilogue for a GEMM whose output rows are the columns of ``src`` (n, o):
+    ``dst[rows]`` (o,) = the column sums of ``src[:, rows]`` (``np.add.reduce``, rows added in
+    order), by the block holding output column 0 (once per row block): an FC's bias gradient
+    beside its weight gradient ``dw = dy.T @ x``."""
+    def epilogue(rows: slice, cols: slice) -> None:
+        if cols.start is None or cols.start == 0:
+            np.add.reduce(src[:, rows], axis=0, out=dst[rows])
+    return epilogue
+
+
 def matmul_call(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = None,
                 epilogue: Callable[[slice, slice], None] | None = None, bias: np.ndarray | None = None,
-                own_blas: bool = False, relu: bool = False,
-                gate: np.ndarray | None = None) -> Callable[[], None] | None:
+                own_blas: bool = False, relu: bool = False, gate: np.ndarray | None = None,
+                row_sums: tuple[np.ndarray, np.ndarray] | None = None) -> Callable[[], None] | None:
     """:func:`matmul` on these 2-D arrays as a ready zero-argument call for a prepared launch:
     the path :func:`matmul` takes under the :class:`._prepared.LaunchState` in force now, with
     its jobs made once (the same jobs, hence the same bits). None where that path runs on the
-    Python kernel threads (nothing to gain there)."""
+    Python kernel threads (nothing to gain there). ``row_sums``: ``(src, dst)`` of
+    :func:`row_sums_epilogue`, summed in the GEMM's C job where it runs as one (the same bits),
+    else by that epilogue; not with ``epilogue`` (ValueError)."""
     if a.ndim != 2 or b.ndim != 2 or out.ndim != 2:
         return None
-    return _matmul(a, b, out, axis, epilogue, bias, own_blas, relu, gate, prepare=True)
+    if row_sums is not None:
+        if epilogue is not None:
+            raise ValueError("expected row_sums or an epilogue, not both")
+        epilogue = row_sums_epilogue(*row_sums)
+    return _matmul(a, b, out, axis, epilogue, bias, own_blas, relu, gate, prepare=True, row_sums=row_sums)
 
 
 def _prepared():
@@ -643,10 +660,12 @@ def _prepared():
 
 def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
             epilogue: Callable[[slice, slice], None] | None, bias: np.ndarray | None, own_blas: bool,
-            relu: bool, gate: np.ndarray | None, prepare: bool = False):
+            relu: bool, gate: np.ndarray | None, prepare: bool = False,
+            row_sums: tuple[np.ndarray, np.ndarray] | None = None):
     """:func:`matmul` but for the ReLU epilogues on the paths other than the C jobs: True when the
     C jobs ran them (``relu``, ``gate``), False when the caller must. ``prepare``: run nothing,
-    return the path's ready call (:func:`matmul_call`), or None."""
+    return the path's ready call (:func:`matmul_call`), or None; ``row_sums``: ``epilogue`` is
+    their :func:`row_sums_epilogue`, which a whole-GEMM C job may sum itself instead."""
     user = epilogue  # a Python epilogue keeps the split on the Python threads
     if bias is not None:
         bias1 = bias.reshape(-1)
@@ -713,7 +732,7 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
                     user(whole, whole)
                 return True
         if prepare:
-            one_job = _serial_job(a, b, out, bias, relu, gate) if user is None else None
+            one_job = _serial_job(a, b, out, bias, relu, gate, row_sums) if user is None or row_sums else None
             if one_job is not None:
                 return _prepared().jobs_call((one_job,), False)
 
@@ -764,17 +783,20 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
 
 
 def _serial_job(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray | None, relu: bool,
-                gate: np.ndarray | None) -> _Job | None:
+                gate: np.ndarray | None, row_sums: tuple[np.ndarray, np.ndarray] | None = None) -> _Job | None:
     """The whole GEMM ``out = a @ b`` (+ ``bias``, the ReLU epilogues) of a prepared launch that
     does not split it, as one :func:`gemm_job` with NumPy's OpenBLAS, so that the launch is a C
     job and stays inside a replay group (a small pointwise conv of MobileNetV2 broke its groups).
     The same ``cblas_sgemm`` call ``np.matmul`` makes (the split blocks' jobs rely on it too), so
     the same bits; None, and NumPy, where NumPy would not call it so: a matrix-vector product
-    (``gemv``), ``a @ a.T`` (``syrk``), no C worker, or a layout a job cannot take."""
+    (``gemv``), ``a @ a.T`` (``syrk``), no C worker, or a layout a job cannot take. ``row_sums``:
+    the job also sums them (:func:`row_sums_epilogue`'s sums, in the same order)."""
     m, n = out.shape[-2], out.shape[-1]
     if a.ndim != 2 or b.ndim != 2 or min(m, n) < 2 or np.shares_memory(a, b) or not c_gemm():
         return None
-    return gemm_job(a, b, out, bias=None if bias is None else bias.reshape(-1), relu=relu, gate=gate)
+    src, dst = row_sums if row_sums is not None else (None, None)
+    return gemm_job(a, b, out, bias=None if bias is None else bias.reshape(-1), relu=relu, gate=gate,
+                    sum_src=src, sum_dst=dst)
 
 
 def _split_jobs(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, bias: np.ndarray | None,

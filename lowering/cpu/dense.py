@@ -118,7 +118,8 @@ def fc_backward(dy, w, x, dw, db, dx, ws: dict[str, np.ndarray], gate_input: boo
     dw2 = out32(dw, ws, "wbuf", (o, f))
     db2 = None if db is None else db.reshape(o)
     if not _weight_grad_c(dy2, x2, dw2, db2, n, f, o):
-        _parallel.matmul(dy2.T, x2, out=dw2, epilogue=None if db2 is None else _db_epilogue(dy2, db2), own_blas=True)
+        _parallel.matmul(dy2.T, x2, out=dw2, epilogue=None if db2 is None else _parallel.row_sums_epilogue(dy2, db2),
+                         own_blas=True)
     finish(dw, dw2)
     if dx is not None:
         w2 = as32(w, ws, "wbuf", (o, f))
@@ -182,15 +183,6 @@ def _weight_grad_c(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.nda
     else:
         _parallel.note_split(_parallel.run_jobs(*jobs))
     return True
-
-
-def _db_epilogue(dy2: np.ndarray, db: np.ndarray):
-    """The epilogue of a dw block (rows, cols): ``db[rows]`` = column sums of ``dy2[:, rows]``,
-    by the block holding column 0 of dw (so once per row block)."""
-    def epilogue(rows: slice, cols: slice) -> None:
-        if cols.start is None or cols.start == 0:
-            np.add.reduce(dy2[:, rows], axis=0, out=db[rows])
-    return epilogue
 
 
 def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int, gate: bool = False,
@@ -318,13 +310,29 @@ def _prepare_backward(dy, w, x, dw, db, dx, gate_input: bool = False):
     db2 = None if db is None else db.reshape(o)
     weight = _weight_grad_c(dy2, x2, dw2, db2, n, f, o, prepare=True)
     if weight is False:
-        weight = _parallel.matmul_call(dy2.T, x2, dw2, epilogue=None if db2 is None else _db_epilogue(dy2, db2),
-                                       own_blas=True)
+        weight = _parallel.matmul_call(dy2.T, x2, dw2, row_sums=None if db2 is None else (dy2, db2), own_blas=True)
     if weight is None or dx is None:
         return weight
-    data = _parallel.matmul_call(dy2, w.reshape(o, f), dx.reshape(n, f), own_blas=True,
-                                 gate=x2 if gate_input else None)
-    return None if data is None else _prepared.sequence(weight, data)
+    w2, dx2 = w.reshape(o, f), dx.reshape(n, f)
+    data = _parallel.matmul_call(dy2, w2, dx2, own_blas=True, gate=x2 if gate_input else None)
+    if data is None:
+        return None
+    return _side_by_side(weight, data, dx2, (dy2, x2, w2)) or _prepared.sequence(weight, data)
+
+
+def _side_by_side(weight, data, dx2: np.ndarray, reads: tuple[np.ndarray, ...]):
+    """The weight and input gradients of a small FC backward, each one whole-GEMM C job
+    (:func:`._parallel.matmul_call` of a GEMM too small to split), as a pair: one on the calling
+    thread, one on the C worker. No GEMM is cut, so the bits are those of the two in turn (as on one
+    thread). None where either is not one such job, on one thread, or where dx shares memory with
+    an operand (dx written over x: the weight gradient reads x)."""
+    jobs = [getattr(c, "steps", None) for c in (weight, data)]
+    if _parallel.workers() < 2 or any(st is None or len(st) != 1 or not st[0].here or len(st[0].jobs) != 1
+                                      for st in jobs):
+        return None
+    if any(np.may_share_memory(dx2, a) for a in reads):
+        return None
+    return _prepared.jobs_call((jobs[0][0].jobs[0], jobs[1][0].jobs[0]), True, keep=(weight, data))
 
 
 def _prepare_fc_fwd(x, w, y, b=None, xbuf=None, wbuf=None, ybuf=None):
