@@ -414,6 +414,7 @@ def test_an_unsplit_prepared_gemm_is_one_c_job_with_numpys_bits(threads):
                 want += bias
             assert out.tobytes() == want.tobytes(), (a.shape, b.shape)
         dy, x = r(128, 84), r(128, 120)  # an FC's weight gradient with its bias gradient summed in the job
+        dy[:, 3] = -0.0  # a dead unit's column: np.add.reduce starts from +0, so its sum is +0
         dw, db, want_db = np.zeros((84, 120), F32), np.zeros(84, F32), np.zeros(84, F32)
         call = _parallel.matmul_call(dy.T, x, dw, row_sums=(dy, db))
         if _parallel.c_gemm():
@@ -446,3 +447,37 @@ def test_a_small_fc_backward_runs_its_two_gemms_side_by_side(monkeypatch):
     got, launch = _run(name, {**arrays, "x": x, "dx": x}, params, 2, True, monkeypatch)  # one buffer
     assert got["dx"] is got["x"]
     assert [st.here for st in launch.last_call.steps] == [True, True]
+
+
+
+def test_a_prepared_gemm_whose_output_overlaps_an_operand_keeps_numpy():
+    """An unsplit GEMM writing over an operand (y over x, dx over dy) is not one C job: NumPy's matmul
+    copies the operand first, a job would write over what it still reads (the kernel function's
+    bits either way)."""
+    rng = np.random.default_rng(8)
+    with threadpool_limits(1):
+        for rows, inner, cols in ((128, 84, 84), (128, 120, 120)):
+            buf = rng.standard_normal((rows, inner)).astype(F32)
+            w = rng.standard_normal((inner, cols)).astype(F32)
+            want = np.zeros((rows, cols), F32)
+            _parallel.serial_matmul(buf, w, want)
+            call = _parallel.matmul_call(buf, w, buf[:, :cols])
+            assert getattr(call, "steps", None) is None
+            call()
+            assert buf[:, :cols].tobytes() == want.tobytes()
+
+
+def test_a_small_fc_backward_with_overlapping_writes_runs_in_turn(monkeypatch):
+    """dW and dX side by side only where no array one writes is another's operand: dw in w's buffer
+    (read by dX) runs the two in turn, with the kernel function's bits."""
+    if not _parallel.c_gemm():
+        pytest.skip("no C worker (no C compiler or no NumPy OpenBLAS)")
+    name, arrays, params, outs = next(c for c in CASES if c[0] == "fc_bwd" and c[1]["x"].shape == (128, 1, 1, 120))
+    w = arrays["w"].copy()
+    shared = {**arrays, "w": w, "dw": w}
+    got, launch = _run(name, shared, params, 2, True, monkeypatch)
+    want, _ = _run(name, shared, params, 2, False, monkeypatch)
+    assert got["dw"] is got["w"]
+    assert all(st.here for st in launch.last_call.steps)
+    for k in outs:
+        assert got[k].tobytes() == want[k].tobytes(), k

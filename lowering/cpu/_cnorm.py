@@ -53,8 +53,9 @@ BLOCK_ELEMENTS = 1 << 15
 """Activations of at least this many elements are cut into :data:`~._threads.MAX_WORKERS` blocks of
 rows (module doc), whatever the thread count, so the statistics' bits depend on the shapes only.
 A prepared launch (:mod:`._prepared_norm`) runs the blocks on the kernel threads whenever there
-are two: inside a replay group (:class:`._prepared.ReplayGroup`) the C worker is already spinning
-on the previous launch's jobs, and the hand-off costs a few microseconds. Measured on the Zen 5
+are two, with the C worker and the threads not contended (else as the kernel function): inside
+a replay group (:class:`._prepared.ReplayGroup`) the C worker is already spinning on the
+previous launch's jobs, and the hand-off costs a few microseconds. Measured on the Zen 5
 host (2026-12-07, CIFAR MobileNetV2 batch 32, whose BN activations have 12K-262K elements; two
 tasks in one process, steps alternated, medians of 10 rounds of 10 steps, load < 1): 13.9 ms a
 step on 2 threads with the prepared launches split from 2^19 elements, 12.6 from 2^16; 12.8-13.0

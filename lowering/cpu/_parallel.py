@@ -789,12 +789,17 @@ def _serial_job(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray 
     job and stays inside a replay group (a small pointwise conv of MobileNetV2 broke its groups).
     The same ``cblas_sgemm`` call ``np.matmul`` makes (the split blocks' jobs rely on it too), so
     the same bits; None, and NumPy, where NumPy would not call it so: a matrix-vector product
-    (``gemv``), ``a @ a.T`` (``syrk``), no C worker, or a layout a job cannot take. ``row_sums``:
-    the job also sums them (:func:`row_sums_epilogue`'s sums, in the same order)."""
+    (``gemv``), ``a @ a.T`` (``syrk``), an output overlapping an operand (NumPy copies the operand
+    first; a job would write over what it still reads), no C worker, or a layout a job cannot take.
+    ``row_sums``: the job also sums them (:func:`row_sums_epilogue`'s sums, in the same order)."""
     m, n = out.shape[-2], out.shape[-1]
     if a.ndim != 2 or b.ndim != 2 or min(m, n) < 2 or np.shares_memory(a, b) or not c_gemm():
         return None
     src, dst = row_sums if row_sums is not None else (None, None)
+    reads = [v for v in (a, b, bias, gate, src) if v is not None]
+    if any(np.may_share_memory(w, r) for w in (out, dst) if w is not None for r in reads) \
+            or dst is not None and np.may_share_memory(dst, out):
+        return None
     return gemm_job(a, b, out, bias=None if bias is None else bias.reshape(-1), relu=relu, gate=gate,
                     sum_src=src, sum_dst=dst)
 

@@ -9,8 +9,9 @@ MobileNetV2's CIFAR sizes. The prepared call (:class:`.registry.PreparedLaunch`)
 parts, made once: the first pass (:func:`._cnorm.stats_pass` / :func:`._cnorm.backward_sums_pass`,
 into partial sums of its own), the per-channel work as one C job on the calling thread
 (:data:`._cnorm.COEF_SOURCE`, reading ``eps`` and ``momentum`` through their arrays on every
-call), and the second pass (:func:`._cnorm.apply_pass` / :func:`._cnorm.input_grad_pass`), each a
-:func:`._prepared.c_call` on the same row blocks as the kernel function's: so every part has
+call), and the second pass (:func:`._cnorm.apply_pass` / :func:`._cnorm.input_grad_pass`), each on
+the same row blocks as the kernel function's (:func:`._cnorm._bounds`: fixed by the shape), a
+:func:`._prepared.c_call` of them or, where they run in turn, one per block: so every part has
 :class:`._prepared.Step` s and a :class:`._prepared.ReplayGroup` can run the launch with its
 neighbours. The C code does each NumPy operation in NumPy's precision and order, so the bits
 are the kernel function's (tests/test_prepared_norm.py, tests/test_fuzz_prepared_norm.py), but
@@ -34,7 +35,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import _cc, _cnorm, _prepared, conv_stats
+from . import _cc, _cnorm, _parallel, _prepared, conv_stats
 from ._util import F32, rows2d
 
 _ptr = _cc.address
@@ -77,11 +78,14 @@ def _apart(written: tuple, read: tuple) -> bool:
                    for i in range(count) for j in range(len(arrays)))
 
 
-def _blocks(fn, pieces: list[tuple[int, ...]]) -> Callable[[], None]:
-    """A pass's blocks (:func:`._cnorm._bounds`) as a prepared call: a :func:`._prepared.c_call`
-    on the kernel threads where :func:`._cnorm.concurrent`, else one after the other on the
-    calling thread (the same blocks and partial sums, so the same bits)."""
-    if len(pieces) == 1 or _cnorm.concurrent(pieces):
+def _blocks(fn, pieces: list[tuple[int, ...]], elements: int) -> Callable[[], None]:
+    """A pass's blocks (:func:`._cnorm._bounds`) over ``elements`` elements as a prepared call: a
+    :func:`._prepared.c_call` on the kernel threads where :func:`._cnorm.concurrent` (from any size
+    with the C worker and the threads not contended: the C jobs' hand-off; else from the kernel
+    function's :data:`._cnorm.SPLIT_ELEMENTS`, as the Python kernel threads cost more), else one
+    after the other on the calling thread (the same blocks and partial sums, so the same bits)."""
+    jobs = _parallel.c_gemm() and not _prepared.pinned_contended()
+    if len(pieces) == 1 or _cnorm.concurrent(pieces, None if jobs else elements):
         return _prepared.c_call(fn, pieces)
     return _prepared.sequence(*(_prepared.c_call(fn, [p]) for p in pieces))
 
@@ -123,14 +127,14 @@ def forward_call(x, gamma, beta, running_mean, running_var, y, save_mean, save_i
     calls, parts = [], None
     if stats is None:
         fn, pieces, parts = _cnorm.stats_pass(x2, own=True)
-        calls.append(_blocks(fn, pieces))
+        calls.append(_blocks(fn, pieces, x2.size))
         args.parts, args.stride, args.t, args.pivot = _ptr(parts[0]), _cnorm.part_stride(c), len(parts), _ptr(x2)
     else:
         args.sum, args.sq_sum = _ptr(stats[0]), _ptr(stats[1])
     calls.append(_prepared.c_call(_cnorm.coef_function("bn_fwd_finish"), [(ctypes.addressof(args),)]))
     calls.append(_blocks(*_cnorm.apply_pass(x2, y2, folded[0], folded[1], relu,
                                                      None if mask is None else rows2d(mask),
-                                                     None if skip is None else rows2d(skip))))
+                                                     None if skip is None else rows2d(skip)), x2.size))
     return _keep(_prepared.sequence(*calls), args, parts, folded)
 
 
@@ -159,10 +163,10 @@ def backward_call(dy, x, gamma, save_mean, save_istd, dx, dgamma, dbeta, gate=No
     coef = None if dx is None else np.empty((3, c), F32)  # a, b, c0
     args = _cnorm.BwdArgs(parts=_ptr(parts[0]), stride=_cnorm.part_stride(c), t=len(parts), istd=_ptr(save_istd),
                           gamma=_ptr(gamma), dgamma=_ptr(dgamma), dbeta=_ptr(dbeta), m=x2.shape[0], c=c)
-    calls = [_blocks(fn, pieces),
+    calls = [_blocks(fn, pieces, x2.size),
              _prepared.c_call(_cnorm.coef_function("bn_bwd_coeffs"), [(ctypes.addressof(args),)])]
     if coef is not None:
         args.a, args.b, args.c0 = _ptr(coef[0]), _ptr(coef[1]), _ptr(coef[2])
         calls.append(_blocks(*_cnorm.input_grad_pass(rows2d(dy), x2, rows2d(dx), coef[0], coef[1], mu,
-                                                              coef[2], gate2, skip2)))
+                                                     coef[2], gate2, skip2), x2.size))
     return _keep(_prepared.sequence(*calls), args, parts, coef)

@@ -168,9 +168,10 @@ static void run_one(tr_job *j) {
             }
         }
     }
-    if (j->sum_dst && j->sum_rows > 0) {
-        for (int64_t q = 0; q < j->sum_n; q++) j->sum_dst[q] = j->sum_src[q];
-        for (int64_t i = 1; i < j->sum_rows; i++) {
+    if (j->sum_dst) {
+        /* from +0, as np.add.reduce starts from the identity: a column of -0 sums to +0 there */
+        for (int64_t q = 0; q < j->sum_n; q++) j->sum_dst[q] = 0.0f;
+        for (int64_t i = 0; i < j->sum_rows; i++) {
             const float *row = j->sum_src + i * j->sum_ld;
             for (int64_t q = 0; q < j->sum_n; q++) j->sum_dst[q] = j->sum_dst[q] + row[q];
         }

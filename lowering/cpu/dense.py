@@ -317,20 +317,23 @@ def _prepare_backward(dy, w, x, dw, db, dx, gate_input: bool = False):
     data = _parallel.matmul_call(dy2, w2, dx2, own_blas=True, gate=x2 if gate_input else None)
     if data is None:
         return None
-    return _side_by_side(weight, data, dx2, (dy2, x2, w2)) or _prepared.sequence(weight, data)
+    writes = (dw2, dx2) if db2 is None else (dw2, db2, dx2)
+    return _side_by_side(weight, data, writes, (dy2, x2, w2)) or _prepared.sequence(weight, data)
 
 
-def _side_by_side(weight, data, dx2: np.ndarray, reads: tuple[np.ndarray, ...]):
+def _side_by_side(weight, data, writes: tuple[np.ndarray, ...], reads: tuple[np.ndarray, ...]):
     """The weight and input gradients of a small FC backward, each one whole-GEMM C job
     (:func:`._parallel.matmul_call` of a GEMM too small to split), as a pair: one on the calling
     thread, one on the C worker. No GEMM is cut, so the bits are those of the two in turn (as on one
-    thread). None where either is not one such job, on one thread, or where dx shares memory with
-    an operand (dx written over x: the weight gradient reads x)."""
+    thread). None where either is not one such job, on one thread, or where an array one job
+    writes (``writes``: dw, db, dx) shares memory with another written or read one (``reads``: dy,
+    x, w; dx written over x, where the weight gradient reads x, runs the two in turn)."""
     jobs = [getattr(c, "steps", None) for c in (weight, data)]
     if _parallel.workers() < 2 or any(st is None or len(st) != 1 or not st[0].here or len(st[0].jobs) != 1
                                       for st in jobs):
         return None
-    if any(np.may_share_memory(dx2, a) for a in reads):
+    arrays = writes + reads
+    if any(np.may_share_memory(w, a) for i, w in enumerate(writes) for a in arrays[i + 1:]):
         return None
     return _prepared.jobs_call((jobs[0][0].jobs[0], jobs[1][0].jobs[0]), True, keep=(weight, data))
 
