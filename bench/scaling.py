@@ -26,7 +26,9 @@ steal / other-process CPU time per model (:mod:`bench.cpu_time`) are recorded. B
 the host's own 1 -> 2 thread ratio of a streaming add (:func:`bench.throughput.stream_rate`, over
 the operand sizes of :data:`bench.throughput.STREAM_ELEMENTS`, best of two probes per thread count)
 is measured and reported under the table: the scaling the memory-bound passes of a step can
-expect once their operands come from memory rather than the cache.
+expect once their operands come from memory rather than the cache; and its compute ratio
+(:func:`host_gemm`: independent one-thread GEMM streams, one per thread), what a step made of
+GEMMs can expect from the second core.
 
 Run from the repository root (the test extra: ``torch==2.13.0``, ``threadpoolctl``)::
 
@@ -158,6 +160,26 @@ def host_stream(log=print, elements: tuple[int, ...] | None = None, probes: int 
             "ratio": {n: rate[two][n] / rate[one][n] for n in rate[two]}}
 
 
+def host_gemm(log=print, probes: int = 2) -> dict[str, Any]:
+    """The host's compute rate (FLOP/s) per thread count of :data:`THREADS` and GEMM shape of
+    :data:`bench.throughput.GEMM_PROBE_SHAPES` (key ``"m x k x n"``): independent one-thread
+    ``np.matmul`` streams, one per thread (:func:`bench.throughput.gemm_rate`), the best of
+    ``probes`` probes taken in the order 2, 1, 2, 1 threads: ``{"rate": {threads: {shape:
+    FLOP/s}}, "ratio": {shape: rate on THREADS[0] / rate on THREADS[1]}}``. What a step made of
+    GEMMs can expect from the second core, next to :func:`host_stream`'s memory-bound passes."""
+    from bench.throughput import GEMM_PROBE_SHAPES, gemm_rate
+
+    log("[bench.scaling] host GEMM streams of " + ", ".join(" x ".join(map(str, s)) for s in GEMM_PROBE_SHAPES))
+    rate: dict[int, dict[str, float]] = {th: {} for th in THREADS}
+    for th in THREADS * probes:
+        for shape in GEMM_PROBE_SHAPES:
+            key = " x ".join(map(str, shape))
+            rate[th][key] = max(rate[th].get(key, 0.0), gemm_rate(th, *shape))
+    two, one = THREADS
+    return {"rate": {str(th): r for th, r in rate.items()},
+            "ratio": {k: rate[two][k] / rate[one][k] for k in rate[two]}}
+
+
 MEMORY_PROBE_ELEMENTS = 1 << 24
 """fp32 elements per operand (64 MiB) of the per-round memory probe (:func:`_memory_ratio`)."""
 
@@ -243,12 +265,20 @@ def report(res: dict[str, Any]) -> str:
         lines += ["", f"The host itself, {one} -> {two} threads, a split np.add streaming three operands: " + ", ".join(
             f"**{r:.2f}x** over {_operand_mib(n)} operands ({host['rate'][str(one)][n] / 1e9:.0f} -> "
             f"{host['rate'][str(two)][n] / 1e9:.0f} GB/s)" for n, r in host["ratio"].items()) + "."]
+    gemm = res.get("host_gemm")
+    if gemm:
+        one, two = THREADS[1], THREADS[0]
+        lines += ["", f"Its compute, {one} -> {two} threads, independent one-thread np.matmul streams (one per "
+                  "thread): " + ", ".join(
+                      f"**{r:.2f}x** for {k} ({gemm['rate'][str(one)][k] / 1e9:.0f} -> "
+                      f"{gemm['rate'][str(two)][k] / 1e9:.0f} GFLOP/s)" for k, r in gemm["ratio"].items()) + "."]
     return "\n".join(lines) + "\n"
 
 
 def run(names: list[str], *, rounds: int, steps: int | None = None, pause: float = 0.3, log=print) -> dict[str, Any]:
     """:func:`measure` for each model of ``names`` (``steps`` None: :data:`STEPS`' count, else 3),
-    after the host's streaming probe (:func:`host_stream`, key ``host_stream``), with the machine
+    after the host's streaming and GEMM probes (:func:`host_stream`, :func:`host_gemm`; keys
+    ``host_stream``, ``host_gemm``), with the machine
     (:func:`bench.cli.machine_info`, the load average before and after), the date and the duration
     in seconds. An error of the probe (e.g. ``MemoryError`` for its 192 MiB of operands) stops the
     run before any model is measured."""
@@ -258,6 +288,7 @@ def run(names: list[str], *, rounds: int, steps: int | None = None, pause: float
     res: dict[str, Any] = {"date": datetime.date.today().isoformat(), "machine": machine_info(),
                            "openblas_env_unset": os.environ.get("TR_MLIR_BENCH_UNSET", ""), "models": []}
     res["host_stream"] = host_stream(log)
+    res["host_gemm"] = host_gemm(log)
     for name in names:
         n = steps or STEPS.get(name, 3)
         log(f"[bench.scaling] {name}: {rounds} rounds of 4 x {n} steps")

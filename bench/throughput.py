@@ -75,51 +75,30 @@ from one second to the next (1.0-1.2x most of the time), so ``bench.scaling`` pr
 round."""
 
 
-def stream_rate(threads: int, elements: int, seconds: float = 0.02, repeats: int = 5) -> float:
-    """The host's memory-bound throughput (bytes/s) on ``threads`` threads: ``c = a + b`` over fp32
-    vectors of ``elements`` (12 bytes per element: two reads and a write), cut into ``threads``
-    contiguous blocks, each thread adding its block over and over for about ``seconds``
-    (NumPy's ufunc loop runs without the GIL), best of ``repeats``. Its ratio between thread
-    counts is what the kernels that stream memory can expect on this host, the batch-norm and
-    element-wise passes of a step among them (:func:`host_scaling`; a reference, not a bound:
-    a kernel whose operands stay in the L3 between passes does better). Raises ValueError for
-    fewer than one thread or fewer elements than threads, and re-raises what a probe thread
-    raised."""
+def _best_time(threads: int, work: Callable[[int], None], repeats: int) -> float:
+    """The best of ``repeats`` wall times (seconds) of ``work(i)`` for every ``i`` in
+    ``range(threads)``, each on a thread of its own, all released together by a barrier (one
+    thread: ``work(0)`` here). Re-raises what a probe thread raised."""
     import threading
-
-    if threads < 1 or elements < threads:
-        raise ValueError(f"expected 1 <= threads <= elements, got {threads} threads for {elements} elements")
-    a = np.ones(elements, np.float32)
-    b = np.full(elements, 2.0, np.float32)
-    c = np.empty_like(a)
-    np.add(a, b, out=c)  # warm: page faults of c, then time one pass
-    t0 = time.perf_counter()
-    np.add(a, b, out=c)
-    inner = max(1, int(seconds / max(time.perf_counter() - t0, 1e-6)))
-    bounds = [elements * i // threads for i in range(threads + 1)]
-
-    def work(lo: int, hi: int) -> None:
-        for _ in range(inner):
-            np.add(a[lo:hi], b[lo:hi], out=c[lo:hi])
 
     best = float("inf")
     for _ in range(repeats):
         if threads == 1:
             t0 = time.perf_counter()
-            work(0, elements)
+            work(0)
             best = min(best, time.perf_counter() - t0)
             continue
         start = threading.Barrier(threads + 1)
         errors: list[BaseException] = []
 
-        def probe(lo: int, hi: int) -> None:
+        def probe(i: int) -> None:
             try:
                 start.wait()
-                work(lo, hi)
+                work(i)
             except BaseException as e:  # re-raised on the calling thread below
                 errors.append(e)
 
-        pool = [threading.Thread(target=probe, args=(lo, hi)) for lo, hi in zip(bounds, bounds[1:])]
+        pool = [threading.Thread(target=probe, args=(i,)) for i in range(threads)]
         try:
             for th in pool:
                 th.start()
@@ -135,7 +114,73 @@ def stream_rate(threads: int, elements: int, seconds: float = 0.02, repeats: int
         if errors and not isinstance(errors[0], threading.BrokenBarrierError):
             raise errors[0]
         best = min(best, time.perf_counter() - t0)
-    return 12.0 * elements * inner / best
+    return best
+
+
+def stream_rate(threads: int, elements: int, seconds: float = 0.02, repeats: int = 5) -> float:
+    """The host's memory-bound throughput (bytes/s) on ``threads`` threads: ``c = a + b`` over fp32
+    vectors of ``elements`` (12 bytes per element: two reads and a write), cut into ``threads``
+    contiguous blocks, each thread adding its block over and over for about ``seconds``
+    (NumPy's ufunc loop runs without the GIL), best of ``repeats``. Its ratio between thread
+    counts is what the kernels that stream memory can expect on this host, the batch-norm and
+    element-wise passes of a step among them (:func:`host_scaling`; a reference, not a bound:
+    a kernel whose operands stay in the L3 between passes does better). Raises ValueError for
+    fewer than one thread or fewer elements than threads, and re-raises what a probe thread
+    raised."""
+    if threads < 1 or elements < threads:
+        raise ValueError(f"expected 1 <= threads <= elements, got {threads} threads for {elements} elements")
+    a = np.ones(elements, np.float32)
+    b = np.full(elements, 2.0, np.float32)
+    c = np.empty_like(a)
+    np.add(a, b, out=c)  # warm: page faults of c, then time one pass
+    t0 = time.perf_counter()
+    np.add(a, b, out=c)
+    inner = max(1, int(seconds / max(time.perf_counter() - t0, 1e-6)))
+    bounds = [elements * i // threads for i in range(threads + 1)]
+
+    def work(i: int) -> None:
+        lo, hi = bounds[i], bounds[i + 1]
+        for _ in range(inner):
+            np.add(a[lo:hi], b[lo:hi], out=c[lo:hi])
+
+    return 12.0 * elements * inner / _best_time(threads, work, repeats)
+
+
+GEMM_PROBE_SHAPES = ((512, 256, 256), (2048, 256, 256))
+"""(m, k, n) of the host's compute probe (:func:`gemm_rate`): 1.3 MiB of fp32 operands per
+stream, inside one core's 2 MiB L2 on the Zen 5 host, and 4.5 MiB, in the L3; the GEMMs of a
+convolution's chunk are of these sizes (a Winograd component's, an im2col chunk's)."""
+
+
+def gemm_rate(threads: int, m: int, k: int, n: int, seconds: float = 0.02, repeats: int = 5) -> float:
+    """The host's compute-bound throughput (FLOP/s) on ``threads`` threads: that many independent
+    streams of fp32 ``np.matmul`` of (m, k) by (k, n), each thread its own operands and OpenBLAS at
+    one thread (NumPy runs the GEMM without the GIL), each stream about ``seconds`` long, best of
+    ``repeats``. Its ratio between thread counts is what a step made of GEMMs can expect from the
+    second core on this host (bench/README.md: 1.64-2.01x round to round on the Zen 5 VM). Raises
+    ValueError for fewer than one thread or an empty GEMM; re-raises what a probe thread raised."""
+    from threadpoolctl import threadpool_limits
+
+    if threads < 1 or min(m, k, n) < 1:
+        raise ValueError(f"expected at least 1 thread and a non-empty GEMM, got {threads} threads for "
+                         f"{m} x {k} x {n}")
+    rng = np.random.default_rng(0)
+    ops = [(rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32),
+            np.empty((m, n), np.float32)) for _ in range(threads)]
+    with threadpool_limits(limits=1, user_api="blas"):
+        a, b, c = ops[0]
+        np.matmul(a, b, out=c)  # warm, then time one
+        t0 = time.perf_counter()
+        np.matmul(a, b, out=c)
+        inner = max(1, int(seconds / max(time.perf_counter() - t0, 1e-6)))
+
+        def work(i: int) -> None:
+            a, b, c = ops[i]
+            for _ in range(inner):
+                np.matmul(a, b, out=c)
+
+        best = _best_time(threads, work, repeats)
+    return 2.0 * m * k * n * inner * threads / best
 
 
 ROUND_TRIP_C_SOURCE = r"""

@@ -540,6 +540,27 @@ def test_scaling_writes_both_sides_per_round(tmp_path):
         assert host["rate"]["1"][n] > 0 and r == pytest.approx(host["rate"]["2"][n] / host["rate"]["1"][n])
     assert "The host itself, 1 -> 2 threads, a split np.add streaming three operands: **" in md
     assert "over 64 MiB operands" in md
+    from bench.throughput import GEMM_PROBE_SHAPES
+
+    gemm = res["host_gemm"]  # independent one-thread GEMM streams on both thread counts, every shape
+    keys = {" x ".join(map(str, shape)) for shape in GEMM_PROBE_SHAPES}
+    assert set(gemm["rate"]) == {"1", "2"} and set(gemm["ratio"]) == keys
+    for k, r in gemm["ratio"].items():
+        assert gemm["rate"]["1"][k] > 0 and r == pytest.approx(gemm["rate"]["2"][k] / gemm["rate"]["1"][k])
+    assert "Its compute, 1 -> 2 threads, independent one-thread np.matmul streams (one per thread): **" in md
+
+
+def test_gemm_rate_counts_every_streams_flops_and_checks_its_arguments():
+    """The compute probe gives positive FLOP/s on one and two threads and refuses bad arguments
+    (its ratio is a measurement, reported by bench.scaling, not asserted)."""
+    from bench.throughput import gemm_rate
+
+    one, two = gemm_rate(1, 64, 32, 48, seconds=0.002, repeats=2), gemm_rate(2, 64, 32, 48, seconds=0.002, repeats=2)
+    assert one > 0 and two > 0
+    with pytest.raises(ValueError, match="at least 1 thread"):
+        gemm_rate(0, 4, 4, 4)
+    with pytest.raises(ValueError, match="non-empty GEMM"):
+        gemm_rate(1, 0, 4, 4)
 
 
 def test_core_round_trip_measures_and_checks_its_arguments(monkeypatch):
