@@ -450,21 +450,27 @@ def test_a_small_fc_backward_runs_its_two_gemms_side_by_side(monkeypatch):
 
 
 
-def test_a_prepared_gemm_whose_output_overlaps_an_operand_keeps_numpy():
-    """An unsplit GEMM writing over an operand (y over x, dx over dy) is not one C job: NumPy's matmul
-    copies the operand first, a job would write over what it still reads (the kernel function's
-    bits either way)."""
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_gemm_whose_output_overlaps_an_operand_keeps_numpy(threads):
+    """A GEMM writing over an operand (y over x, dx over dy) is neither one C job nor split: NumPy's
+    matmul copies the operand first, a job or a block would write over what it or the other block
+    still reads. Small (unsplit) and large (split on two threads otherwise) shapes, prepared and
+    through the kernel path, give the one-thread NumPy bits."""
     rng = np.random.default_rng(8)
-    with threadpool_limits(1):
-        for rows, inner, cols in ((128, 84, 84), (128, 120, 120)):
-            buf = rng.standard_normal((rows, inner)).astype(F32)
+    with threadpool_limits(threads):
+        for rows, inner, cols in ((128, 84, 84), (128, 120, 120), (200, 784, 200), (512, 1024, 1024)):
             w = rng.standard_normal((inner, cols)).astype(F32)
-            want = np.zeros((rows, cols), F32)
-            _parallel.serial_matmul(buf, w, want)
-            call = _parallel.matmul_call(buf, w, buf[:, :cols])
-            assert getattr(call, "steps", None) is None
-            call()
-            assert buf[:, :cols].tobytes() == want.tobytes()
+            for prepared in (True, False):
+                buf = rng.standard_normal((rows, inner)).astype(F32)
+                want = np.zeros((rows, cols), F32)
+                _parallel.serial_matmul(buf, w, want)
+                if prepared:
+                    call = _parallel.matmul_call(buf, w, buf[:, :cols])
+                    assert getattr(call, "steps", None) is None, (rows, inner, cols)
+                    call()
+                else:
+                    _parallel.matmul(buf, w, out=buf[:, :cols])
+                assert buf[:, :cols].tobytes() == want.tobytes(), (rows, inner, cols, prepared)
 
 
 def test_a_small_fc_backward_with_overlapping_writes_runs_in_turn(monkeypatch):
@@ -481,3 +487,25 @@ def test_a_small_fc_backward_with_overlapping_writes_runs_in_turn(monkeypatch):
     assert all(st.here for st in launch.last_call.steps)
     for k in outs:
         assert got[k].tobytes() == want[k].tobytes(), k
+
+
+@pytest.mark.parametrize("name", ["fc_bwd", "relu_fc_bwd"])
+def test_an_fc_backward_writing_db_into_dws_buffer_is_deterministic(name, monkeypatch):
+    """db laid inside dw's buffer (outside the kernels' contract, but memory a plan could hand
+    out): the weight-gradient GEMM is then neither split nor one C job, so the result does not
+    depend on which block finished first: prepared or not, one thread or two, the same bits."""
+    rng = np.random.default_rng(9)
+    n, f, o = 64, 400, 120
+    x, w = rng.standard_normal((n, 1, 1, f)).astype(F32), rng.standard_normal((o, 1, 1, f)).astype(F32)
+    dy = rng.standard_normal((n, 1, 1, o)).astype(F32)
+    results = []
+    for threads, prepared in ((1, False), (2, False), (2, True), (1, True)):
+        dw = np.zeros((o, 1, 1, f), F32)
+        arrays = {"dy": dy.copy(), "w": w.copy(), "x": np.maximum(x, 0) if name == "relu_fc_bwd" else x.copy(),
+                  "dw": dw, "db": dw.reshape(-1)[-o:], "dx": np.zeros_like(x)}
+        spec = KERNELS[name]
+        ws = spec.allocate_workspaces(arrays)
+        launch = spec.bind({**arrays, **ws}, {})
+        launch_twice(launch, arrays, threads, prepared, monkeypatch, lambda a: None)
+        results.append((dw.tobytes(), arrays["dx"].tobytes()))
+    assert all(r == results[0] for r in results)

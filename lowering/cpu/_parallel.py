@@ -565,7 +565,8 @@ shapes, tests/test_kernels_parallel.py)."""
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = None,
            epilogue: Callable[[slice, slice], None] | None = None, bias: np.ndarray | None = None,
-           own_blas: bool = False, relu: bool = False, gate: np.ndarray | None = None) -> None:
+           own_blas: bool = False, relu: bool = False, gate: np.ndarray | None = None,
+           row_sums: tuple[np.ndarray, np.ndarray] | None = None) -> None:
     """``np.matmul(a, b, out=out)`` for ``a`` (..., m, k), ``b`` (..., k, n), ``out`` (..., m, n),
     split across :func:`workers` threads when large enough (:data:`MIN_SPLIT_FLOPS`): into row
     blocks of ``m`` (``axis=-2``) or column blocks of ``n`` (``axis=-1``); ``None`` chooses by
@@ -599,12 +600,22 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, axis: int | None = 
 
     A matrix-vector product (``m`` or ``n`` = 1) is never split: NumPy runs it as a ``gemv``,
     whose sums are not those of ``cblas_sgemm`` on blocks, so a split would change its bits
-    between one and two threads."""
+    between one and two threads. Nor is a GEMM whose ``out`` (or ``row_sums``' destination)
+    shares memory with an operand: NumPy copies the operand first, where blocks would write over
+    what another block still reads.
+
+    ``row_sums``: ``(src, dst)``, ``dst`` = the column sums of ``src`` as
+    :func:`row_sums_epilogue` (an FC's bias gradient); not with ``epilogue`` (ValueError)."""
     if (a.ndim == b.ndim == out.ndim == 3 and a.shape[0] == b.shape[0] == out.shape[0] == 1
             and (gate is None or gate.ndim == 3)):
         a, b, out = a[0], b[0], out[0]
         gate = None if gate is None else gate[0]
-    if not _matmul(a, b, out, axis, epilogue, bias, own_blas, relu, gate) and (relu or gate is not None):
+    if row_sums is not None:
+        if epilogue is not None:
+            raise ValueError("expected row_sums or an epilogue, not both")
+        epilogue = row_sums_epilogue(*row_sums)
+    if not _matmul(a, b, out, axis, epilogue, bias, own_blas, relu, gate, row_sums=row_sums) \
+            and (relu or gate is not None):
         _relu_after(out, relu, gate)
 
 
@@ -684,8 +695,12 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
         raise ValueError(f"expected split axis -2 (rows) or -1 (columns), got {axis}")
     size = m if axis == -2 else n
     whole = slice(None)
+    # an output over an operand: NumPy's matmul copies the operand first; a block or job would
+    # write over what another block still reads (the kernels' contracts do not ask for it)
+    overlap = any(np.may_share_memory(out, v) for v in (a, b, bias, gate) if v is not None) or \
+        row_sums is not None and any(np.may_share_memory(row_sums[1], v) for v in (out, a, b, row_sums[0]))
     # small GEMMs (a shape rule: 1 and 2 threads agree) keep NumPy's OpenBLAS, faster there (MLP's 200x10)
-    own = own_blas and flops >= MIN_SPLIT_FLOPS and a.ndim == 2 and b.ndim == 2 and c_gemm()
+    own = own_blas and flops >= MIN_SPLIT_FLOPS and a.ndim == 2 and b.ndim == 2 and c_gemm() and not overlap
     cg = _cgemm if own else None  # one read, as in own_blas(): another Python thread may turn the worker off
     own = bool(cg and cg[3])
     if own and user is None and n >= 2 * OWN_COL_BLOCKS:
@@ -712,7 +727,8 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int | None,
     if align != 1:  # row blocks at multiples of align: the only other cuts that keep the bits
         axis, size = -2, m // align if align else 0
     unit = max(align, 1) * (n if axis == -2 else m) * k  # m*n*k of one unit of size, of one matrix
-    if t == 1 or flops < MIN_SPLIT_FLOPS or size < 2 * t or min(m, n) == 1 or size // t * unit <= SMALL_GEMM_MNK:
+    if t == 1 or flops < MIN_SPLIT_FLOPS or size < 2 * t or min(m, n) == 1 or size // t * unit <= SMALL_GEMM_MNK \
+            or overlap:
         if own:
             make = lambda: gemm_job(a, b, out, bias=None if bias is None else bias.reshape(-1),  # noqa: E731
                                     own=True, relu=relu, gate=gate)

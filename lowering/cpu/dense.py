@@ -118,8 +118,7 @@ def fc_backward(dy, w, x, dw, db, dx, ws: dict[str, np.ndarray], gate_input: boo
     dw2 = out32(dw, ws, "wbuf", (o, f))
     db2 = None if db is None else db.reshape(o)
     if not _weight_grad_c(dy2, x2, dw2, db2, n, f, o):
-        _parallel.matmul(dy2.T, x2, out=dw2, epilogue=None if db2 is None else _parallel.row_sums_epilogue(dy2, db2),
-                         own_blas=True)
+        _parallel.matmul(dy2.T, x2, out=dw2, row_sums=None if db2 is None else (dy2, db2), own_blas=True)
     finish(dw, dw2)
     if dx is not None:
         w2 = as32(w, ws, "wbuf", (o, f))
@@ -159,6 +158,9 @@ def _weight_grad_c(dy2: np.ndarray, x2: np.ndarray, dw2: np.ndarray, db2: np.nda
     t = _parallel.workers()
     if t != 2 or flops < _parallel.MIN_SPLIT_FLOPS or db2 is not None and db2.dtype != F32 or not _parallel.c_gemm():
         return False
+    writes = (dw2,) if db2 is None else (dw2, db2)
+    if any(np.may_share_memory(w, a) for i, w in enumerate(writes) for a in (*writes[i + 1:], dy2, x2)):
+        return False  # a written array over another array (outside the kernels' contracts): in turn
     own = _parallel.own_blas() is not None
     # own OpenBLAS: row cuts at multiples of 24 only; NumPy's: where its probe says they keep its bits
     align = _parallel.OWN_ROW_ALIGN if own else _gemm_bits.numpy_cut_align()
@@ -208,7 +210,8 @@ def _backward_concurrently(dy, w, x, dw, db, dx, ws, n: int, f: int, o: int, gat
     if not own and _gemm_bits.numpy_cut_align() != 1:
         return False  # NumPy's OpenBLAS changes its bits under column cuts here (its Haswell kernels)
     if any(np.may_share_memory(a, b) for a in writes for b in (dy2, w2, x2, dx2)) or \
-            np.may_share_memory(dx2, dy2) or np.may_share_memory(dx2, w2):
+            np.may_share_memory(dx2, dy2) or np.may_share_memory(dx2, w2) or \
+            db2 is not None and np.may_share_memory(dw2, db2):
         return False
     in_place = np.may_share_memory(dx2, x2)
     if in_place and (dx2.ctypes.data != x2.ctypes.data or dx2.strides != x2.strides):
