@@ -332,6 +332,16 @@ def test_gelu_gives_the_diagnostic():
         from_torch(Gelu(), (8, 8, 3))
 
 
+def test_a_builtin_module_in_a_sequential_is_named_not_the_importers_line():
+    """nn.GELU inside an nn.Sequential has no line of the user's in its stack trace (its forward is
+    torch's, the call is the importer's): the diagnostic names the submodule, never a tr_mlir frame."""
+    with pytest.raises(TorchImportError) as e:
+        from_torch(nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.GELU()), (8, 8, 3))
+    msg = str(e.value)
+    assert "node 'gelu' (aten.gelu.default) at submodule '1' (GELU)" in msg, msg
+    assert "tr_mlir" not in msg.split("no arch counterpart")[0], msg
+
+
 @pytest.mark.parametrize("make, shape, pattern", [
     (lambda: tv.AlexNet(10, width=2, hidden=8), (224, 224, 3),
      r"node 'conv2d' \(aten.conv2d.default\) at .*_torchvision_style.py:\d+: .*a conv bias that does not feed a "

@@ -44,21 +44,36 @@ class _Call:
     conv_bias: _P | None = None
 
 
-def _where(node: Any) -> str:
-    """``file:line: `code``` of the innermost frame of the user's code in the node's stack trace."""
-    trace = node.meta.get("stack_trace") if hasattr(node, "meta") else None
-    if not trace:
-        return ""
-    import re
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[2])
+"""The ``tr_mlir`` package's directory: its frames (the importer calling ``torch.export``) are not
+the user's code."""
 
-    torch_dir = str(Path(_torch().__file__).parent)
+
+def _where(node: Any) -> str:
+    """``file:line: `code``` of the innermost frame of the user's code in the node's stack trace
+    (torch's and tr_mlir's own frames skipped); with none (a built-in module such as ``nn.GELU``
+    inside an ``nn.Sequential``: its forward is torch's), the submodule that made the node, from
+    the node's ``nn_module_stack``: ``submodule '1' (GELU)``."""
+    meta = node.meta if hasattr(node, "meta") else {}
+    trace = meta.get("stack_trace")
     best = ""
-    for m in re.finditer(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace):
-        path, line, _fn, code = m.groups()
-        if path.startswith(torch_dir) or path.startswith("<"):
-            continue
-        best = f"{path}:{line}: `{code.strip() or linecache.getline(path, int(line)).strip()}`"
-    return best
+    if trace:
+        import re
+
+        skip = (str(Path(_torch().__file__).parent), _PACKAGE_DIR, "<")
+        for m in re.finditer(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace):
+            path, line, _fn, code = m.groups()
+            if path.startswith(skip):
+                continue
+            best = f"{path}:{line}: `{code.strip() or linecache.getline(path, int(line)).strip()}`"
+    if best:
+        return best
+    stack = meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path, cls = list(stack.values())[-1][:2]
+    name = getattr(cls, "__name__", None) or str(cls).rsplit(".", 1)[-1]
+    return f"submodule '{path}' ({name})"
 
 
 def _node_text(node: Any, what: str) -> str:
