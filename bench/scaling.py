@@ -68,7 +68,8 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
     steps (module doc; each block after ``max(1, steps // 5)`` untimed steps). Returns
     ``{"model", "batch", "rounds", "steps", "step_s": {side: {threads: median seconds}},
     "scaling": {side: float}, "round_scaling": {side: [float per round]}, "median_round_scaling":
-    {side: float}, "rounds_at_least_torch": int, "step_times_s": {side: {threads: [seconds]}},
+    {side: float}, "rounds_at_least_torch": int, "split_loss_s": {side: seconds},
+    "step_times_s": {side: {threads: [seconds]}},
     "quiet", "host_memory_ratio": [float per round], "core_round_trip_s": [[seconds after each
     block's pause] per round]}`` (no seconds where :func:`bench.throughput.core_round_trip` cannot
     run); sides ``tr_mlir`` and ``torch``. Raises
@@ -133,8 +134,18 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
         "round_scaling": round_scaling,
         "median_round_scaling": {s: statistics.median(v) for s, v in round_scaling.items()},
         "rounds_at_least_torch": sum(a >= b for a, b in zip(round_scaling["tr_mlir"], round_scaling["torch"])),
+        "split_loss_s": {s: split_loss(step_s[s][one], step_s[s][two], two // one) for s in sides},
         "step_times_s": times, "quiet": quiet, "host_memory_ratio": host, "core_round_trip_s": round_trip,
     }
+
+
+def split_loss(one_s: float, many_s: float, ratio: int) -> float:
+    """Seconds by which a step on ``ratio`` times as many threads (``many_s``) exceeds a perfect
+    split of the step on fewer (``one_s``): ``many_s - one_s / ratio`` (Amdahl's serial time plus
+    what the threads lose to each other: hand-offs, waits, shared memory bandwidth). Two sides whose
+    steps differ in length compare here where a ratio cannot: with the same seconds lost, the side
+    with the shorter step has the lower speed-up."""
+    return many_s - one_s / ratio
 
 
 def host_stream(log=print, elements: tuple[int, ...] | None = None, probes: int = 2) -> dict[str, Any]:
@@ -223,9 +234,14 @@ def report(res: dict[str, Any]) -> str:
              f"{res['openblas_env_unset'] or 'none'}; {res['duration_s']:.0f} s.", "",
              "| model (batch) | rounds x steps | tr-mlir step 1t / 2t (ms) | PyTorch step 1t / 2t (ms) | "
              "scaling tr-mlir / PyTorch | per round, median (range) tr-mlir; PyTorch | rounds tr-mlir >= PyTorch | "
+             "lost to the split, ms per step (2t - 1t / 2) tr-mlir / PyTorch | "
              "host memory 1 -> 2 threads per round, median (range) | core-to-core round trip after each block, ns, "
              "median (range); scaling tr-mlir / PyTorch in close and far rounds | steal / others |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def lost(m: dict[str, Any]) -> str:
+        sl = m.get("split_loss_s")  # absent from results written before it was measured
+        return f"{sl['tr_mlir'] * 1e3:.1f} / {sl['torch'] * 1e3:.1f}" if sl else "-"
 
     def memory(m: dict[str, Any]) -> str:
         r = m.get("host_memory_ratio") or []
@@ -252,11 +268,12 @@ def report(res: dict[str, Any]) -> str:
         lines.append(f"| {m['model']} ({m['batch']}) | {m['rounds']} x {m['steps']} | {ms('tr_mlir')} | "
                      f"{ms('torch')} | "
                      f"**{m['scaling']['tr_mlir']:.2f} / {m['scaling']['torch']:.2f}** | {rng('tr_mlir')}; "
-                     f"{rng('torch')} | {m['rounds_at_least_torch']} of {m['rounds']} | {memory(m)} | "
+                     f"{rng('torch')} | {m['rounds_at_least_torch']} of {m['rounds']} | {lost(m)} | {memory(m)} | "
                      f"{round_trip(m)} | "
                      f"{describe(m['quiet'])} |")
     lines += ["", "Scaling: each side's median step on 1 thread / its median step on 2 (`python -m bench.scaling`, "
-              "bench/README.md)."]
+              "bench/README.md). Lost to the split: the median 2-thread step less half the median 1-thread step "
+              "(`bench.scaling.split_loss`), what keeps each side from a 2.00x speed-up, in milliseconds."]
     host = res.get("host_stream")
     if host:
         from bench.report import _operand_mib

@@ -522,6 +522,7 @@ def test_scaling_writes_both_sides_per_round(tmp_path):
         step = m["step_s"][side]
         assert step["1"] > 0 and step["2"] > 0
         assert m["scaling"][side] == pytest.approx(step["1"] / step["2"])
+        assert m["split_loss_s"][side] == pytest.approx(step["2"] - step["1"] / 2)  # what a perfect split would save
         assert len(m["round_scaling"][side]) == 1 and len(m["step_times_s"][side]["2"]) == 1
     assert m["rounds_at_least_torch"] in (0, 1)
     assert len(m["host_memory_ratio"]) == 1 and m["host_memory_ratio"][0] > 0  # the memory probe after each round
@@ -532,6 +533,8 @@ def test_scaling_writes_both_sides_per_round(tmp_path):
     assert len(probes) <= 4 and all(t > 0 for t in probes) and (probes or not probing)  # None on a busy host
     md = (tmp_path / "s.md").read_text()
     assert "| mlp (200) | 1 x 1 |" in md
+    loss = m["split_loss_s"]
+    assert f"| {loss['tr_mlir'] * 1e3:.1f} / {loss['torch'] * 1e3:.1f} |" in md
     from bench.throughput import STREAM_ELEMENTS
 
     host = res["host_stream"]  # the host's streaming add on both thread counts, every operand size
@@ -611,6 +614,18 @@ def test_scaling_splits_rounds_by_core_placement():
                                             "far": {"tr_mlir": [1.1], "torch": [1.7]}}
     assert scaling.placement_scaling({"round_scaling": m["round_scaling"]}) == {
         "close": {"tr_mlir": [], "torch": []}, "far": {"tr_mlir": [], "torch": []}}
+
+
+def test_split_loss_is_the_time_over_a_perfect_split():
+    """Two sides losing the same seconds to the split: the one with the shorter step has the lower
+    speed-up (why bench.scaling reports the seconds next to the ratios)."""
+    from bench.scaling import split_loss
+
+    assert split_loss(0.600, 0.300, 2) == pytest.approx(0.0)  # a perfect split
+    assert split_loss(0.600, 0.330, 2) == pytest.approx(0.030)
+    assert split_loss(1.200, 0.630, 2) == pytest.approx(0.030)  # the same loss, 1.90x against 1.82x
+    assert split_loss(0.100, 0.060, 2) == pytest.approx(0.010)
+    assert split_loss(0.090, 0.020, 2) == pytest.approx(-0.025)  # better than a perfect split (e.g. cache)
 
 
 def test_scaling_rejects_unknown_models():
