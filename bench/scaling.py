@@ -15,7 +15,8 @@ next block starts.
 Per model the report gives each side's median step (seconds) per thread count over all rounds,
 its scaling ``median step on 1 thread / median step on 2``, the same per round (each round's
 block medians) as a median and a range, in how many rounds tr-mlir's speed-up was at least
-PyTorch's, and the host's memory scaling after each round (:func:`_memory_ratio`, a streaming
+PyTorch's, the milliseconds each side's 2-thread step is longer than half its 1-thread step
+(:func:`split_loss`), and the host's memory scaling after each round (:func:`_memory_ratio`, a streaming
 add over 64 MiB operands on 2 threads over 1 thread) and the time a cache line takes from one
 core to the other and back (:func:`bench.throughput.core_round_trip`: 90-140 ns on the Zen 5 VM
 while its two vCPUs sat close, 360-430 ns while they sat far apart, which cost LeNet-5's 2-thread
@@ -134,17 +135,20 @@ def measure(name: str, *, rounds: int, steps: int, pause: float = 0.3) -> dict[s
         "round_scaling": round_scaling,
         "median_round_scaling": {s: statistics.median(v) for s, v in round_scaling.items()},
         "rounds_at_least_torch": sum(a >= b for a, b in zip(round_scaling["tr_mlir"], round_scaling["torch"])),
-        "split_loss_s": {s: split_loss(step_s[s][one], step_s[s][two], two // one) for s in sides},
+        "split_loss_s": {s: split_loss(step_s[s][one], step_s[s][two], two / one) for s in sides},
         "step_times_s": times, "quiet": quiet, "host_memory_ratio": host, "core_round_trip_s": round_trip,
     }
 
 
-def split_loss(one_s: float, many_s: float, ratio: int) -> float:
-    """Seconds by which a step on ``ratio`` times as many threads (``many_s``) exceeds a perfect
-    split of the step on fewer (``one_s``): ``many_s - one_s / ratio`` (Amdahl's serial time plus
-    what the threads lose to each other: hand-offs, waits, shared memory bandwidth). Two sides whose
-    steps differ in length compare here where a ratio cannot: with the same seconds lost, the side
-    with the shorter step has the lower speed-up."""
+def split_loss(one_s: float, many_s: float, ratio: float) -> float:
+    """How much longer a step on ``ratio`` times as many threads took (``many_s``) than a perfect
+    split of the step on fewer (``one_s``): ``many_s - one_s / ratio``, in the unit of the two
+    times (seconds in :func:`measure`). It is what the threads lose to each other (hand-offs,
+    waits, the memory bandwidth they share) plus, on two threads, half of the step's serial time;
+    negative where the step did better than a perfect split (e.g. its operands then fit the two
+    cores' caches). Two sides whose steps differ in length compare here where a ratio cannot: with
+    the same time lost, the side with the shorter step has the lower speed-up. Raises
+    ``ZeroDivisionError`` for a ``ratio`` of 0."""
     return many_s - one_s / ratio
 
 

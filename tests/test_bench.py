@@ -626,6 +626,28 @@ def test_split_loss_is_the_time_over_a_perfect_split():
     assert split_loss(1.200, 0.630, 2) == pytest.approx(0.030)  # the same loss, 1.90x against 1.82x
     assert split_loss(0.100, 0.060, 2) == pytest.approx(0.010)
     assert split_loss(0.090, 0.020, 2) == pytest.approx(-0.025)  # better than a perfect split (e.g. cache)
+    assert split_loss(0.800, 0.250, 4) == pytest.approx(0.050)  # the ratio divides, not a fixed 2
+    assert split_loss(0.300, 0.200, 1.5) == pytest.approx(0.0)
+
+
+def test_scaling_report_reads_results_without_split_loss():
+    """Results written before the split-loss column render it as ``-``; every row of the table
+    has the header's columns."""
+    from bench import scaling
+
+    m = {"model": "mlp", "batch": 200, "rounds": 1, "steps": 1, "step_s": {s: {1: 0.008, 2: 0.005} for s in
+                                                                          ("tr_mlir", "torch")},
+         "scaling": {"tr_mlir": 1.6, "torch": 1.6}, "round_scaling": {"tr_mlir": [1.6], "torch": [1.6]},
+         "median_round_scaling": {"tr_mlir": 1.6, "torch": 1.6}, "rounds_at_least_torch": 1,
+         "quiet": {"steal": 0.0, "others_busy": 0.0}}
+    res = {"date": "2026-12-07", "machine": {"git": {"commit": "x"}, "cpu": "cpu", "cores": 2, "load_before": [0.1],
+                                             "load_after": [0.2]},
+           "openblas_env_unset": "", "duration_s": 1.0, "models": [m, {**m, "model": "lenet5",
+                                                                        "split_loss_s": {"tr_mlir": 0.001,
+                                                                                         "torch": 0.002}}]}
+    table = [line for line in scaling.report(res).splitlines() if line.startswith("|")]
+    assert len(table) == 4 and len({line.count("|") for line in table}) == 1
+    assert "| 1 of 1 | - |" in table[2] and "| 1 of 1 | 1.0 / 2.0 |" in table[3]
 
 
 def test_scaling_rejects_unknown_models():
