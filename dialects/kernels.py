@@ -49,6 +49,11 @@ Kernels take named arrays; the row connects them:
   Such an op plans no workspaces, so a short output list is never mistaken for workspaces.
   Trailing ``ins`` may be optional too: a node that leaves them out passes ``None`` (the batch
   statistics a BN forward reads from the conv before it, ``memplan-fuse-bn-stats``).
+* ``adds_into``: trailing optional inputs that each name an output (``{"dx_acc": "dx"}``): a node
+  that gives the input gives the output's own DTensor there, and the kernel then adds into that
+  output instead of overwriting it (a conv's input gradient added to the residual join's,
+  ``memplan-fuse-grad-acc``). Being an input, the old value counts as read; the program verifier
+  refuses any other DTensor there.
 * ``accumulates``: outputs (or output spans) the kernel adds into, reading their old value
   (``GRAD_ACCUM``'s ``dx += dy``, the metric sums, the EMA). An argument that is also an input
   reads its old value too. Every other output is *overwritten*: the kernel writes all of it
@@ -120,6 +125,15 @@ class Operands:
     when: Mapping[str, str] = field(default_factory=dict)
     optional: frozenset[str] = frozenset()
     accumulates: frozenset[str] = frozenset()
+    adds_into: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for arg, out in self.adds_into.items():
+            if arg not in self.ins or arg not in self.optional or out not in self.outs \
+                    or self.ins.index(arg) < self._required(self.ins):
+                raise OperandsError(f"Operands.adds_into: {arg!r} -> {out!r} must map a trailing optional input "
+                                 f"to an output (ins {list(self.ins)}, outs {list(self.outs)}, optional "
+                                 f"{sorted(self.optional)})")
 
     def overwrites(self, arg: str) -> bool:
         """Whether output argument ``arg`` is written whole without its old value being read: not
@@ -507,15 +521,17 @@ def implementation(op: str) -> KernelImpl:
     return spec
 
 
-def skippable_outputs(op: str, count: int) -> frozenset[int]:
+def skippable_outputs(op: str, count: int, inputs: int = 0) -> frozenset[int]:
     """Positions among the first ``count`` outputs of a node of op ``op`` that its kernel may leave
     out (``memplan-skip-dead-outputs``): an output argument of the operand row that the
-    implementation writes and accepts as ``None``. Empty for an op without a kernel or operand row."""
+    implementation writes and accepts as ``None``, and not one the node's ``inputs`` (how many it
+    gives) make the kernel add into (``adds_into``). Empty for an op without a kernel or operand row."""
     try:
         spec, row = implementation(op), operands_for(op)
     except KernelIdError:
         return frozenset()
     optional = (spec.optional & spec.writes) - set(row.when)  # a `when` argument is its param's to bind
+    optional -= {out for arg, out in row.adds_into.items() if row.ins.index(arg) < inputs}
     return frozenset(p for p, arg in enumerate(row.outs[:count]) if arg in optional)
 
 
@@ -586,7 +602,8 @@ class K:
     # conv (weights KRSC); the first layer computes no dX
     CONV_FWD = _id("conv_fwd", _CONV_FWD)
     CONV_INF = _id("conv_inf", _CONV_INF)
-    CONV_BWD = _id("conv_bwd", Operands(("dy", "w", "x"), ("dx", "dw")))
+    CONV_BWD = _id("conv_bwd", Operands(("dy", "w", "x", "dx_acc"), ("dx", "dw"), optional=frozenset({"dx_acc"}),
+                                        adds_into={"dx_acc": "dx"}))
     CONV_BWD_FIRST_LAYER = _id("conv_bwd_first_layer", Operands(("dy", "w", "x"), ("dw",)))
     # batch norm: the forward lists the running statistics it updates among its outputs
     BN1D_FWD = _id("bn1d_fwd", Operands(_BN_FWD.ins[:-2], _BN_FWD.outs))

@@ -40,6 +40,7 @@ PASSES: dict[str, str | type[ModulePass]] = {
     "memplan-build-graph": "MemplanBuildGraphPass",
     "memplan-fuse-bn-stats": "MemplanFuseBnStatsPass",
     "memplan-fuse-fc-relu": "MemplanFuseFcReluPass",
+    "memplan-fuse-grad-acc": "MemplanFuseGradAccPass",
     "memplan-narrow-grad-clear": "MemplanNarrowGradClearPass",
     "memplan-share-variants": "MemplanShareVariantsPass",
     "memplan-build-atlas": "MemplanBuildAtlasPass",

@@ -16,6 +16,8 @@ from xdsl.dialects.builtin import DictionaryAttr, StringAttr
 from xdsl.ir import Operation
 from xdsl.utils.exceptions import VerifyException
 
+from tr_mlir.dialects.kernels import KernelId, implementation
+from tr_mlir.dialects.memplan import GraphOp, Node
 from tr_mlir.errors import TrMlirError
 
 CONV_ALGO_ATTR = "conv_algo"
@@ -48,3 +50,19 @@ def recorded_params(op: Operation, weight: str | None, kernel_params: Iterable[s
         return {}
     mine = layer_algorithms(op).get(weight, {})
     return {k: mine[k] for k in kernel_params if k in mine}
+
+
+def node_algorithm(graph: GraphOp, node: Node, param: str) -> str | None:
+    """The algorithm a conv node of ``graph`` runs for one direction: its static ``param``
+    (``algo``, ``algo_dgrad`` or ``algo_wgrad``, recorded by ``memplan-select-conv-algo``), or
+    None for a node without it (the run-time rule)."""
+    value = graph.params.data[node.param].data.get(param) if node.param >= 0 else None
+    return value.data if isinstance(value, StringAttr) else None
+
+
+def winograd_variants(kind: KernelId) -> frozenset[str]:
+    """The Winograd variants of ``kind``'s kernel (its :attr:`~tr_mlir.dialects.kernels.AlgorithmTable.variants`):
+    the algorithms whose output transform is the compiler's own code, where the fusion passes put
+    their epilogues (``memplan-fuse-bn-stats``, ``memplan-fuse-grad-acc``)."""
+    table = implementation(kind).algorithms
+    return frozenset(table.variants) if table is not None else frozenset()

@@ -28,7 +28,9 @@ biases) run the optimizer's weight update, with weight decay. ``fuse_fc_relu`` (
 runs ``memplan-fuse-fc-relu``; ``fuse_fc_relu=false`` keeps the FC and ReLU nodes apart (the same
 bits). ``fuse_bn_stats`` (default true) runs ``memplan-fuse-bn-stats`` after it: Winograd convs write
 the batch-norm statistics of their output; ``fuse_bn_stats=false`` leaves them to the BN (the
-last bits of the statistics differ).
+last bits of the statistics differ). ``fuse_grad_acc`` (default true) runs ``memplan-fuse-grad-acc``
+after that: the Winograd input gradient at a residual join adds the skip's gradient in its output
+transform instead of a ``grad_accum`` pass (the same bits).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from tr_mlir.passes.memplan_create_plans import MemplanCreatePlansPass
 from tr_mlir.passes.memplan_derive_shapes import CompileSpecOptions, MemplanDeriveShapesPass
 from tr_mlir.passes.memplan_fuse_bn_stats import MemplanFuseBnStatsPass
 from tr_mlir.passes.memplan_fuse_fc_relu import MemplanFuseFcReluPass
+from tr_mlir.passes.memplan_fuse_grad_acc import MemplanFuseGradAccPass
 from tr_mlir.passes.memplan_max_slots import MemplanMaxSlotsPass
 from tr_mlir.passes.memplan_name_parameters import MemplanNameParametersPass
 from tr_mlir.passes.memplan_narrow_grad_clear import MemplanNarrowGradClearPass
@@ -68,6 +71,7 @@ class MemplanCompilePass(CompileSpecOptions, ConvAlgoOptions, ModulePass):
     decay_all: bool = False
     fuse_fc_relu: bool = True
     fuse_bn_stats: bool = True
+    fuse_grad_acc: bool = True
 
     def phases(self) -> list[ModulePass]:
         """The passes this pipeline runs, in order, with the spec options on phase 1."""
@@ -76,6 +80,7 @@ class MemplanCompilePass(CompileSpecOptions, ConvAlgoOptions, ModulePass):
                 MemplanMaxSlotsPass(), MemplanCreatePlansPass(ema=self.ema), MemplanNameParametersPass(),
                 MemplanBuildGraphPass(decay_all=self.decay_all), *([MemplanFuseFcReluPass()] if self.fuse_fc_relu else []),
                 *([MemplanFuseBnStatsPass()] if self.fuse_bn_stats else []),
+                *([MemplanFuseGradAccPass()] if self.fuse_grad_acc else []),
                 MemplanNarrowGradClearPass(),
                 MemplanShareVariantsPass(), MemplanBuildAtlasPass(),
                 MemplanSkipDeadOutputsPass(), MemplanAssignOffsetsPass(reuse=self.reuse)]

@@ -45,12 +45,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, i1
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, ModuleOp, i1
 from xdsl.rewriter import Rewriter
 from xdsl.passes import ModulePass
 
-from tr_mlir.dialects.kernels import K, implementation, operands_for
-from tr_mlir.dialects.memplan import GraphOp, Node, NodesOp, ProgramOp
+from tr_mlir.dialects.kernels import K, operands_for
+from tr_mlir.dialects.memplan import Node, NodesOp, ProgramOp
+from tr_mlir.passes._conv_algo import node_algorithm, winograd_variants
 from tr_mlir.passes._dataflow import static_flag
 from tr_mlir.passes.memplan_build_graph import TRAIN_GRAPH, graph_programs
 
@@ -60,18 +61,6 @@ condition of its operand row)."""
 
 _PREC = "FP32"
 _BN_FORWARDS = (K.BN2D_FWD, K.BN2D_RELU_FWD, K.BN2D_ADD_RELU_FWD)
-
-
-def _winograd_variants() -> frozenset[str]:
-    """The forward algorithms whose output pass sums the statistics (module doc)."""
-    table = implementation(K.CONV_FWD).algorithms
-    return frozenset(table.variants) if table is not None else frozenset()
-
-
-def _algo(graph: GraphOp, node: Node) -> str | None:
-    """The conv node's forward algorithm param (``memplan-select-conv-algo``), or None."""
-    value = graph.params.data[node.param].data.get("algo") if node.param >= 0 else None
-    return value.data if isinstance(value, StringAttr) else None
 
 
 def _bn_for(nodes: list[Node], i: int) -> int | None:
@@ -95,7 +84,7 @@ def _bn_for(nodes: list[Node], i: int) -> int | None:
 def _fuse(program: ProgramOp) -> int:
     """Rewrite the conv / BN pairs of ``program``'s ``@train`` graph (module doc); returns how many."""
     graph = next(g for g in program.graphs() if g.graph_name == TRAIN_GRAPH)
-    variants = _winograd_variants()
+    variants = winograd_variants(K.CONV_FWD)  # the forward algorithms whose output pass sums the statistics
     table = list(graph.params.data)
     flagged: dict[int, int] = {}  # conv param entry -> the same entry with bn_stats = true
     count = 0
@@ -106,7 +95,7 @@ def _fuse(program: ProgramOp) -> int:
         for i, conv in enumerate(nodes):
             if conv.op != conv_op or len(conv.outputs) < 3 or 1 in conv.skipped or 2 in conv.skipped:
                 continue
-            if _algo(graph, conv) not in variants or static_flag(graph.params.data, conv, FLAG):
+            if node_algorithm(graph, conv, "algo") not in variants or static_flag(graph.params.data, conv, FLAG):
                 continue
             j = _bn_for(nodes, i)
             if j is None:

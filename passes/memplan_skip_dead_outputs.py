@@ -69,9 +69,10 @@ Where = tuple[str, GraphId, int]
 
 def optional_outputs(node: Node) -> frozenset[int]:
     """Positions in ``node.outputs`` of the outputs its kernel may leave out: an argument of the
-    operand row that the implementation writes and accepts as ``None``. Empty for a node op
-    without a kernel or operand row (nothing is skipped there)."""
-    return skippable_outputs(node.op, len(node.outputs))
+    operand row that the implementation writes and accepts as ``None``, and not one the node
+    has its kernel add into (``adds_into``: its old value is read). Empty for a node op without a
+    kernel or operand row (nothing is skipped there)."""
+    return skippable_outputs(node.op, len(node.outputs), len(node.inputs))
 
 
 def _sequences(program: ProgramOp, atlas: AtlasOp) -> Iterable[list[tuple[Where, Node]]]:

@@ -15,7 +15,9 @@ lifetime, default true; ``ema``; ``decay_all``: bias-like parameters decay too,
 :mod:`tr_mlir.passes.memplan_build_graph`; ``conv_algo`` and ``conv_algo_fwd`` / ``_dgrad`` / ``_wgrad``: the
 conv algorithms, :mod:`tr_mlir.passes.memplan_select_conv_algo`; ``fuse_fc_relu``: the FC+ReLU
 GEMM epilogue, default true, :mod:`tr_mlir.passes.memplan_fuse_fc_relu`; ``fuse_bn_stats``: BN
-statistics in the Winograd convs' output pass, default true, :mod:`tr_mlir.passes.memplan_fuse_bn_stats`).
+statistics in the Winograd convs' output pass, default true, :mod:`tr_mlir.passes.memplan_fuse_bn_stats`;
+``fuse_grad_acc``: residual gradients added by the Winograd input gradients, default true,
+:mod:`tr_mlir.passes.memplan_fuse_grad_acc`).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class TrCompilePass(CompileSpecOptions, ConvAlgoOptions, ModulePass):
     decay_all: bool = False
     fuse_fc_relu: bool = True
     fuse_bn_stats: bool = True
+    fuse_grad_acc: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         ArchPlanPass(fuse=self.fuse, amp=self.amp, num_classes=self.num_classes, cbrp=self.cbrp,
@@ -56,4 +59,4 @@ class TrCompilePass(CompileSpecOptions, ConvAlgoOptions, ModulePass):
         op.verify()
         MemplanCompilePass(**{k: getattr(self, k) for k in SPEC_OPTIONS}, **self.algo_options(), reuse=self.reuse,
                            ema=self.ema, decay_all=self.decay_all, fuse_fc_relu=self.fuse_fc_relu,
-                           fuse_bn_stats=self.fuse_bn_stats).apply(ctx, op)
+                           fuse_bn_stats=self.fuse_bn_stats, fuse_grad_acc=self.fuse_grad_acc).apply(ctx, op)

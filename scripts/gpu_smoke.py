@@ -7,7 +7,8 @@ On a GPU it runs, in order, and exits 1 if any check fails:
 1. **kernels**: every case of :func:`tr_mlir.lowering.cuda.checks.cases` (every registry kernel,
    fp32 and AMP dtypes) through the CUDA backend against the NumPy kernels, and the CUDA Winograd
    convs (:func:`tr_mlir.lowering.cuda.winograd_checks.check`: both variants, three directions,
-   fp32 and fp16, against the CPU im2col conv; ``max_error`` there is the ratio to the bound);
+   fp32 and fp16, and the fp32 input gradient added into dx (``memplan-fuse-grad-acc``), against
+   the CPU im2col conv; ``max_error`` there is the ratio to the bound);
 2. **capture**: a small ResNet (``resnet8_cifar``, batch 32) trained for a few steps, one epoch,
    evaluation and prediction through captured CUDA graphs, in fp32 and AMP, against the CPU
    backend on the same data and initialization;

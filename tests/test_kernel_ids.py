@@ -94,14 +94,15 @@ def test_a_cuda_launcher_gets_only_what_it_names():
 
     spec = KERNELS["conv_bwd"]
     calls = []
-    launch = _adapt(spec, lambda dy, x, w, dw, dx=None, wbuf=None, *, k, s=1, p=0, groups=1: calls.append(k))
+    launch = _adapt(spec, lambda dy, x, w, dw, dx=None, wbuf=None, dx_acc=None, *, k, s=1, p=0, groups=1:
+                    calls.append(k))
     launch(dy=1, x=2, w=3, dw=4, dx=5, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, k=3, s=1, p=1, groups=1)
     assert calls == [3]
     with pytest.raises(ValueError, match="uses no workspace 'col', yet one is planned"):
         launch(dy=1, x=2, w=3, dw=4, dx=5, col=np.zeros(4), k=3)
     with pytest.raises(ValueError, match=r"\['bogus'\] are no arguments of the kernel"):
         _adapt(spec, lambda dy, x, w, dw, dx=None, bogus=None, *, k: None)
-    with pytest.raises(ValueError, match=r"every array argument but the workspaces, not \['dx'\]"):
+    with pytest.raises(ValueError, match=r"every array argument but the workspaces, not \['dx', 'dx_acc'\]"):
         _adapt(spec, lambda dy, x, w, dw, *, k: None)
 
 

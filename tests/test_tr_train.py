@@ -406,7 +406,7 @@ def test_short_run_writes_report_plot_checkpoints_and_ir(tmp_path, capsys):
     # IR dumps
     names = sorted(p.name for p in ir.iterdir())
     assert names[0] == "00-input.mlir" and names[1] == "01-arch-expand.mlir"
-    assert "08-arch-merge-blocks.mlir" in names and names[-2] == "24-memplan-assign-offsets.mlir"
+    assert "08-arch-merge-blocks.mlir" in names and names[-2] == "25-memplan-assign-offsets.mlir"
     assert names[-1] == "replay.sh"
 
     # resume: --epochs is the total; the run continues at epoch 3 with the stretched cosine schedule
@@ -432,7 +432,7 @@ def test_short_run_writes_report_plot_checkpoints_and_ir(tmp_path, capsys):
 
     script = (ir / "replay.sh").read_text()
     steps = re.findall(r"^tr-opt (\S+) -p (.+?) \| cmp -s - (\S+)", script, flags=re.M)
-    assert len(steps) == 24
+    assert len(steps) == 25
     for src, spec, dst in steps:
         spec = spec.strip("'")
         out_file = tmp_path / "replayed.mlir"
@@ -453,7 +453,7 @@ def test_no_fuse_fc_relu_keeps_the_fc_and_relu_kernels_and_is_resumed(tmp_path, 
     assert code == 0, err
     assert "fuse_fc_relu=false" in out
     names = sorted(p.name for p in ir.iterdir())
-    assert not [n for n in names if "fuse-fc-relu" in n] and names[-2] == "20-memplan-assign-offsets.mlir"
+    assert not [n for n in names if "fuse-fc-relu" in n] and names[-2] == "21-memplan-assign-offsets.mlir"
     ops = (ir / names[-2]).read_text()
     assert "RELU_FP32_BWD_FROM_OUTPUT" in ops and "FC_RELU_FP32_FWD" not in ops
     assert json.loads((save / "last" / "config.json").read_text())["fuse_fc_relu"] is False
@@ -490,7 +490,7 @@ def test_replay_script_runs_with_tr_opt(tmp_path):
     script = (ir / "replay.sh").read_text().splitlines()
     keep = [ln for ln in script if not ln.startswith("tr-opt")
             or re.search(r" -p '?(arch-expand|arch-merge-blocks|memplan-select-conv-algo|memplan-derive-shapes)", ln)]
-    assert len(keep) == len(script) - 20  # 24 passes, 4 kept
+    assert len(keep) == len(script) - 21  # 25 passes, 4 kept
     (ir / "replay.sh").write_text("\n".join(keep) + "\n")
     env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     r = subprocess.run(["sh", str(ir / "replay.sh")], capture_output=True, text=True, env=env, timeout=120)

@@ -146,7 +146,8 @@ class TaskCheckpoints:
             "label_smoothing": self.loss.label_smoothing, "amp": self.amp, "fuse": self.fuse,
             "device": self.device, "seed": self.seed, "train_size": self.train_size, "val_size": self.val_size,
             "steps": self.steps, "epochs": self.epochs, "reuse": self.reuse,
-            "fuse_fc_relu": self.fuse_fc_relu, "fuse_bn_stats": self.fuse_bn_stats, "plugins": list(self.plugins),
+            "fuse_fc_relu": self.fuse_fc_relu, "fuse_bn_stats": self.fuse_bn_stats,
+            "fuse_grad_acc": self.fuse_grad_acc, "plugins": list(self.plugins),
             "torch_naming": None if self.torch_naming is None else self.torch_naming.config(), "init": self.init,
             "loss_scaler": None if self.loss_scaler is None else self.loss_scaler.config(),
             "augment": None if self.augment is None else self.augment.config(),
@@ -186,12 +187,15 @@ class TaskCheckpoints:
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: Any = None, *, reuse: bool | None = None,
-             fuse_fc_relu: bool | None = None, fuse_bn_stats: bool | None = None) -> Task:
+             fuse_fc_relu: bool | None = None, fuse_bn_stats: bool | None = None,
+             fuse_grad_acc: bool | None = None) -> Task:
         """The Task saved in folder ``path`` (:meth:`save`), compiled, with its state restored;
         ``device``: where to run it (default: the saved device); ``reuse``, ``fuse_fc_relu``: the
         memory-plan options to compile with (default: the saved ones; the same numerics either way);
         ``fuse_bn_stats``: whether the Winograd convs write the BN statistics (default: the saved
-        setting, on for a save that predates it; the last bits differ, :class:`Task`).
+        setting, on for a save that predates it; the last bits differ, :class:`Task`);
+        ``fuse_grad_acc``: whether the Winograd input gradients add the joins' skip gradients
+        (default: the saved setting, on for a save that predates it; the same numerics either way).
 
         Raises:
             TaskError: a missing or unreadable folder or file; a ``config.json`` that is no JSON,
@@ -238,6 +242,8 @@ class TaskCheckpoints:
             task.fuse_fc_relu = fuse_fc_relu
         if fuse_bn_stats is not None:
             task.fuse_bn_stats = fuse_bn_stats
+        if fuse_grad_acc is not None:
+            task.fuse_grad_acc = fuse_grad_acc
         try:
             task.compile(cfg["train_size"], cfg["val_size"])
         except (ValueError, TypeError) as e:  # TaskError (a ValueError): sizes, a model the compiler rejects
@@ -293,7 +299,7 @@ class TaskCheckpoints:
                        optimizer=optimizer, scheduler=scheduler, loss=loss, amp=cfg["amp"], fuse=cfg["fuse"],
                        device=cfg["device"] if device is None else device, seed=cfg["seed"],
                        reuse=cfg.get("reuse", True), fuse_fc_relu=cfg.get("fuse_fc_relu", True),
-                       fuse_bn_stats=cfg.get("fuse_bn_stats", True),
+                       fuse_bn_stats=cfg.get("fuse_bn_stats", True), fuse_grad_acc=cfg.get("fuse_grad_acc", True),
                        init=cfg.get("init", "seed"), loss_scaler=scaler,
                        augment=aug, ema=ema, resize=cfg.get("resize"), conv_algo=cfg.get("conv_algo", "auto"),
                        plugins=plugins)

@@ -204,6 +204,7 @@ _OPTIONAL_CONFIG_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "reuse": (lambda v: isinstance(v, bool), "a bool"),
     "fuse_fc_relu": (lambda v: isinstance(v, bool), "a bool"),
     "fuse_bn_stats": (lambda v: isinstance(v, bool), "a bool"),
+    "fuse_grad_acc": (lambda v: isinstance(v, bool), "a bool"),
     "state_sha256": (lambda v: isinstance(v, str), "a string"),
     "plugins": (lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v), "a list of strings"),
     "torch_naming": (lambda v: v is None or isinstance(v, list), "null or a list (the imported module's names)"),

@@ -85,6 +85,7 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
     decay_all: bool = False,
     fuse_fc_relu: bool = True,
     fuse_bn_stats: bool = True,
+    fuse_grad_acc: bool = True,
 ) -> ModuleOp:
     """Compile a BluePrint to its memplan program (``tr-compile``: ArchPlan, phases 1..5, atlas).
 
@@ -116,6 +117,8 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
             (``memplan-fuse-fc-relu``; the same bits either way).
         fuse_bn_stats: let each Winograd conv write the batch-norm statistics of its output for
             the BN after it (``memplan-fuse-bn-stats``; the statistics' last bits differ).
+        fuse_grad_acc: let the Winograd input gradient at a residual join add the skip's
+            gradient in its output transform (``memplan-fuse-grad-acc``; the same bits).
 
     Returns:
         A verified ``builtin.module`` with the flat ``arch.model`` and its ``memplan.program``
@@ -146,12 +149,13 @@ def compile(  # noqa: A001 - the API name of the issue; shadows the builtin only
     check_bool("compile", "decay_all", decay_all)
     check_bool("compile", "fuse_fc_relu", fuse_fc_relu)
     check_bool("compile", "fuse_bn_stats", fuse_bn_stats)
+    check_bool("compile", "fuse_grad_acc", fuse_grad_acc)
     module = emit(model, input_shape, amp=amp, fuse=fuse, num_classes=num_classes, name=name)
     TrCompilePass(
         cbrp=cbrp, batch_size=batch_size, train_size=train_size, val_size=val_size, train_res=train_res,
         train_res_end=train_res_end, val_res=val_res, world_size=world_size, optimizer=optimizer,
         target=target, reuse=reuse, conv_algo=conv_algo, decay_all=decay_all, fuse_fc_relu=fuse_fc_relu,
-        fuse_bn_stats=fuse_bn_stats,
+        fuse_bn_stats=fuse_bn_stats, fuse_grad_acc=fuse_grad_acc,
     ).apply(make_context(), module)
     module.verify()
     return module

@@ -103,6 +103,10 @@ class Task(TaskCheckpoints):
             pass. The sums are taken in another order: the numbers differ in the last bits, so
             training with and without it is not bit-identical (each is deterministic); ``False``
             reproduces the bits of a run compiled without the pass.
+        fuse_grad_acc: let the Winograd input gradient at a residual join add the skip's gradient
+            in its output transform instead of a separate ``grad_accum`` pass
+            (``memplan-fuse-grad-acc``, :mod:`tr_mlir.passes.memplan_fuse_grad_acc`). ``False``
+            keeps the ``grad_accum`` nodes (same numerics: bit for bit on the CPU backend).
         init: ``'seed'`` (the plan's rules: trunc-normal convs, Kaiming-uniform FC weights, zero
             biases) or ``'torch'`` (PyTorch's ``nn.Conv2d`` / ``nn.Linear`` defaults);
             :mod:`tr_mlir.inits`.
@@ -144,7 +148,7 @@ class Task(TaskCheckpoints):
                  reuse: bool = True, init: str = "seed", loss_scaler: Any = None, augment: Any = None,
                  ema: Any = None, resize: Sequence[int] | None = None, conv_algo: str = "auto",
                  plugins: Sequence[str | os.PathLike] = (), fuse_fc_relu: bool = True,
-                 fuse_bn_stats: bool = True):
+                 fuse_bn_stats: bool = True, fuse_grad_acc: bool = True):
         if isinstance(input_shape, (str, bytes)) or not isinstance(input_shape, Sequence) or len(input_shape) != 3:
             raise TaskError(f"Task: input_shape must be (H, W, C), got {input_shape!r}")
         self.input_shape = tuple(_check_int("Task", f"input_shape[{i}]", d) for i, d in enumerate(input_shape))
@@ -158,7 +162,7 @@ class Task(TaskCheckpoints):
         if not isinstance(loss, CrossEntropyLoss):
             raise TaskError(f"Task: loss must be tr_mlir.CrossEntropyLoss, got {loss!r}")
         for name, flag in (("amp", amp), ("fuse", fuse), ("reuse", reuse), ("fuse_fc_relu", fuse_fc_relu),
-                           ("fuse_bn_stats", fuse_bn_stats)):
+                           ("fuse_bn_stats", fuse_bn_stats), ("fuse_grad_acc", fuse_grad_acc)):
             if not isinstance(flag, bool):
                 raise TaskError(f"Task: {name} must be a bool, got {flag!r}")
         if isinstance(plugins, (str, bytes, os.PathLike)) or not isinstance(plugins, Sequence):
@@ -192,7 +196,7 @@ class Task(TaskCheckpoints):
         self.seed = _check_int("Task", "seed", seed, low=0)
         self.optimizer, self.scheduler, self.loss = optimizer, scheduler, loss
         self.amp, self.fuse, self.device, self.reuse = amp, fuse, device, reuse
-        self.fuse_fc_relu, self.fuse_bn_stats = fuse_fc_relu, fuse_bn_stats
+        self.fuse_fc_relu, self.fuse_bn_stats, self.fuse_grad_acc = fuse_fc_relu, fuse_bn_stats, fuse_grad_acc
         from tr_mlir.passes.memplan_select_conv_algo import check_value
 
         if not isinstance(conv_algo, str) or check_value(conv_algo):
@@ -234,8 +238,8 @@ class Task(TaskCheckpoints):
         self.train_size: int | None = None
         self.val_size: int | None = None
         self.exe = None
-        # (reuse, fuse_fc_relu, fuse_bn_stats) of self.exe
-        self._compiled_layout: tuple[bool, bool, bool] | None = None
+        # (reuse, fuse_fc_relu, fuse_bn_stats, fuse_grad_acc) of self.exe
+        self._compiled_layout: tuple[bool, bool, bool, bool] | None = None
         self.runner = None
         self.steps = 0  # optimizer steps taken
         self.epochs = 0  # fit epochs completed
@@ -269,7 +273,7 @@ class Task(TaskCheckpoints):
     def compile(self, train_size: int | None = None, val_size: int | None = None) -> Task:
         """Compile for these dataset sizes (default: the previous ones, else one batch) and build
         the executable. A recompile (other sizes, or ``reuse`` / ``fuse_fc_relu`` /
-        ``fuse_bn_stats`` changed since the last compile) keeps parameters, buffers, optimizer
+        ``fuse_bn_stats`` / ``fuse_grad_acc`` changed since the last compile) keeps parameters, buffers, optimizer
         state and loss scale. Returns ``self``.
         Raises :class:`TaskError` for bad sizes or a model the compiler rejects (the message names
         the op), and
@@ -291,10 +295,10 @@ class Task(TaskCheckpoints):
                                 else (self.train_size or self.batch_size))
         val_size = _check_int("Task.compile", "val_size", val_size if val_size is not None
                               else (self.val_size or self.batch_size))
-        for name in ("reuse", "fuse_fc_relu", "fuse_bn_stats"):
+        for name in ("reuse", "fuse_fc_relu", "fuse_bn_stats", "fuse_grad_acc"):
             if not isinstance(getattr(self, name), bool):
                 raise TaskError(f"Task.compile: {name} must be a bool, got {getattr(self, name)!r}")
-        layout = (self.reuse, self.fuse_fc_relu, self.fuse_bn_stats)
+        layout = (self.reuse, self.fuse_fc_relu, self.fuse_bn_stats, self.fuse_grad_acc)
         if self.exe is not None and (train_size, val_size, layout) == (self.train_size, self.val_size,
                                                                        self._compiled_layout):
             return self
@@ -307,6 +311,7 @@ class Task(TaskCheckpoints):
                           train_size=train_size, val_size=val_size, optimizer=self.optimizer.kind.value,
                           target=backend.target.value, world_size=self.world_size,
                           reuse=self.reuse, fuse_fc_relu=self.fuse_fc_relu, fuse_bn_stats=self.fuse_bn_stats,
+                          fuse_grad_acc=self.fuse_grad_acc,
                           ema=self.ema is not None,
                           conv_algo=self.conv_algo,
                           decay_all=self.optimizer.decay_all,

@@ -210,7 +210,7 @@ class NodesOp(IRDLOperation):
                 if not 0 <= first <= last < NUM_REGIONS:
                     raise _fail(self, f"expected {what} spans (first, last) with 0 <= first <= last < "
                                       f"{NUM_REGIONS}, got ({first}, {last})")
-        self._verify_skips(counts["out_counts"])
+        self._verify_skips(counts["out_counts"], counts["in_counts"])
         for k, op in enumerate(_strs(self.ops)):
             if not op:
                 raise _fail(self, "expected non-empty op names")
@@ -227,7 +227,7 @@ class NodesOp(IRDLOperation):
                 raise _fail(self, f"expected COMPUTE node {k} ({op}) to have no region spans "
                                   f"(only {RANGE_PREFIX}* ops take spans)")
 
-    def _verify_skips(self, out_counts: Sequence[int]) -> None:
+    def _verify_skips(self, out_counts: Sequence[int], in_counts: Sequence[int]) -> None:
         attr = self.attributes.get(SKIP_OUTPUTS)
         if attr is None:
             return
@@ -243,7 +243,7 @@ class NodesOp(IRDLOperation):
             if (k, p) in seen:
                 raise _fail(self, f"expected {SKIP_OUTPUTS} pairs to be distinct, got ({k}, {p}) twice")
             seen.add((k, p))
-            if p not in skippable_outputs(ops[k], out_counts[k]):
+            if p not in skippable_outputs(ops[k], out_counts[k], in_counts[k]):
                 raise _fail(self, f"expected {SKIP_OUTPUTS} pair ({k}, {p}) to name an optional output of node "
                                   f"{k} ({ops[k]}): its kernel must write output {p}")
 
@@ -528,7 +528,7 @@ class ProgramOp(IRDLOperation):
                     if n is None or i >= n:
                         raise _fail(self, f"expected every node id of @{graph.graph_name} ({gid.value}) to be "
                                           f"a DTensor of the plans ({n or 0} ids), got {i}")
-                problem = _stats_problem(graph, nodes_op.nodes())
+                problem = _stats_problem(graph, nodes_op.nodes()) or _adds_into_problem(nodes_op.nodes())
                 if problem:
                     raise _fail(self, f"@{graph.graph_name} ({gid.value}): {problem}")
 
@@ -602,6 +602,27 @@ def _stats_problem(graph: GraphOp, nodes: list[Node]) -> str:
                     f"writes{'' if bound is None else f' with statistics {list(bound)}'}; expected the "
                     f"sum and sq_sum outputs of the conv that writes it, bound by its bn_stats param "
                     f"(memplan-fuse-bn-stats)")
+    return ""
+
+
+def _adds_into_problem(nodes: list[Node]) -> str:
+    """What is wrong with the ``adds_into`` inputs of one bucket's nodes
+    (:attr:`tr_mlir.dialects.kernels.Operands.adds_into`), or ``""``: a node that gives such an
+    input must give the DTensor of the output it names there (the kernel adds into that output;
+    another tensor would be read as its old value)."""
+    from tr_mlir.dialects.kernels import KernelIdError, operands_for
+
+    for j, node in enumerate(nodes):
+        try:
+            row = operands_for(node.op)
+        except KernelIdError:
+            continue
+        for arg, out in row.adds_into.items():
+            i, o = row.ins.index(arg), row.outs.index(out)
+            if i < len(node.inputs) and (o >= len(node.outputs) or node.inputs[i] != node.outputs[o]):
+                got = node.outputs[o] if o < len(node.outputs) else None
+                return (f"node {j} '{node.op}' gives {node.inputs[i]} as its '{arg}' input, expected its own "
+                        f"'{out}' output {got} (the kernel adds into it; memplan-fuse-grad-acc)")
     return ""
 
 

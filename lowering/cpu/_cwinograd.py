@@ -19,20 +19,22 @@ Functions of one plan (tiles ``t`` numbered ``(n * TH + ty) * TW + tx``):
   with the filter and channel axes swapped, for the filters ``[k0, k1)``. ``tr_wt_rows`` takes
   two more arguments, ``r0, r1``, and writes only the components of the rows ``[r0, r1)`` of the
   alpha x alpha grid (each row's code as ``tr_wt``'s, so the same bits);
-* ``tr_fwd(x, U, y, scratch, t0, t1, sgemm, ilp64, st)``: tiles ``[t0, t1)`` in chunks of ``P``:
+* ``tr_fwd(x, U, y, scratch, t0, t1, sgemm, ilp64, st, acc)``: tiles ``[t0, t1)`` in chunks of ``P``:
   input transform into ``V`` (``scratch``), one GEMM per component into ``M`` (behind ``V``), and
   the output transform into y. The GEMMs are ``cblas_sgemm`` calls of NumPy's OpenBLAS (its
   address from :func:`._parallel.sgemm_address`), at one thread (the caller holds it there).
   ``st`` (NULL: none): also the batch-norm statistics of the output, summed by the output
   transform while each element is in a register (``out_tiles_st``, :func:`sandwich`'s
   ``stats``), after the first tile an ``st`` sees (``tile_stats``, below, which also sets the
-  pivot);
-* ``tr_part(x, U, y, scratch, c0, c1, phase, lo, hi, sgemm, ilp64, st)``: one phase of the
+  pivot). ``acc`` (non-zero, with ``st`` NULL): the output transform adds into y instead
+  (``out_tiles_acc``, :func:`sandwich`'s ``accumulate``: an input gradient added to the one
+  already in dx);
+* ``tr_part(x, U, y, scratch, c0, c1, phase, lo, hi, sgemm, ilp64, st, acc)``: one phase of the
   chunk of tiles ``[c0, c1)`` when the threads split the components
   (:attr:`.winograd.Plan.split_components`): 0, the component rows ``[lo, hi)`` of the input
   transform of every tile of the chunk, then those rows' GEMMs (components ``[lo A, hi A)``, as
   ``tr_wgrad`` takes its rows); 1, the output transform of tiles ``[lo, hi)`` (and their
-  statistics into ``st``);
+  statistics into ``st``, or added into y under ``acc``);
 * ``tile_stats(y, t0, t1, st)``: per output channel, ``count``, the pivot ``p`` (the first pixel
   of the first tile this ``st`` sees), ``s1 = sum (y - p)`` and ``s2 = sum (y - p)^2`` in double
   over the pixels of tiles ``[t0, t1)`` inside y, read back from y and added into ``st = {count,
@@ -115,7 +117,7 @@ def _sum(terms: list[tuple[float, str]]) -> str:
 
 
 def sandwich(lm: np.ndarray, rm: np.ndarray, src: str, dst: str, indent: str, guard: bool = False,
-             stats: bool = False) -> list[str]:
+             stats: bool = False, accumulate: bool = False) -> list[str]:
     """C lines of ``Y = L X R^T`` for one channel block: ``Y[i][j][c] = sum_r sum_s L[i][r]
     X[r][s][c] R[j][s]``, X read through pointers named ``{src}{r}_{s}``, Y written through
     ``{dst}{i}_{j}``, over ``c < cn`` (``IVDEP``: the pointers never overlap, which the compiler
@@ -131,7 +133,10 @@ def sandwich(lm: np.ndarray, rm: np.ndarray, src: str, dst: str, indent: str, gu
     a partial errs by at most about 16 units of 2^-24 relative (a few, typically; the errors of
     different tiles are independent). Summing the squares per row in float64 instead cost the
     ResNet-18 convs 2-4x more (0.44-0.53 against 0.11-0.34 ms on one thread) for about half the
-    error."""
+    error. ``accumulate``: ``Y[i][j] = Y[i][j] + v`` with ``v`` the plain form's expression, kept
+    in a variable of its own: the bits of the plain form's output added to Y by ``grad_acc`` (one
+    fp32 add, commutative; the sum is not contracted with the expression under ``-std=c99``, and
+    the expression itself is the plain form's either way)."""
     ni, nr = lm.shape
     nj, ns = rm.shape
     out = []
@@ -144,6 +149,10 @@ def sandwich(lm: np.ndarray, rm: np.ndarray, src: str, dst: str, indent: str, gu
             out.append(f"{indent}  const float t{s} = {_sum([(lm[i, r], f'{src}{r}_{s}[c]') for r in rows])};")
         for j in range(nj):
             value = _sum([(rm[j, s], f"t{s}") for s in range(ns)])
+            if accumulate:
+                out.append(f"{indent}  const float v{j} = {value};")
+                out.append(f"{indent}  {dst}{i}_{j}[c] = {dst}{i}_{j}[c] + v{j};")
+                continue
             if not stats:
                 out.append(f"{indent}  {dst}{i}_{j}[c] = {value};")
                 continue
@@ -236,23 +245,24 @@ def source(pl: Plan) -> str:
         _decl("d", a, a, lambda i, j: f"V + (({i * a + j}L * P + q) * CI) + c0", const=False),
         sandwich(bt, bt, "s", "d", "      ", guard=True))
     # output transform: y tile = A^T M A (only the part inside y is stored)
-    f_out = _tile_function(
-        "out_tiles(const long* geo, const float* restrict Mb, float* restrict y, long t0, long t1, long base)",
-        rows_out, "CO",
-        _decl("s", a, a, lambda i, j: f"Mb + (({i * a + j}L * P + q) * CO) + c0"),
-        _decl("d", m, m, lambda u, v: f"(ok{u}r && ok{v}c) ? y + ((n * HO + oh{u}) * WO + ow{v}) * CO + c0 "
-                                      f": sink[{u * m + v}]", const=False),
-        sandwich(at, at, "s", "d", "      "), sink=True)
+    out_args = "const long* geo, const float* restrict Mb, float* restrict y, long t0, long t1, long base"
+    m_src = _decl("s", a, a, lambda i, j: f"Mb + (({i * a + j}L * P + q) * CO) + c0")
+    y_dst = _decl("d", m, m, lambda u, v: f"(ok{u}r && ok{v}c) ? y + ((n * HO + oh{u}) * WO + ow{v}) * CO + c0 "
+                                          f": sink[{u * m + v}]", const=False)
+    f_out = _tile_function(f"out_tiles({out_args})", rows_out, "CO", m_src, y_dst,
+                           sandwich(at, at, "s", "d", "      "), sink=True)
+    # the same adding into y (an input gradient added to the one already there: memplan-fuse-grad-acc);
+    # the sink blocks zeroed first, as they are read too
+    f_out_acc = _tile_function(
+        f"out_tiles_acc({out_args})", rows_out, "CO", m_src, y_dst,
+        sandwich(at, at, "s", "d", "      ", accumulate=True), sink=True,
+        prologue="  for (long e = 0; e < MT * MT; e++) for (long c = 0; c < CB; c++) sink[e][c] = 0.0f;\n")
     # the same with the batch-norm statistics of the elements inside y (sandwich's stats)
     factors = "".join(f"    const int in{u}_{v} = ok{u}r && ok{v}c;\n" for u in range(m) for v in range(m))
     counted = " + ".join(f"in{u}_{v}" for u in range(m) for v in range(m))
     f_out_st = _tile_function(
-        "out_tiles_st(const long* geo, const float* restrict Mb, float* restrict y, long t0, long t1, long base, "
-        "double* restrict st)",
-        rows_out + factors + f"    count += {counted};\n", "CO",
-        _decl("s", a, a, lambda i, j: f"Mb + (({i * a + j}L * P + q) * CO) + c0"),
-        _decl("d", m, m, lambda u, v: f"(ok{u}r && ok{v}c) ? y + ((n * HO + oh{u}) * WO + ow{v}) * CO + c0 "
-                                      f": sink[{u * m + v}]", const=False),
+        f"out_tiles_st({out_args}, double* restrict st)",
+        rows_out + factors + f"    count += {counted};\n", "CO", m_src, y_dst,
         sandwich(at, at, "s", "d", "      ", stats=True), sink=True,
         prologue="  float pf[CO] __attribute__((aligned(64)));\n"
                  "  float a1[CB] __attribute__((aligned(64))), a2[CB] __attribute__((aligned(64)));\n"
@@ -322,9 +332,11 @@ static void tile_stats(const long* geo, const float* restrict y, long t0, long t
 }}
 
 /* the output transform of tiles [t0, t1) (chunk base `base`), and with st their statistics: the
-   pivot from the first tile an st sees (written, then read back by tile_stats), then in registers */
+   pivot from the first tile an st sees (written, then read back by tile_stats), then in registers;
+   acc: added into y (no statistics) */
 static void out_stats(const long* geo, const float* restrict Mb, float* restrict y, long t0, long t1, long base,
-                      double* restrict st) {{
+                      double* restrict st, long acc) {{
+  if (acc) {{ out_tiles_acc(geo, Mb, y, t0, t1, base); return; }}
   if (!st) {{ out_tiles(geo, Mb, y, t0, t1, base); return; }}
   if (t0 < t1 && st[0] == 0.0) {{
     out_tiles(geo, Mb, y, t0, t0 + 1, base);
@@ -335,7 +347,7 @@ static void out_stats(const long* geo, const float* restrict Mb, float* restrict
 }}
 
 void tr_fwd(const long* geo, const float* restrict x, const float* restrict U, float* restrict y,
-            float* restrict scratch, long t0, long t1, void* sg, long ilp64, double* restrict st) {{
+            float* restrict scratch, long t0, long t1, void* sg, long ilp64, double* restrict st, long acc) {{
   GEO
   float* restrict V = scratch;
   float* restrict Mb = scratch + (long)A * A * P * CI;
@@ -345,13 +357,13 @@ void tr_fwd(const long* geo, const float* restrict x, const float* restrict U, f
     for (int xi = 0; xi < A * A; xi++)
       gemm(sg, ilp64, 111, {tb}, c1 - c0, CO, CI, V + (long)xi * P * CI, CI, U + (long)xi * CO * CI, {ldb}, 0.0f,
            Mb + (long)xi * P * CO, CO);
-    out_stats(geo, Mb, y, c0, c1, c0, st);
+    out_stats(geo, Mb, y, c0, c1, c0, st, acc);
   }}
 }}
 
 void tr_part(const long* geo, const float* restrict x, const float* restrict U, float* restrict y,
              float* restrict scratch, long c0, long c1, long phase, long lo, long hi, void* sg, long ilp64,
-             double* restrict st) {{
+             double* restrict st, long acc) {{
   GEO
   float* restrict V = scratch;
   float* restrict Mb = scratch + (long)A * A * P * CI;
@@ -361,7 +373,7 @@ void tr_part(const long* geo, const float* restrict x, const float* restrict U, 
       gemm(sg, ilp64, 111, {tb}, c1 - c0, CO, CI, V + xi * P * CI, CI, U + xi * CO * CI, {ldb}, 0.0f,
            Mb + xi * P * CO, CO);
   }}
-  if (phase == 1) out_stats(geo, Mb, y, lo, hi, c0, st);
+  if (phase == 1) out_stats(geo, Mb, y, lo, hi, c0, st, acc);
 }}
 
 """
@@ -384,7 +396,7 @@ void tr_wgrad(const long* geo, const float* restrict x, const float* restrict dy
     # the weight gradient's functions run on the forward's plan only (the input gradient's is flipped)
     grad = "" if pl.flip else f_dy + f_dwt + f_wgrad
     title = f"/* tr-mlir Winograd conv: F({m}x{m}, 3x3), {pl.cin} -> {pl.cout} channels, flip={pl.flip} */\n"
-    return title + head + _PRELUDE + f_in + f_out + f_out_st + f_w + f_drv + grad
+    return title + head + _PRELUDE + f_in + f_out + f_out_acc + f_out_st + f_w + f_drv + grad
 
 
 TRANSPOSE_SOURCE = """
@@ -454,8 +466,8 @@ class Kernels:
         self.wt = _cc.function(src, "tr_wt", [_VP, _VP] + [_L] * (3 if fwd else 2))
         self.wt_rows = _cc.function(src, "tr_wt_rows", [_VP, _VP] + [_L] * (5 if fwd else 4))
         self.wtrans = _cc.function(src, "tr_wtrans", [_VP, _VP, _L, _L, _L, _L]) if fwd else None
-        self.fwd = _cc.function(src, "tr_fwd", [_VP, _VP, _VP, _VP, _VP, _L, _L, _VP, _L, _VP])
-        self.part = _cc.function(src, "tr_part", [_VP, _VP, _VP, _VP, _VP, _L, _L, _L, _L, _L, _VP, _L, _VP])
+        self.fwd = _cc.function(src, "tr_fwd", [_VP, _VP, _VP, _VP, _VP, _L, _L, _VP, _L, _VP, _L])
+        self.part = _cc.function(src, "tr_part", [_VP, _VP, _VP, _VP, _VP, _L, _L, _L, _L, _L, _VP, _L, _VP, _L])
         grad = "tr_wgrad" in src  # not in the input gradient's (flipped) plan
         self.dwt = _cc.function(src, "tr_dwt", [_VP, _VP, _L, _L]) if grad else None
         self.wgrad = _cc.function(src, "tr_wgrad", [_VP, _VP, _VP, _VP, _VP, _L, _L, _L, _VP, _L]) if grad else None

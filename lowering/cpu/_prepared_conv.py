@@ -19,7 +19,7 @@ the function would run, so the bits are the function's (tests/test_prepared_laun
 Each direction of ``conv_bwd`` is prepared on its own method; the weight gradient runs first, as
 in the function (dx may be x's buffer). Declined (None: the kernel function runs, with its own
 errors): an algorithm that does not apply, Winograd (its kernels run from Python), the
-statistics epilogue (``bn_stats``), fp16 operands (AMP's casts), arrays that are not
+statistics epilogue (``bn_stats``), an input gradient added into dx (``dx_acc``), fp16 operands (AMP's casts), arrays that are not
 C-contiguous, the im2col method, and a path the function would run on the Python kernel threads.
 """
 
@@ -103,10 +103,14 @@ def _pointwise_wgrad(dy, x, dw, g, wbuf) -> Call | None:
     return _prepared.sequence(gemm, copy)
 
 
-def prepare_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1,
-                p: int = 0, groups: int = 1, algo_dgrad: str = "auto", algo_wgrad: str = "auto") -> Call | None:
+def prepare_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, dx_acc=None, *, k: int,
+                s: int = 1, p: int = 0, groups: int = 1, algo_dgrad: str = "auto",
+                algo_wgrad: str = "auto") -> Call | None:
     """``conv_bwd``'s prepared launch (module doc): the weight gradient's call, then the input
-    gradient's (none for ``conv_bwd_first_layer``), or None where either has none."""
+    gradient's (none for ``conv_bwd_first_layer``), or None where either has none, and for an
+    input gradient added into dx (``dx_acc``: the kernel function runs it)."""
+    if dx_acc is not None:
+        return None
     fp16 = any(a is not None and a.dtype != F32 for a in (dy, x, w, dw, dx))
     algos = (algo_wgrad,) if dx is None else (algo_wgrad, algo_dgrad)
     g = _geometry(x.shape, w.shape, k, s, p, groups, fp16, *algos)

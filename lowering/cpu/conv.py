@@ -717,10 +717,9 @@ def _dgrad_tap_major(dy4: np.ndarray, w: np.ndarray, acc: np.ndarray, g: ConvGeo
 
 def conv_dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g: ConvGeom, ws: dict[str, np.ndarray],
                accumulate: bool = False, algo: str = AUTO) -> None:
-    """dx = dL/dx (or dx += dL/dx when ``accumulate``), by ``algo``. ``dx`` may be x's buffer: x
-    is not read."""
-    if algo in winograd.VARIANTS and winograd.applicable(g) and not accumulate:
-        winograd.dgrad(dy, w, dx, g, ws, algo)
+    """dx = dL/dx (``accumulate``: dx += dL/dx) by ``algo``; ``dx`` may be x's buffer (x is not read)."""
+    if algo in winograd.VARIANTS and winograd.applicable(g):
+        winograd.dgrad(dy, w, dx, g, ws, algo, accumulate)
         return
     meth = dispatch_method(g, algo, dy, w, dx, accumulate=accumulate)
     if meth == "direct":
@@ -745,11 +744,10 @@ def conv_dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g: ConvGeom, ws: d
         return
     acc = _out32(dx, ws, "xbuf", g.x_shape)
     gd = None if accumulate or meth == "depthwise" else dgrad_geom(g)
-    if accumulate:
-        if acc.dtype == F32 and dx.dtype != F32:
-            np.copyto(acc, dx)
-    elif gd is None and (meth == "depthwise" or dgrad_tap_major(g)):  # col2im zeroes each chunk's images
-        acc.fill(0)
+    if accumulate and dx.dtype != F32:  # acc is the fp32 workspace
+        np.copyto(acc, dx)
+    elif not accumulate and gd is None and (meth == "depthwise" or dgrad_tap_major(g)):
+        acc.fill(0)  # (col2im zeroes each chunk's images itself)
     if meth == "depthwise":
         win = g.win
         dy4 = dy2.reshape(g.y_shape)
@@ -882,19 +880,21 @@ def conv_fwd(x, w, y, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, sum=N
 
 @kernel("conv_bwd", writes=("dx", "dw"), workspaces=WORKSPACES, workspace_fn=_ws_bwd, also=("conv_bwd_first_layer",),
         target_workspace_fns={CUDA: _ws_bwd_on_cuda}, algorithms=CONV_ALGORITHMS, prepare=_prepared_conv.prepare_bwd)
-def conv_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, *, k: int, s: int = 1,
-             p: int = 0, groups: int = 1, algo_dgrad: str = AUTO, algo_wgrad: str = AUTO) -> None:
+def conv_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, ybuf=None, xbuf=None, tmp=None, dx_acc=None, *, k: int,
+             s: int = 1, p: int = 0, groups: int = 1, algo_dgrad: str = AUTO, algo_wgrad: str = AUTO) -> None:
     """Convolution backward: ``dw`` (overwritten) from dy and x, then ``dx`` from dy and w.
 
     dW is computed first, so ``dx`` may be x's own buffer (the seed writes dX over X). ``dx``
     None (``conv_bwd_first_layer``): weight gradient only. dw may be fp16 (the AMP G16 copy).
-    ``algo_wgrad`` / ``algo_dgrad``: the algorithms of the two gradients (as ``conv_fwd``'s ``algo``)."""
+    ``algo_wgrad`` / ``algo_dgrad``: the algorithms of the two gradients (as ``conv_fwd``'s ``algo``).
+    ``dx_acc``: dx itself (else ``ValueError``): dx += the input gradient (``memplan-fuse-grad-acc``)."""
     g = conv_geom(x.shape, w.shape, k, s, p, groups)
     fp16 = any(a is not None and a.dtype != F32 for a in (dy, x, w, dw, dx))
-    check_algorithm(algo_wgrad, g, fp16)
-    if dx is not None:
-        check_algorithm(algo_dgrad, g, fp16)
+    if dx_acc is not None and (dx is None or dx_acc.__array_interface__ != dx.__array_interface__):
+        raise ValueError("conv_bwd: dx_acc must be dx itself (the input gradient is added into dx)")
+    for algo in (algo_wgrad,) if dx is None else (algo_wgrad, algo_dgrad):
+        check_algorithm(algo, g, fp16)
     ws = _ws(col=col, wbuf=wbuf, ybuf=ybuf, xbuf=xbuf, tmp=tmp)
     conv_wgrad(dy, x, dw, g, ws, algo_wgrad)
     if dx is not None:
-        conv_dgrad(dy, w, dx, g, ws, algo=algo_dgrad)
+        conv_dgrad(dy, w, dx, g, ws, dx_acc is not None, algo_dgrad)

@@ -499,14 +499,19 @@ def _kernels(pl: Plan) -> _cwinograd.Kernels:
 
 
 def _run_forward(pl: Plan, x32: np.ndarray, u: np.ndarray, y32: np.ndarray, ws: dict[str, np.ndarray],
-                 use_c: bool, stats: tuple[np.ndarray, np.ndarray] | None = None) -> None:
-    """y32 = the plan's conv of x32 with the transformed weights u, chunk by chunk; ``stats``
-    (``sum``, ``sq_sum``): also the batch-norm statistics of y32 (:mod:`.conv_stats`), added per
-    part as each chunk's output is written (compiled path) or summed over y32 after it (NumPy)."""
+                 use_c: bool, stats: tuple[np.ndarray, np.ndarray] | None = None, accumulate: bool = False) -> None:
+    """y32 = the plan's conv of x32 with the transformed weights u, chunk by chunk (``accumulate``:
+    y32 += it, each output value rounded to fp32 first, then one add); ``stats`` (``sum``,
+    ``sq_sum``; not with ``accumulate``): also the batch-norm statistics of y32
+    (:mod:`.conv_stats`), added per part as each chunk's output is written (compiled path) or
+    summed over y32 after it (NumPy)."""
+    if accumulate and stats is not None:
+        raise ValueError("a Winograd pass writes batch-norm statistics or adds into its output, not both")
     slot = pl.slot_elements
     col = take(ws.get("col"), (pl.slots("fwd") * slot,))
+    acc = int(accumulate)
     if not use_c:
-        numpy_forward(pl, x32, u, y32, col[:slot])
+        numpy_forward(pl, x32, u, y32, col[:slot], accumulate)
         if stats is not None:
             conv_stats.from_output(y32, *stats)
         return
@@ -524,14 +529,14 @@ def _run_forward(pl: Plan, x32: np.ndarray, u: np.ndarray, y32: np.ndarray, ws: 
                 fixed = _parallel.MAX_WORKERS if sts is not None and phase == 1 else None
                 _split_range(lo, hi, part, lambda a, b, w=0, phase=phase, c0=c0, c1=c1: (
                     pg, px, pu, py, col.ctypes.data, c0, c1, phase, a, b, sg, int(ilp),
-                    sts[w].ctypes.data if sts is not None and phase == 1 else 0), fixed)
+                    sts[w].ctypes.data if sts is not None and phase == 1 else 0, acc), fixed)
         if sts is not None:
             conv_stats.combine(sts, *stats)
         return
     fn = _kernels(pl).fwd
     sts = conv_stats.partials(len(pl.parts), pl.cout) if stats is not None else [None] * len(pl.parts)
     pieces = [(pg, px, pu, py, col[w * slot:].ctypes.data, t0, t1, sg, int(ilp),
-               0 if sts[w] is None else sts[w].ctypes.data) for w, (t0, t1) in enumerate(pl.parts)]
+               0 if sts[w] is None else sts[w].ctypes.data, acc) for w, (t0, t1) in enumerate(pl.parts)]
     if _parallel.workers() >= len(pieces):
         _run_pieces(fn, pieces, [p[6] - p[5] for p in pieces])
     else:
@@ -544,21 +549,24 @@ def _run_forward(pl: Plan, x32: np.ndarray, u: np.ndarray, y32: np.ndarray, ws: 
 
 def _pass(pl: Plan, src: np.ndarray, w: np.ndarray, dst: np.ndarray, ws: dict[str, np.ndarray],
           names: tuple[str, str], shapes: tuple[tuple[int, ...], tuple[int, ...]], g,
-          stats: tuple[np.ndarray, np.ndarray] | None = None) -> None:
-    """One forward-style pass of ``pl``: ``dst = conv(src, w)``, src / dst cast through workspaces
-    ``names`` (of ``shapes``) when fp16, w through the tail of ``wbuf``; ``stats``: also the
-    batch-norm statistics of dst (:func:`_run_forward`; of the fp16 result after its rounding)."""
+          stats: tuple[np.ndarray, np.ndarray] | None = None, accumulate: bool = False) -> None:
+    """One forward-style pass of ``pl``: ``dst = conv(src, w)`` (``accumulate``: ``dst +=``; an
+    fp16 dst read into its fp32 workspace first, the sum rounded once), src / dst cast through
+    workspaces ``names`` (of ``shapes``) when fp16, w through the tail of ``wbuf``; ``stats``: also
+    the batch-norm statistics of dst (:func:`_run_forward`; of the fp16 result after its rounding)."""
     src32 = _as32(src, ws, names[0], shapes[0])
     u, wcast = _wbuf(g, ws, pl.m, w.dtype != F32)
     w32 = w if wcast is None else wcast
     if wcast is not None:
         np.copyto(wcast, w)
     dst32 = _out32(dst, ws, names[1], shapes[1])
+    if accumulate and dst.dtype != F32:
+        np.copyto(dst32, dst.reshape(dst32.shape))
     use_c = compiled(src32, w32, dst32)
     u = u.reshape(pl.u_shape)
     _weights(pl, w32, u, use_c, ws.get("col"))  # col is free until the chunks: w transposed there
     in_place = dst.dtype == F32  # dst32 is dst (a view of it): the statistics of what is written
-    _run_forward(pl, src32, u, dst32, ws, use_c, stats if in_place else None)
+    _run_forward(pl, src32, u, dst32, ws, use_c, stats if in_place else None, accumulate)
     _finish(dst, dst32)
     if stats is not None and not in_place:
         conv_stats.from_output(dst, *stats)
@@ -574,11 +582,15 @@ def forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g, ws: dict[str, np.nda
     _pass(fwd_plan(g, variant_tile(variant)), x, w, y, ws, ("xbuf", "ybuf"), (g.x_shape, g.y_shape), g, stats)
 
 
-def dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g, ws: dict[str, np.ndarray], variant: str) -> None:
+def dgrad(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, g, ws: dict[str, np.ndarray], variant: str,
+          accumulate: bool = False) -> None:
     """dx (N, H, W, C) = dL/dx from dy (N, Ho, Wo, K) and w, overwriting dx, as ``variant``
     (module doc: the forward algorithm on dy with rotated weights). Reads only dy and w, so dx
-    may be x's buffer. Dtypes and errors as :func:`forward`."""
-    _pass(dgrad_plan(g, variant_tile(variant)), dy, w, dx, ws, ("ybuf", "xbuf"), (g.y_shape, g.x_shape), g)
+    may be x's buffer. ``accumulate``: ``dx += dL/dx``, each element of dL/dx rounded to fp32 as
+    the overwriting form writes it, then one fp32 add: for fp32 dx the bits of this form followed
+    by ``grad_acc`` (``memplan-fuse-grad-acc``). Dtypes and errors as :func:`forward`."""
+    _pass(dgrad_plan(g, variant_tile(variant)), dy, w, dx, ws, ("ybuf", "xbuf"), (g.y_shape, g.x_shape), g,
+          accumulate=accumulate)
 
 
 def wgrad(dy: np.ndarray, x: np.ndarray, dw: np.ndarray, g, ws: dict[str, np.ndarray], variant: str) -> None:
@@ -665,9 +677,11 @@ def _input_chunk(pl: Plan, x32: np.ndarray, s: int, scratch: np.ndarray
     return n, v, mm, pad
 
 
-def numpy_forward(pl: Plan, x32: np.ndarray, u: np.ndarray, y32: np.ndarray, scratch: np.ndarray) -> None:
+def numpy_forward(pl: Plan, x32: np.ndarray, u: np.ndarray, y32: np.ndarray, scratch: np.ndarray,
+                  accumulate: bool = False) -> None:
     """The NumPy forward of plan ``pl``: y32 (n, Ho, Wo, cout) from x32 (n, h, w, cin) and the
-    transformed weights u (:attr:`Plan.u_shape`), fp32, chunk by chunk in ``scratch`` (one slot)."""
+    transformed weights u (:attr:`Plan.u_shape`), fp32, chunk by chunk in ``scratch`` (one slot);
+    ``accumulate``: added into y32."""
     a, m = pl.alpha, pl.m
     at = pl.transform.at.astype(np.float32)
     ub = u.reshape(pl.u_shape)
@@ -676,7 +690,10 @@ def numpy_forward(pl: Plan, x32: np.ndarray, u: np.ndarray, y32: np.ndarray, scr
         np.matmul(v, ub, out=mm)
         yt = _sandwich(at, mm.reshape(a, a, n, pl.th, pl.tw, pl.cout).transpose(2, 3, 4, 0, 1, 5), at)
         full = yt.transpose(2, 3, 0, 4, 1, 5).reshape(n, pl.th * m, pl.tw * m, pl.cout)
-        np.copyto(y32[s:s + n], full[:, :pl.ho, :pl.wo])
+        if accumulate:
+            np.add(y32[s:s + n], full[:, :pl.ho, :pl.wo], out=y32[s:s + n])
+        else:
+            np.copyto(y32[s:s + n], full[:, :pl.ho, :pl.wo])
 
 
 def numpy_wgrad(pl: Plan, x32: np.ndarray, dy32: np.ndarray, du: np.ndarray, scratch: np.ndarray) -> None:

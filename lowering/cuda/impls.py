@@ -86,13 +86,16 @@ def _impls(ops: GpuOps) -> dict[KernelId, Impl]:
         ops.conv_forward(x, w, y, g, ws, algo, _stats(sum, sq_sum))
 
     @reg("conv_bwd", "conv_bwd_first_layer")
-    def conv_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, *, k, s=1, p=0, groups=1, algo_dgrad="auto",
-                 algo_wgrad="auto"):
+    def conv_bwd(dy, x, w, dw, dx=None, col=None, wbuf=None, dx_acc=None, *, k, s=1, p=0, groups=1,
+                 algo_dgrad="auto", algo_wgrad="auto"):
         g = conv_geom(tuple(x.shape), tuple(w.shape), k, s, p, groups)
+        if dx_acc is not None and (dx is None or (ops.p(dx_acc), tuple(dx_acc.shape), dx_acc.dtype, dx_acc.strides)
+                                   != (ops.p(dx), tuple(dx.shape), dx.dtype, dx.strides)):
+            raise ValueError("conv_bwd: dx_acc must be dx itself (the input gradient is added into dx)")
         ws = _ws({"col": col, "wbuf": wbuf}, ("col", "wbuf"))
         ops.conv_wgrad(dy, x, dw, g, ws, algo_wgrad)
-        if dx is not None:
-            ops.conv_dgrad(dy, w, dx, g, ws, algo=algo_dgrad)
+        if dx is not None:  # dx_acc: dx += the input gradient (memplan-fuse-grad-acc)
+            ops.conv_dgrad(dy, w, dx, g, ws, accumulate=dx_acc is not None, algo=algo_dgrad)
 
     # -- dense, reshapes, copies -------------------------------------------------------------
     @reg("fc_fwd", "fc_inf")

@@ -3,8 +3,8 @@
 :func:`run` runs forward, weight gradient and input gradient of one conv as a Winograd variant through
 a :class:`~tr_mlir.lowering.cuda.backend.CudaBackend` (a GPU, or the CPU emulator), with workspaces of
 exactly the CUDA rule's sizes filled with NaN (a read of scratch never written shows), and checks
-that the Winograd path ran. :func:`check` runs :data:`GEOMS` x variants x (fp32, fp16) against the CPU
-im2col conv (:mod:`tr_mlir.lowering.cpu.conv`, fp32, on the fp16-rounded inputs for fp16) within
+that the Winograd path ran. :func:`check` runs :data:`GEOMS` x variants x (fp32, fp16), and for fp32
+the input gradient added into a random dx (``conv_bwd``'s ``dx_acc``), against the CPU im2col conv (:mod:`tr_mlir.lowering.cpu.conv`, fp32, on the fp16-rounded inputs for fp16) within
 the CPU module's bound (:data:`tr_mlir.lowering.cpu.winograd.RTOL` of max |ref|, plus for fp16 the
 fp16 rounding of each result, 2^-11 relative). Used by ``tests/test_gpu_winograd.py`` (emulator)
 and ``scripts/gpu_smoke.py`` (a real GPU).
@@ -94,9 +94,18 @@ def check(backend: Any, seed: int = 0) -> list[dict[str, Any]]:
             for dt in (np.dtype(np.float32), np.dtype(np.float16)):
                 xs, ws_, dys = x.astype(dt), w.astype(dt), dy.astype(dt)
                 got = run(backend, xs, ws_, dys, g, variant, dt)
-                for name, a, b in zip(("y", "dx", "dw"), got, reference(xs, ws_, dys, g)):
+                ref = reference(xs, ws_, dys, g)
+                for name, a, b in zip(("y", "dx", "dw"), got, ref):
                     bound = rtol * np.abs(b).max() + (2.0 ** -11 * np.abs(b) if dt != np.float32 else 0.0)
                     err = float((np.abs(a.astype(np.float64) - b) / (bound * 1.001 + 1e-30)).max())
                     rows.append({"case": f"winograd {variant} n{n}h{h}w{wd}c{c}k{k}p{p} {dt.name} {name}",
+                                 "error": err, "ok": bool(err <= 1.0)})
+                if dt == np.float32:  # the input gradient added into dx (conv_bwd's dx_acc, memplan-fuse-grad-acc)
+                    dx0 = rng.standard_normal(g.x_shape).astype(np.float32)
+                    acc = run(backend, xs, ws_, dys, g, variant, dt, dx0)[1]
+                    want = ref[1].astype(np.float64) + dx0
+                    err = float((np.abs(acc - want) / (rtol * np.abs(ref[1]).max() * 1.001 + 2.0 ** -23 * np.abs(want)
+                                                       + 1e-30)).max())
+                    rows.append({"case": f"winograd {variant} n{n}h{h}w{wd}c{c}k{k}p{p} float32 dx+=",
                                  "error": err, "ok": bool(err <= 1.0)})
     return rows

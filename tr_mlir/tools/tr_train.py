@@ -333,7 +333,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
             # the checkpoint's compile options unless given again (RESUMED_DEFAULTS; same numerics,
             # but for the last bits of the BN statistics with another fuse_bn_stats)
             task = Task.load(resume_folder, device=device, reuse=args.reuse, fuse_fc_relu=args.fuse_fc_relu,
-                             fuse_bn_stats=args.fuse_bn_stats)
+                             fuse_bn_stats=args.fuse_bn_stats, fuse_grad_acc=args.fuse_grad_acc)
             saved_world = saved["config"].get("world_size", 1)
             if saved_world != task.world_size:
                 raise TrainError(f"--resume {resume_folder}: the checkpoint was trained by {saved_world!r} "
@@ -367,7 +367,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
                            loss=CrossEntropyLoss(label_smoothing=args.label_smoothing),
                            amp=args.amp, fuse=args.fuse, device=device, seed=args.seed, reuse=args.reuse,
                            fuse_fc_relu=args.fuse_fc_relu, fuse_bn_stats=args.fuse_bn_stats,
-                           plugins=args.plugin, **training_options(args))
+                           fuse_grad_acc=args.fuse_grad_acc, plugins=args.plugin, **training_options(args))
             task = (layer.task(args.batch_size, **options) if source.build_for is not None  # with its weights
                     else Task(layer, ds.input_shape, ds.num_classes, args.batch_size, **options))
     except (TaskError, BluePrintError, ValueError) as e:
@@ -396,7 +396,7 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         "loss_scaler": args.loss_scaler, "scaler_init": args.scaler_init, "scaler_growth": args.scaler_growth,
         "scaler_backoff": args.scaler_backoff, "scaler_interval": args.scaler_interval, "device": args.device, "device_used": device, "seed": args.seed,
         "reuse": task.reuse, "fuse_fc_relu": task.fuse_fc_relu,
-        "fuse_bn_stats": task.fuse_bn_stats, "drop_last": args.drop_last, "plugins": list(task.plugins), "dump_ir": None if args.dump_ir is None else str(args.dump_ir),
+        "fuse_bn_stats": task.fuse_bn_stats, "fuse_grad_acc": task.fuse_grad_acc, "drop_last": args.drop_last, "plugins": list(task.plugins), "dump_ir": None if args.dump_ir is None else str(args.dump_ir),
         "report_json": None if args.report_json is None else str(args.report_json),
         "plot": None if args.plot is None else str(args.plot),
         "save_dir": None if args.save_dir is None else str(args.save_dir),
@@ -422,7 +422,8 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
     if task.conv_algo != "auto":
         spec["conv_algo"] = task.conv_algo
     pipeline = TrCompilePass(fuse=task.fuse, amp=task.amp, num_classes=task.num_classes, reuse=task.reuse,
-                             fuse_fc_relu=task.fuse_fc_relu, fuse_bn_stats=task.fuse_bn_stats, **spec)
+                             fuse_fc_relu=task.fuse_fc_relu, fuse_bn_stats=task.fuse_bn_stats,
+                             fuse_grad_acc=task.fuse_grad_acc, **spec)
     say("== compile")
     say(f"pipeline: builtin.module({pipeline.pipeline_pass_spec()})")
     if args.dump_ir is not None and lead:
@@ -430,7 +431,8 @@ def run(args: argparse.Namespace, explicit: set[str]) -> int:
         try:
             files = dump_ir(task.config()["model"], args.dump_ir, fuse=task.fuse, amp=task.amp,
                             num_classes=task.num_classes, spec=spec, reuse=task.reuse,
-                            fuse_fc_relu=task.fuse_fc_relu, fuse_bn_stats=task.fuse_bn_stats)
+                            fuse_fc_relu=task.fuse_fc_relu, fuse_bn_stats=task.fuse_bn_stats,
+                            fuse_grad_acc=task.fuse_grad_acc)
         except OSError as e:
             raise TrainError(f"--dump-ir {args.dump_ir}: {e}") from None
         except Exception as e:

@@ -290,6 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "it (memplan-fuse-bn-stats); --no-fuse-bn-stats keeps the BN's own statistics pass (the "
                         "last bits differ: reproduces a run without it); on --resume, the checkpoint's setting "
                         "unless given (default: on)")
+    p.add_argument("--fuse-grad-acc", action=argparse.BooleanOptionalAction, default=True,
+                   help="let the Winograd input gradient at a residual join add the skip's gradient in its "
+                        "output transform (memplan-fuse-grad-acc); --no-fuse-grad-acc keeps the separate "
+                        "grad_accum pass (same numerics); on --resume, the checkpoint's setting unless given "
+                        "(default: on)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
                    help="auto: the GPU when the GPU backend can run (CuPy imports and a CUDA device "
                         "answers), else the CPU; gpu without one is an error")
@@ -327,10 +332,10 @@ TRAINING_KEYS: tuple[str, ...] = ("model", "blueprint", "torch_model", "dataset"
                                   "scaler_interval", "ema", "ema_warmup", "resize_schedule", "conv_algo")
 """Options that define a run: fixed by the checkpoint on ``--resume``."""
 
-RESUMED_DEFAULTS: tuple[str, ...] = ("epochs", "device", "reuse", "fuse_fc_relu", "fuse_bn_stats")
+RESUMED_DEFAULTS: tuple[str, ...] = ("epochs", "device", "reuse", "fuse_fc_relu", "fuse_bn_stats", "fuse_grad_acc")
 """Options a resumed run takes from its checkpoint unless given again: ``--epochs`` (the cosine
 schedule's length: resuming an interrupted run must not change it), ``--device``,
-``--[no-]reuse``, ``--[no-]fuse-fc-relu``, ``--[no-]fuse-bn-stats``."""
+``--[no-]reuse``, ``--[no-]fuse-fc-relu``, ``--[no-]fuse-bn-stats``, ``--[no-]fuse-grad-acc``."""
 
 
 def check_args(a: argparse.Namespace) -> None:

@@ -124,13 +124,13 @@ def _as_tr_opt_prints(module: Any) -> str:
 
 def dump_ir(tree_text: str, out_dir: Path, *, fuse: bool, amp: bool, num_classes: int,
             spec: dict[str, Any], reuse: bool = True, fuse_fc_relu: bool = True,
-            fuse_bn_stats: bool = True) -> list[Path]:
+            fuse_bn_stats: bool = True, fuse_grad_acc: bool = True) -> list[Path]:
     """Run ``tr-compile`` pass by pass on the tree-form module ``tree_text``, writing
     ``out_dir/00-input.mlir`` and ``out_dir/NN-<pass>.mlir`` after each pass, and
     ``out_dir/replay.sh`` (each pass replayed with tr-opt and compared). ``spec``: the compile
     spec options of ``memplan-derive-shapes``; ``reuse``: ``memplan-assign-offsets``'s option;
     ``fuse_fc_relu``: whether ``memplan-fuse-fc-relu`` runs; ``fuse_bn_stats``: whether
-    ``memplan-fuse-bn-stats`` runs.
+    ``memplan-fuse-bn-stats`` runs; ``fuse_grad_acc``: whether ``memplan-fuse-grad-acc`` runs.
     Returns the files written. A pass that fails
     leaves the files before it and raises its exception."""
     from xdsl.parser import Parser
@@ -151,7 +151,8 @@ def dump_ir(tree_text: str, out_dir: Path, *, fuse: bool, amp: bool, num_classes
 
     plugin_flags = "".join(f" --load-plugin {shlex.quote(p)}" for p in loaded_plugins())
     passes = [registry[name]()() for name in plan_steps(fuse, cbrp=False)]
-    passes += MemplanCompilePass(**spec, reuse=reuse, fuse_fc_relu=fuse_fc_relu, fuse_bn_stats=fuse_bn_stats).phases()
+    passes += MemplanCompilePass(**spec, reuse=reuse, fuse_fc_relu=fuse_fc_relu, fuse_bn_stats=fuse_bn_stats,
+                                 fuse_grad_acc=fuse_grad_acc).phases()
     width = max(2, len(str(len(passes))))
     files = [out_dir / f"{0:0{width}d}-input.mlir"]
     files[0].write_text(_as_tr_opt_prints(module))
