@@ -1,6 +1,6 @@
-"""``python -m bench.epilogues``: the fused epilogues (batch norm, FC+ReLU) against the unfused kernels.
+"""``python -m bench.epilogues``: the fused epilogues (batch norm, FC+ReLU, residual gradients) against the unfused kernels.
 
-Four measurements, each interleaved (the two sides alternate, the order flipping every round) with
+Several measurements, each interleaved (the two sides alternate, the order flipping every round) with
 medians and the load average printed, on ``--threads`` kernel threads (default 2):
 
 * ``kernels``: per CIFAR ResNet-18 activation shape at batch 64, the unfused sequence (``bn2d_fwd``
@@ -27,7 +27,9 @@ medians and the load average printed, on ``--threads`` kernel threads (default 2
   statistics in its output transform (``memplan-fuse-bn-stats``), and followed by the BN's own
   statistics pass, with PyTorch eager's ``conv2d`` of the same operands beside them;
 * ``bn-stats-step``: whole steps of CIFAR ResNet-18 fused compiled without ``memplan-fuse-bn-stats``
-  ("before"), with it ("after") and PyTorch eager's, interleaved (the losses agree to rounding).
+  ("before"), with it ("after") and PyTorch eager's, interleaved (the losses agree to rounding);
+* ``grad-acc-step``: the same without ``memplan-fuse-grad-acc`` (``Task(fuse_grad_acc=False)``,
+  "before") and with it; the tr-mlir losses must agree to the bit.
 
 Each prints the load average and the steal time (:mod:`bench.cpu_time`) around it.
 """
@@ -272,6 +274,14 @@ def bn_stats_step(rounds: int, steps: int) -> None:
           f"as the loss falls, as between the Winograd and im2col algorithms)")
 
 
+def grad_acc_step(rounds: int, steps: int) -> None:
+    """CIFAR ResNet-18 fused (batch 64) without ``memplan-fuse-grad-acc`` ("before"), with it
+    ("after") and PyTorch, interleaved; the tr-mlir losses agree to the bit."""
+    med, per, losses = _steps_before_after("resnet18_cifar", {"fuse_grad_acc": False}, rounds, steps)
+    _print_steps("ResNet-18 CIFAR batch 64", med, per, rounds)
+    print(f"tr-mlir losses bit-identical: {losses['before'] == losses['after']}")
+
+
 def bn_stats_kernels(repeats: int) -> None:
     """Per CIFAR ResNet-18 Winograd conv (3x3, stride 1, C -> C at batch 64, the cost rule's
     variant), median ms over ``repeats`` interleaved rounds of: the conv alone, the conv writing
@@ -387,12 +397,14 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m bench.epilogues", description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=("kernels", "step", "fc-relu-kernels", "fc-relu-step", "bn-stats",
-                                     "bn-stats-kernels", "bn-stats-step"))
+                                     "bn-stats-kernels", "bn-stats-step", "grad-acc-step"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=41,
                     help="kernels, fc-relu-kernels, bn-stats, bn-stats-kernels: rounds per case")
-    ap.add_argument("--rounds", type=int, default=9, help="step, fc-relu-step, bn-stats-step: rounds (each every side)")
-    ap.add_argument("--steps", type=int, default=2, help="step, fc-relu-step, bn-stats-step: steps per side per round")
+    ap.add_argument("--rounds", type=int, default=9,
+                    help="step, fc-relu-step, bn-stats-step, grad-acc-step: rounds (each every side)")
+    ap.add_argument("--steps", type=int, default=2,
+                    help="step, fc-relu-step, bn-stats-step, grad-acc-step: steps per side per round")
     args = ap.parse_args(argv)
     import torch
 
@@ -402,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
          "fc-relu-kernels": lambda: fc_relu_kernels(args.repeats),
          "fc-relu-step": lambda: fc_relu_step(args.rounds, args.steps),
          "bn-stats": lambda: bn_stats(args.repeats), "bn-stats-kernels": lambda: bn_stats_kernels(args.repeats),
-         "bn-stats-step": lambda: bn_stats_step(args.rounds, args.steps)}[args.what]()
+         "bn-stats-step": lambda: bn_stats_step(args.rounds, args.steps),
+         "grad-acc-step": lambda: grad_acc_step(args.rounds, args.steps)}[args.what]()
     return 0
 
 
