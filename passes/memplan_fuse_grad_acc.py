@@ -54,7 +54,7 @@ from xdsl.rewriter import Rewriter
 
 from tr_mlir.dialects.kernels import K
 from tr_mlir.dialects.lifetimes import region_members
-from tr_mlir.dialects.memplan import TRANSIENT_REGIONS, Node, NodesOp, ProgramOp
+from tr_mlir.dialects.memplan import TRANSIENT_REGIONS, DTensor, Node, NodesOp, ProgramOp
 from tr_mlir.passes._conv_algo import node_algorithm, winograd_variants
 from tr_mlir.passes._dataflow import live_after, touches
 from tr_mlir.passes.memplan_build_graph import TRAIN_GRAPH, graph_programs
@@ -62,13 +62,13 @@ from tr_mlir.passes.memplan_build_graph import TRAIN_GRAPH, graph_programs
 _PREC = "FP32"
 
 
-def _alike(program: ProgramOp, a: int, b: int) -> bool:
+def _alike(tables: list[dict[int, DTensor]], a: int, b: int) -> bool:
     """Whether DTensors ``a`` and ``b`` are both transient (:data:`TRANSIENT_REGIONS
     <tr_mlir.dialects.memplan.TRANSIENT_REGIONS>`: recomputed every step, placed by lifetime) with
-    the same dtype and shape in every plan. (The skip gradient is often written over the
-    forward's ``add`` output, a feature, and the conv's input gradient is a gradient slot.)"""
-    for plan in program.plans():
-        by_id = plan.by_id()
+    the same dtype and shape in every plan (``tables``: each plan's :meth:`~tr_mlir.dialects.memplan.PlanOp.by_id`). (The
+    skip gradient is often written over the forward's ``add`` output, a feature, and the conv's
+    input gradient is a gradient slot.)"""
+    for by_id in tables:
         ta, tb = by_id.get(a), by_id.get(b)
         if ta is None or tb is None or ta.region not in TRANSIENT_REGIONS or tb.region not in TRANSIENT_REGIONS \
                 or (ta.dtype, tuple(ta.shape)) != (tb.dtype, tuple(tb.shape)):
@@ -80,6 +80,7 @@ def _fuse(program: ProgramOp) -> int:
     """Rewrite the triples of ``program``'s ``@train`` graph (module doc); returns how many."""
     graph = next(g for g in program.graphs() if g.graph_name == TRAIN_GRAPH)
     by_region = region_members(program.plans()[0].tensors())
+    tables = [plan.by_id() for plan in program.plans()]
     params = graph.params.data
     variants = winograd_variants(K.CONV_BWD)  # the input-gradient algorithms whose output transform adds
     acc_op, conv_op = K.GRAD_ACCUM.op(_PREC), K.CONV_BWD.op(_PREC)
@@ -89,9 +90,8 @@ def _fuse(program: ProgramOp) -> int:
         j = 0
         while j < len(nodes):
             acc = nodes[j]
-            found = None
-            if acc.op == acc_op and len(acc.inputs) == 2 and acc.outputs == acc.inputs[1:] and not acc.skipped:
-                found = _triple(nodes, j, params, by_region)
+            found = (_triple(nodes, j, params, by_region) if acc.op == acc_op and len(acc.inputs) == 2
+                     and acc.outputs == acc.inputs[1:] and not acc.skipped else None)
             if found is None:
                 j += 1
                 continue
@@ -99,7 +99,7 @@ def _fuse(program: ProgramOp) -> int:
             t, d = acc.inputs
             conv = nodes[i]
             if (conv.op != conv_op or node_algorithm(graph, conv, "algo_dgrad") not in variants
-                    or not _alike(program, t, d)
+                    or not _alike(tables, t, d)
                     or live_after(graph, gid, j, (t,), by_region, wrap=True)):
                 j += 1
                 continue
@@ -142,8 +142,9 @@ def _triple(nodes: list[Node], j: int, params, by_region) -> tuple[int, int] | N
     reads, writes = touches(writer, params, by_region)
     if t not in writes or t in reads or d in reads | writes or writer.outputs.count(t) != 1:
         return None
+    # between k and j nothing else touches T, nor D (after i: i is the last node before j touching it)
     if any(t in touched(n) or d in touched(n) for n in nodes[k + 1:i]) or any(t in touched(n) for n in nodes[i + 1:j]):
-        return None  # (D between i and j: i is the last node before j that touches it)
+        return None
     return k, i
 
 
