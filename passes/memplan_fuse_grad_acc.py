@@ -65,9 +65,9 @@ _PREC = "FP32"
 def _alike(tables: list[dict[int, DTensor]], a: int, b: int) -> bool:
     """Whether DTensors ``a`` and ``b`` are both transient (:data:`TRANSIENT_REGIONS
     <tr_mlir.dialects.memplan.TRANSIENT_REGIONS>`: recomputed every step, placed by lifetime) with
-    the same dtype and shape in every plan (``tables``: each plan's :meth:`~tr_mlir.dialects.memplan.PlanOp.by_id`). (The
-    skip gradient is often written over the forward's ``add`` output, a feature, and the conv's
-    input gradient is a gradient slot.)"""
+    the same dtype and shape in every plan (``tables``: each plan's
+    :meth:`~tr_mlir.dialects.memplan.PlanOp.by_id`). (The skip gradient is often written over the
+    forward's ``add`` output, a feature, and the conv's input gradient is a gradient slot.)"""
     for by_id in tables:
         ta, tb = by_id.get(a), by_id.get(b)
         if ta is None or tb is None or ta.region not in TRANSIENT_REGIONS or tb.region not in TRANSIENT_REGIONS \
